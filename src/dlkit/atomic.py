@@ -1,0 +1,63 @@
+"""Atomic file output: a reader sees the old file or the complete new one, never a mix.
+
+Data goes to a hidden temporary file in the target's directory (same filesystem, so the final
+``os.replace`` is atomic), is flushed and fsynced, then renamed over the target. On any
+exception the temporary file is removed and the target is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from dlkit.errors import OutputError
+
+
+def fsync_directory(directory: Path) -> None:
+    """Persist a rename inside ``directory`` (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open a binary stream whose content replaces ``path`` only if the block succeeds."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise OutputError(f"directory {directory} does not exist", path=target)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"cannot create a file here: {exc.strerror}", path=target) from exc
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp_name, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(f"write failed: {exc.strerror or exc}", path=target) from exc
+        raise
+    fsync_directory(directory)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically."""
+    with atomic_writer(path) as stream:
+        stream.write(data)

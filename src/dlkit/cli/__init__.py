@@ -1,0 +1,1 @@
+"""The ``dlkit`` command: a thin adapter that parses, calls the library and renders."""

@@ -1,0 +1,83 @@
+"""The typer application and its one error boundary.
+
+Each command module registers itself on ``app``; this module maps every ``DlkitError`` to one
+red line and an exit code. A traceback is shown only with ``--debug`` (or ``DLKIT_DEBUG=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from dlkit import errors
+from dlkit.cli.console import err_console
+
+app = typer.Typer(
+    name="dlkit",
+    help=(
+        "dlkit turns relational data into fast, exactly reproducible training input.\n\n"
+        "Index sampling (NextBatch_v2): `sample`, `replay`, `verify-golden`."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+# Exit codes, one place. 1 is any other dlkit error; 2 is click's own usage error code.
+EXIT_CODES: tuple[tuple[type[errors.DlkitError], int], ...] = (
+    (errors.VerificationError, 3),
+    (errors.NextBatchError, 4),
+    (errors.InputFormatError, 5),
+    (errors.InvalidArgumentError, 2),
+    (errors.OutputError, 6),
+)
+_debug = {"enabled": os.environ.get("DLKIT_DEBUG", "") not in ("", "0")}
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the full Python traceback when a command fails."
+    ),
+) -> None:
+    """dlkit: deterministic, world-size-independent training input from relational data."""
+    if debug:
+        _debug["enabled"] = True
+
+
+def exit_code_for(error: errors.DlkitError) -> int:
+    for cls, code in EXIT_CODES:
+        if isinstance(error, cls):
+            return code
+    return 1
+
+
+def _register_commands() -> None:
+    # Importing a command module registers its commands on ``app``.
+    from dlkit.cli import sample  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point; never lets a traceback out unless debugging.
+
+    typer runs in standalone mode, so usage errors, ``--help`` and Ctrl-C are handled (and
+    exit) the way click always does; only dlkit's own errors reach this boundary.
+    """
+    _register_commands()
+    try:
+        app(args=argv, prog_name="dlkit")
+    except errors.DlkitError as exc:
+        if _debug["enabled"]:
+            import traceback
+
+            traceback.print_exc()
+        err_console.print(f"[bold red]error[/] [red]{exc.code}[/]: {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exit_code_for(exc))
+    except BrokenPipeError:
+        # `dlkit sample | head`: the reader left; that is not an error of ours.
+        sys.stderr.close()
+        sys.exit(0)

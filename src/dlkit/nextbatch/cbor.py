@@ -1,0 +1,83 @@
+"""Canonical CBOR (RFC 8949 §4.2.1) and SHA-256 helpers shared by every hashed artefact.
+
+The profile (P1) pins ``CBOR_CANONICAL`` to core deterministic encoding; for the value kinds
+dlkit hashes (unsigned integers, text, byte strings, booleans, arrays, text-keyed maps and the
+occasional float64 metric) ``cbor2``'s canonical mode produces exactly that. ``canonical_cbor``
+range-checks integers first, because a negative or > 2^64-1 integer has no uint64 encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import cbor2
+
+from dlkit.errors import ContractViolationError
+
+UINT64_MAX = (1 << 64) - 1
+UINT32_MAX = (1 << 32) - 1
+
+
+def _check_encodable(value: Any) -> None:
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, int):
+        if not 0 <= value <= UINT64_MAX:
+            raise ContractViolationError(f"integer {value} is outside uint64 [0, 2^64-1]")
+        return
+    if isinstance(value, (str, bytes, float)):
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ContractViolationError(f"map key {key!r} is not text")
+            _check_encodable(item)
+        return
+    if isinstance(value, Sequence):
+        for item in value:
+            _check_encodable(item)
+        return
+    raise ContractViolationError(f"value of type {type(value).__name__} has no canonical encoding")
+
+
+def canonical_cbor(value: Any) -> bytes:
+    """``CBOR_CANONICAL(value)``: deterministic bytes for hashing and for files."""
+    _check_encodable(value)
+    return cbor2.dumps(value, canonical=True)
+
+
+def sha256(data: bytes | bytearray | memoryview) -> bytes:
+    """FIPS 180-4 SHA-256, 32 raw bytes."""
+    return hashlib.sha256(data).digest()
+
+
+def cbor_sha256(value: Any) -> bytes:
+    """``SHA-256(CBOR_CANONICAL(value))``, the contract-critical hash primitive."""
+    return sha256(canonical_cbor(value))
+
+
+def hex_digest(digest: bytes) -> str:
+    """32 raw bytes as 64 lowercase hex digits (the JSON and command-line form)."""
+    return digest.hex()
+
+
+def parse_hex_digest(text: str, what: str) -> bytes:
+    """Parse 64 lowercase hex digits; raise ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(text, str) or len(text) != 64 or text != text.lower():
+        raise ValueError(f"{what} must be 64 lowercase hex digits, got {text!r}")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise ValueError(f"{what} must be 64 lowercase hex digits, got {text!r}") from None
+
+
+def require_uint(value: Any, bits: int, what: str) -> int:
+    """Return ``value`` if it is a Python int (not bool) in ``[0, 2^bits - 1]``."""
+    limit = (1 << bits) - 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ContractViolationError(f"{what} must be an unsigned integer, got {value!r}")
+    if not 0 <= value <= limit:
+        raise ContractViolationError(f"{what} must lie in [0, 2^{bits}-1], got {value}")
+    return value

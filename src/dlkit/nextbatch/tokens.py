@@ -1,0 +1,58 @@
+"""Replay tokens, epoch seeds and config hashes (profile P2/P3), each a pure function."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from dlkit.nextbatch.cbor import cbor_sha256, require_uint, sha256
+
+SAMPLING_MODE_TRAIN = "SHUFFLE_WITHOUT_REPLACEMENT_BLOCK_AFFINE_V1"
+SAMPLING_MODE_SEQUENTIAL = "SEQUENTIAL_V1"
+SUBSAMPLING_MODE_TRAIN = "SHUFFLE_WITHOUT_REPLACEMENT"
+SUBSAMPLING_MODE_NONE = "NONE"
+FAILURE_OPERATOR = "UML_OS.Data.NextBatch_v2"
+
+
+@lru_cache(maxsize=64)
+def kernel_replay_token(seed: int) -> bytes:
+    """``SHA-256(CBOR(["kernel_replay_token_v1", uint64(seed)]))``."""
+    return cbor_sha256(["kernel_replay_token_v1", require_uint(seed, 64, "seed")])
+
+
+def epoch_seed(replay_token: bytes, manifest_hash: bytes, dataset_key: str, epoch: int) -> bytes:
+    """The 16-byte Philox seed of one epoch of one dataset."""
+    return cbor_sha256(
+        ["nextbatch_epoch_seed_v2", replay_token, manifest_hash, dataset_key,
+         require_uint(epoch, 64, "epoch")]
+    )[:16]
+
+
+def epoch_seed_hash(seed_bytes: bytes) -> bytes:
+    """What trace records carry instead of the raw epoch seed."""
+    return sha256(seed_bytes)
+
+
+def seed_words(seed_bytes: bytes) -> np.ndarray:
+    """The epoch seed as Philox words ``s0..s3`` (little-endian uint32, held in uint64)."""
+    return np.frombuffer(seed_bytes, dtype="<u4").astype(np.uint64)
+
+
+def data_replay_token(replay_token: bytes, dataset_key: str, epoch: int, global_position: int,
+                      world_size: int, rank: int) -> bytes:
+    """``data_replay_t`` of one call, keyed by the cursor it started from."""
+    return cbor_sha256(
+        ["nextbatch_v2", replay_token, dataset_key, require_uint(epoch, 64, "epoch"),
+         require_uint(global_position, 64, "global_position"),
+         require_uint(world_size, 32, "world_size"), require_uint(rank, 32, "rank")]
+    )
+
+
+@lru_cache(maxsize=64)
+def sampler_config_hash(sampling_mode: str, sampler_block_size: int, drop_last: bool) -> bytes:
+    return cbor_sha256(
+        [sampling_mode, require_uint(sampler_block_size, 64, "sampler_block_size"),
+         bool(drop_last), "epoch_seed_rule_v2", "intra_block_affine_coprime_v1",
+         "rank_contiguous_shard_v1"]
+    )
