@@ -31,6 +31,12 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Open a binary stream whose content replaces ``path`` only if the block succeeds."""
@@ -43,6 +49,8 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     except OSError as exc:
         raise OutputError(f"cannot create a file here: {exc.strerror}", path=target) from exc
     try:
+        # mkstemp creates 0600 files; give the result the permissions a plain open() would.
+        os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as stream:
             yield stream
             stream.flush()

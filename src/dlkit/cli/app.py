@@ -18,7 +18,10 @@ app = typer.Typer(
     name="dlkit",
     help=(
         "dlkit turns relational data into fast, exactly reproducible training input.\n\n"
-        "Index sampling (NextBatch_v2): `sample`, `replay`, `verify-golden`."
+        "Index sampling (NextBatch_v2): `sample`, `replay`, `verify-golden`.\n\n"
+        "Performance: `bench` (the prefetch engine against a sequential loop).\n\n"
+        "Relational database: `preprocess`, `verify`, `schema infer`.\n\n"
+        "Relational sampling: `manifest`, `batches`, `show`."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -58,7 +61,8 @@ def exit_code_for(error: errors.DlkitError) -> int:
 
 def _register_commands() -> None:
     # Importing a command module registers its commands on ``app``.
-    from dlkit.cli import sample  # noqa: F401
+    from dlkit.cli import bench, db, sample  # noqa: F401
+    from dlkit.cli import relational  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,4 +34,6 @@ def progress(transient: bool = True) -> Progress:
         TimeRemainingColumn(),
         console=err_console,
         transient=transient,
+        # Off a terminal (CI logs, pipes) a live bar only adds blank lines.
+        disable=not err_console.is_terminal,
     )

@@ -193,6 +193,10 @@ class SamplingPlan:
     def steps_per_epoch(self) -> int:
         return -(-self.epoch_limit // self.global_batch_size)
 
+    def steps_to_epoch_end(self, cursor: Cursor) -> int:
+        """Calls left in ``cursor``'s epoch, the current one included."""
+        return -(-(self.epoch_limit - cursor.global_index) // self.global_batch_size)
+
     def check_cursor(self, cursor: Cursor) -> None:
         if cursor.global_index >= self.epoch_limit:
             raise GlobalPositionExceedsCardinalityError(

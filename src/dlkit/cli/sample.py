@@ -1,0 +1,150 @@
+"""``dlkit sample``, ``dlkit replay``, ``dlkit verify-golden``: the NextBatch_v2 commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from dlkit.cli.app import app
+from dlkit.cli.console import err_console, print_json, progress
+from dlkit.errors import InvalidArgumentError
+from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
+
+DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parents[3] / "fixtures" / "golden"
+
+
+def _parse_steps(value: str) -> int | None:
+    if value == "all":
+        return None
+    try:
+        steps = int(value)
+    except ValueError:
+        raise InvalidArgumentError(f"--steps must be a positive integer or 'all', got {value!r}") from None
+    if steps < 1:
+        raise InvalidArgumentError(f"--steps must be at least 1, got {steps}")
+    return steps
+
+
+@app.command(rich_help_panel="Index sampling (NextBatch_v2)")
+def sample(
+    manifest: Path = typer.Argument(..., help="Run manifest JSON (seed, global_batch_size, data, datasets)."),
+    dataset: str = typer.Option(..., "--dataset", "-d", help="Dataset key in the manifest's datasets."),
+    epoch: int = typer.Option(None, "--epoch", "-e", min=0,
+                              help="Epoch to sample. Default: 0, or the checkpoint's epoch with --resume."),
+    rank: int = typer.Option(0, "--rank", "-r", min=0, help="This process's rank, 0-based."),
+    world_size: int = typer.Option(1, "--world-size", "-w", min=1,
+                                   help="Number of ranks; must divide global_batch_size."),
+    stage: str = typer.Option("train", "--stage", "-s",
+                              help="train (block-shuffled, no repeats), eval or infer (sequential, partial last batch)."),
+    start_index: int = typer.Option(None, "--start-index", min=0,
+                                    help="Global position in the epoch to start from. Default: 0."),
+    resume: Path = typer.Option(None, "--resume", help="Start from the cursor stored in this checkpoint."),
+    steps: str = typer.Option("all", "--steps", "-n",
+                              help="Calls to make: a positive integer (may roll into later epochs), or 'all' for the rest of the epoch."),
+    fmt: OutputFormat = typer.Option(OutputFormat.TXT, "--format", "-f",
+                                     help="txt: one line per step, indices separated by spaces (empty line for an empty micro-batch); bin: raw little-endian uint64; npy: one 1-D uint64 array."),
+    out: Path = typer.Option(None, "--out", "-o", help="Output file (written atomically). Default: stdout."),
+    trace: Path = typer.Option(None, "--trace", help="Also write the CBOR trace (one record per step) here."),
+    checkpoint_out: Path = typer.Option(None, "--checkpoint-out",
+                                        help="Write the cursor after the last step to this checkpoint."),
+    cardinality: int = typer.Option(None, "--cardinality", min=0,
+                                    help="Actual number of rows of the data; a mismatch with the manifest is CARDINALITY_MISMATCH."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (needs --out)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
+) -> None:
+    """Dump this rank's deterministic batch indices (NextBatch_v2).
+
+    The global order depends only on the manifest, dataset and epoch: every world size sees the
+    same global batches, each rank its contiguous slice. Example:
+
+        dlkit sample run.json -d flights/train --epoch 0 --rank 1 --world-size 8 --steps 10
+    """
+    if as_json and out is None:
+        raise InvalidArgumentError("--json prints a summary on stdout, so it needs --out")
+    if fmt is not OutputFormat.TXT and out is None and sys.stdout.isatty():
+        raise InvalidArgumentError(f"refusing to write {fmt.value} binary data to a terminal; use --out")
+    request = SampleRequest(
+        manifest_path=str(manifest), dataset_key=dataset, rank=rank, world_size=world_size,
+        stage=stage, epoch=epoch, start_index=start_index,
+        resume=None if resume is None else str(resume), steps=_parse_steps(steps), fmt=fmt,
+        out=None if out is None else str(out), trace=None if trace is None else str(trace),
+        checkpoint_out=None if checkpoint_out is None else str(checkpoint_out),
+        actual_cardinality=cardinality,
+    )
+    show = not quiet and out is not None
+    if show:
+        with progress() as bar:
+            task = bar.add_task("sampling steps", total=None)
+            summary = run_sample(request, sys.stdout.buffer,
+                                 on_start=lambda total: bar.update(task, total=total),
+                                 on_progress=lambda n: bar.advance(task, n))
+    else:
+        summary = run_sample(request, sys.stdout.buffer)
+    sys.stdout.flush()
+    result = {"steps": summary.steps, "indices": summary.indices,
+              "cursor_start": summary.cursor_start.to_value(),
+              "cursor_end": summary.cursor_end.to_value()}
+    if as_json:
+        print_json(result)
+    elif show:
+        err_console.print(f"[green]wrote[/] {summary.steps} steps, {summary.indices} indices; "
+                          f"next cursor: {summary.cursor_end}")
+
+
+@app.command(rich_help_panel="Index sampling (NextBatch_v2)")
+def replay(
+    trace: Path = typer.Argument(..., help="Trace file written by `dlkit sample --trace`."),
+    manifest: Path = typer.Option(..., "--manifest", "-m", help="The run manifest the trace was made with."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Recompute every record of a trace and report the first mismatch.
+
+    Exit 0 only when every record (indices digest, cursors, tokens, metadata) matches.
+    """
+    from dlkit.nextbatch.manifest import load_manifest
+    from dlkit.nextbatch.trace import replay_trace
+
+    report = replay_trace(trace, load_manifest(manifest))
+    result = {"ok": True, "records": report.records_checked,
+              "total_samples_seen": report.total_samples_seen,
+              "final_cursor": report.final_cursor.to_value()}
+    if as_json:
+        print_json(result)
+    else:
+        err_console.print(f"[green]ok[/] {report.records_checked} records match; "
+                          f"{report.total_samples_seen} samples; final cursor {report.final_cursor}")
+
+
+@app.command("verify-golden", rich_help_panel="Index sampling (NextBatch_v2)")
+def verify_golden_command(
+    golden: list[Path] = typer.Argument(None, help=f"Golden files. Default: every file in fixtures/golden/."),
+    full: bool = typer.Option(False, "--full", help="Also digest whole epochs of the large (N = 10^9) streams."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Check golden index streams: digests, first indices and sampled positions.
+
+    The default run checks every small stream in full and the prefix of large ones (well under a
+    minute); --full digests every epoch in full (a few minutes for N = 10^9).
+    """
+    from dlkit.nextbatch.golden import default_golden_paths, golden_work, load_golden, verify_golden
+
+    paths = list(golden) if golden else default_golden_paths(DEFAULT_GOLDEN_DIR)
+    if not paths:
+        raise InvalidArgumentError(f"no golden files given and none found in {DEFAULT_GOLDEN_DIR}")
+    total = sum(golden_work(load_golden(p), full) for p in paths)
+    reports = []
+    with progress() as bar:
+        task = bar.add_task("hashing indices", total=total)
+        for path in paths:
+            bar.update(task, description=f"verifying {path.name}")
+            reports.append(verify_golden(path, full=full, progress=lambda n: bar.advance(task, n)))
+    if as_json:
+        print_json({"ok": True, "files": [r.__dict__ for r in reports]})
+        return
+    for r in reports:
+        skipped = f", {r.full_digests_skipped} full digests left for --full" if r.full_digests_skipped else ""
+        err_console.print(
+            f"[green]ok[/] {Path(r.path).name}: {r.cases} cases, {r.streams_checked} streams, "
+            f"{r.full_digests_checked} full digests, {r.positions_checked} positions{skipped}")

@@ -1,0 +1,133 @@
+"""`dlkit manifest`, `dlkit batches`, `dlkit show` end to end on the bundled example."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlkit.db import open_database, preprocess
+from dlkit.nextbatch import load_manifest
+from dlkit.sampler import BATCH_KEYS, Sampler
+from dlkit.sampler.splits import SPLITS
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def dlkit(capsys):
+    """Run the CLI in this process (its real entry point and error boundary)."""
+    from dlkit.cli.app import main
+
+    def run(*args: object) -> Result:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "db"
+    preprocess(EXAMPLE, path, fsync=False)
+    return path
+
+
+def test_manifest_lists_every_task_and_split(dlkit, db_path, tmp_path):
+    out = tmp_path / "run.json"
+    result = dlkit("manifest", db_path, "--seed", 42, "--global-batch-size", 16, "--out", out,
+                   "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    manifest = load_manifest(out)
+    with open_database(db_path) as db:
+        assert set(manifest.datasets) == {f"{db.database_id}/{t.name}/{s}" for t in db.tasks
+                                          for s in SPLITS}
+        for task in db.tasks:
+            total = sum(manifest.datasets[f"{db.database_id}/{task.name}/{s}"].cardinality
+                        for s in SPLITS)
+            assert total == task.num_seeds
+        assert all(e.hash == db.database_hash for e in manifest.datasets.values())
+    assert manifest.seed == 42 and manifest.global_batch_size == 16 and manifest.data.drop_last
+    assert summary["manifest_hash"] == manifest.manifest_hash.hex()
+    # Ready for `dlkit sample`.
+    key = next(iter(manifest.datasets))
+    sample = dlkit("sample", out, "-d", key.replace("/test", "/train"), "--steps", 1)
+    assert sample.returncode == 0, sample.stderr
+    assert len(sample.stdout.split()) == 16
+
+
+def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path):
+    out = tmp_path / "batches"
+    result = dlkit("batches", db_path, "--task", "order_status", "--split", "train", "--steps", 3,
+                   "--out", out, "--seed", 7, "-b", 4, "-S", 128, "-R", 16, "--json")
+    assert result.returncode == 0, result.stderr
+    files = sorted(out.glob("step_*.npz"))
+    assert len(files) == 3
+    index = json.loads((out / "index.json").read_text())
+    # The multi-task Sampler yields the same batches for this task, in the same order.
+    with Sampler(db_path, 0, 1, seed=7, batch_size=4, sequence_length=128, max_rows=16,
+                 num_prefetch=0) as s:
+        ours = []
+        while len(ours) < 3:
+            built = s.next_built_batch("train")
+            if built.task == "order_status":
+                ours.append(built)
+    for path, entry, built in zip(files, index["batches"], ours):
+        with np.load(path) as npz:
+            assert tuple(npz.files) == BATCH_KEYS
+            for key in BATCH_KEYS:
+                assert np.array_equal(npz[key], built.arrays[key])
+                assert npz[key].dtype == built.arrays[key].dtype
+        assert entry["anchor_rows"] == built.anchor_rows.tolist()
+
+
+def test_show_renders_the_sequence_with_the_masked_target(dlkit, db_path):
+    result = dlkit("show", db_path, "--task", "review_rating", "--anchor", 3, "-S", 64, "--json")
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert view["rows"][0]["reached"] == "seed" and view["rows"][0]["table"] == "reviews"
+    targets = [c for r in view["rows"] for c in r["cells"] if c["is_target"]]
+    assert [(t["column"], t["value"]) for t in targets] == [("rating", "[MASKED]")]
+    assert sum(len(r["cells"]) for r in view["rows"]) == view["num_cells"] <= 64
+    text = dlkit("show", db_path, "--task", "review_rating", "--anchor", 3)
+    assert text.returncode == 0 and "[MASKED]" in text.stdout and "reviews" in text.stdout
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (("show", "{db}", "--task", "nope", "--anchor", 0), 2, "no task 'nope'"),
+    (("show", "{db}", "--task", "review_rating", "--anchor", 100000), 2, "not a seed"),
+    (("batches", "{db}", "--task", "review_rating", "--split", "holdout", "--out", "{tmp}"), 2,
+     "split must be one of"),
+    (("manifest", "{tmp}/nothing", "--seed", 1, "-g", 4, "--out", "{tmp}/m.json"), 5, "nothing"),
+    (("manifest", "{db}", "--seed", 1, "-g", 4, "--split-ratios", "0.5,0.5", "--out",
+      "{tmp}/m.json"), 2, "3 values"),
+])
+def test_errors_are_one_line_with_an_exit_code(dlkit, db_path, tmp_path, args, code, needle):
+    argv = [str(a).format(db=db_path, tmp=tmp_path) for a in args]
+    result = dlkit(*argv)
+    assert result.returncode == code, result.stderr
+    assert needle in result.stderr and "Traceback" not in result.stderr
+
+
+def test_every_option_has_help(dlkit):
+    for command in ("manifest", "batches", "show"):
+        result = dlkit(command, "--help")
+        assert result.returncode == 0
+        assert "Example" in result.stdout

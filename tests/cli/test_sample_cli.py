@@ -1,0 +1,114 @@
+"""``dlkit sample``, ``replay`` and ``verify-golden`` end to end."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dlkit.nextbatch import Cursor, SamplingPlan
+from tests.cli.helpers import assert_clean_failure, run_dlkit
+from tests.nextbatch.helpers import concat, manifest_dict, manifest_of
+
+DOC = manifest_dict(70, 8, 16, seed=3)
+
+
+@pytest.fixture()
+def manifest_path(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(DOC))
+    return path
+
+
+def expected_steps(ws, rank, stage="train", start=Cursor(), steps=None):
+    plan = SamplingPlan.create(manifest_of(DOC), "ds", ws, rank, stage)
+    return [s.tolist() for c in plan.iter_chunks(start, steps) for s in c.split()]
+
+
+def test_txt_lines_bin_and_npy_agree(tmp_path, manifest_path):
+    txt = run_dlkit("sample", manifest_path, "-d", "ds", "-w", "2", "-r", "1")
+    assert txt.returncode == 0, txt.stderr
+    lines = txt.stdout.decode().split("\n")[:-1]
+    assert [[int(x) for x in line.split()] for line in lines] == expected_steps(2, 1)
+    for fmt in ("bin", "npy"):
+        out = tmp_path / f"o.{fmt}"
+        assert run_dlkit("sample", manifest_path, "-d", "ds", "-w", "2", "-r", "1",
+                         "--format", fmt, "--out", out).returncode == 0
+        data = np.load(out) if fmt == "npy" else np.fromfile(out, dtype="<u8")
+        assert data.dtype == np.uint64
+        assert data.tolist() == sum(expected_steps(2, 1), [])
+
+
+def test_eval_last_rank_gets_an_empty_line(manifest_path):
+    result = run_dlkit("sample", manifest_path, "-d", "ds", "-w", "8", "-r", "7", "--stage", "eval",
+                       "--start-index", "64")
+    assert result.stdout.decode() == "\n"  # positions 71.. lie past N = 70
+
+
+def test_checkpoint_resume_at_another_world_size_and_trace_replay(tmp_path, manifest_path):
+    ckpt, trace = tmp_path / "c.ckpt", tmp_path / "t.cbor"
+    first = run_dlkit("sample", manifest_path, "-d", "ds", "--steps", "3", "--checkpoint-out", ckpt,
+                      "--trace", trace)
+    assert first.returncode == 0, first.stderr
+    replay = run_dlkit("replay", trace, "--manifest", manifest_path, "--json")
+    assert replay.returncode == 0 and json.loads(replay.stdout)["records"] == 3
+    resumed = run_dlkit("sample", manifest_path, "-d", "ds", "-w", "4", "-r", "2", "--resume", ckpt,
+                        "--steps", "20")
+    lines = resumed.stdout.decode().split("\n")[:-1]
+    assert [[int(x) for x in ln.split()] for ln in lines] == expected_steps(4, 2, start=Cursor(0, 24), steps=20)
+
+
+def test_json_summary_and_steps_rolling_into_next_epoch(tmp_path, manifest_path):
+    result = run_dlkit("sample", manifest_path, "-d", "ds", "--steps", "12", "--out", tmp_path / "o",
+                       "--json")
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 12 and summary["cursor_end"] == {"epoch": 1, "global_index": 24}
+    plan = SamplingPlan.create(manifest_of(DOC), "ds", 1, 0, "train")
+    assert summary["indices"] == len(concat(list(plan.iter_chunks(Cursor(), 12))))
+
+
+@pytest.mark.parametrize("args, code", [
+    (["-d", "nope"], "INVALID_DATASET_KEY"),
+    (["-d", "ds", "--stage", "test"], "INVALID_STAGE_TYPE"),
+    (["-d", "ds", "-w", "3"], "BATCH_SIZE_INCONSISTENT"),
+    (["-d", "ds", "-w", "2", "-r", "2"], "BATCH_SIZE_INCONSISTENT"),
+    (["-d", "ds", "--cardinality", "71"], "CARDINALITY_MISMATCH"),
+    (["-d", "ds", "--start-index", "70"], "GLOBAL_POSITION_EXCEEDS_CARDINALITY"),
+    (["-d", "ds", "--steps", "0"], "INVALID_ARGUMENT"),
+])
+def test_bad_inputs_end_in_one_line_with_their_code(manifest_path, args, code):
+    result = run_dlkit("sample", manifest_path, *args)
+    assert_clean_failure(result, code)
+    assert result.stdout == b""  # nothing emitted before the error
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("{oops", "not valid JSON"),
+    (json.dumps(DOC | {"seed": 1.5}), "floating-point"),
+    (json.dumps(DOC | {"paths": []}), "unknown key 'paths'"),
+    (json.dumps(DOC | {"global_batch_size": -8}), "global_batch_size must lie"),
+])
+def test_malformed_manifest_is_one_line(tmp_path, text, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    err = assert_clean_failure(run_dlkit("sample", path, "-d", "ds"), "MANIFEST_INVALID")
+    assert fragment in err and "bad.json" in err
+
+
+def test_corrupt_checkpoint_and_trace_are_one_line(tmp_path, manifest_path):
+    (tmp_path / "c.ckpt").write_bytes(b"\xa1\x6cdata_cursors")
+    assert_clean_failure(run_dlkit("sample", manifest_path, "-d", "ds", "--resume", tmp_path / "c.ckpt"),
+                         "CHECKPOINT_INVALID")
+    (tmp_path / "t.cbor").write_bytes(b"\x00\x01garbage")
+    assert_clean_failure(run_dlkit("replay", tmp_path / "t.cbor", "-m", manifest_path), "TRACE_INVALID")
+
+
+def test_debug_shows_the_traceback(manifest_path):
+    result = run_dlkit("--debug", "sample", manifest_path, "-d", "nope")
+    assert result.returncode != 0 and "Traceback" in result.stderr.decode()
+
+
+def test_verify_golden_default_run(tmp_path):
+    result = run_dlkit("verify-golden", "--json")
+    assert result.returncode == 0, result.stderr
+    files = json.loads(result.stdout)["files"]
+    assert len(files) >= 3 and all(f["streams_checked"] > 0 for f in files)

@@ -1,0 +1,110 @@
+"""Traces (P8): deterministic bytes, replay, and the first mismatch reported precisely."""
+
+import hashlib
+
+import cbor2
+import numpy as np
+import pytest
+
+from dlkit.errors import ReplayMismatchError, TraceError
+from dlkit.nextbatch import Cursor, SamplingPlan
+from dlkit.nextbatch.export import OutputFormat, export_steps
+from dlkit.nextbatch.trace import TraceWriter, read_trace, replay_trace
+from tests import naive_nextbatch as naive
+from tests.nextbatch.helpers import manifest_dict, manifest_of
+
+DOC = manifest_dict(100, 8, 16, seed=11)
+MANIFEST = manifest_of(DOC)
+
+
+def write_trace(path, ws=2, rank=1, stage="train", start=Cursor(0, 16), steps=20):
+    import io
+
+    plan = SamplingPlan.create(MANIFEST, "ds", ws, rank, stage)
+    with TraceWriter(path, plan, start) as trace:
+        export_steps(plan, start, steps, OutputFormat.BIN, io.BytesIO(), trace=trace)
+    return path
+
+
+def test_records_carry_profile_fields_checked_against_reference(tmp_path):
+    trace = read_trace(write_trace(tmp_path / "t.cbor"))
+    assert trace.header["stage"] == "train" and trace.header["world_size"] == 2
+    assert len(trace.iters) == 20 and trace.end["status"] == "success"
+    cursor = (0, 16)
+    for t, record in enumerate(trace.iters):
+        assert record["t"] == t
+        expected, after = naive.next_batch(DOC, "ds", 2, 1, "train", cursor)
+        assert record["cursor_before"] == {"epoch": cursor[0], "global_index": cursor[1]}
+        assert record["cursor_after"] == {"epoch": after[0], "global_index": after[1]}
+        assert record["indices_sha256"] == hashlib.sha256(np.array(expected, "<u8").tobytes()).digest()
+        assert record["data_replay_t"] == naive.data_replay_t(DOC, "ds", cursor[0], cursor[1], 2, 1)
+        assert record["effective_q"] == 8 / 100
+        cursor = after
+    assert trace.end["total_samples_seen"] == sum(r["num_indices"] for r in trace.iters)
+
+
+def test_same_run_same_bytes_and_replay_passes(tmp_path):
+    a = write_trace(tmp_path / "a.cbor").read_bytes()
+    b = write_trace(tmp_path / "b.cbor").read_bytes()
+    assert a == b
+    report = replay_trace(tmp_path / "a.cbor", MANIFEST)
+    assert report.records_checked == 20
+
+
+def rewrite(path, transform):
+    records = list(cbor2.loads_sequence(path.read_bytes())) if hasattr(cbor2, "loads_sequence") else None
+    if records is None:
+        import io
+
+        stream, records = io.BytesIO(path.read_bytes()), []
+        decoder = cbor2.CBORDecoder(stream)
+        while stream.tell() < len(stream.getvalue()):
+            records.append(decoder.decode())
+    transform(records)
+    path.write_bytes(b"".join(cbor2.dumps(r, canonical=True) for r in records))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("indices_sha256", b"\x00" * 32), ("data_replay_t", b"\x01" * 32), ("epoch_seed_hash", b"\x02" * 32),
+    ("sampler_config_hash", b"\x03" * 32), ("num_indices", 3), ("blocks_materialized", 9),
+])
+def test_a_tampered_field_is_reported_with_record_and_field(tmp_path, field, value):
+    path = write_trace(tmp_path / "t.cbor")
+    rewrite(path, lambda records: records[6].__setitem__(field, value))
+    with pytest.raises(ReplayMismatchError) as info:
+        replay_trace(path, MANIFEST)
+    assert f"record 5, field {field}" in str(info.value)
+
+
+def test_wrong_manifest_broken_chain_and_truncation(tmp_path):
+    path = write_trace(tmp_path / "t.cbor")
+    with pytest.raises(ReplayMismatchError, match="field manifest_hash"):
+        replay_trace(path, manifest_of(manifest_dict(100, 8, 16, seed=12)))
+    rewrite(path, lambda records: records.pop(4))
+    with pytest.raises(ReplayMismatchError, match="record 3, field cursor_before"):
+        replay_trace(path, MANIFEST)
+    good = write_trace(tmp_path / "u.cbor").read_bytes()
+    (tmp_path / "cut.cbor").write_bytes(good[: len(good) // 2])
+    with pytest.raises(TraceError):
+        replay_trace(tmp_path / "cut.cbor", MANIFEST)
+    (tmp_path / "noend.cbor").write_bytes(good[: good.rindex(cbor2.dumps("type"))])
+    with pytest.raises(TraceError):
+        read_trace(tmp_path / "noend.cbor")
+
+
+def test_failure_mid_run_is_recorded_and_replayable(tmp_path):
+    near_max = manifest_of(manifest_dict(2**64 - 1, 8, 16))
+    plan = SamplingPlan.create(near_max, "ds", 1, 0, "eval")
+    path = tmp_path / "f.cbor"
+    with pytest.raises(Exception) as info:
+        with TraceWriter(path, plan, Cursor(0, 2**64 - 20)) as trace:
+            cursor = Cursor(0, 2**64 - 20)
+            for _ in range(5):
+                result = plan.next_batch(cursor)
+                trace.record(result.indices, cursor, result.cursor)
+                cursor = result.cursor
+    assert info.value.code == "CONTRACT_VIOLATION"
+    contents = read_trace(path)
+    assert contents.failure["failure_code"] == "CONTRACT_VIOLATION"
+    assert len(contents.iters) == 2 and contents.end["status"] == "failed"
+    assert replay_trace(path, near_max).records_checked == 2

@@ -1,0 +1,54 @@
+"""Atomic writes: a crash mid-write leaves the old file, never a mix, and no temp file."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dlkit.atomic import atomic_write_bytes, atomic_writer
+from dlkit.errors import OutputError
+
+
+def test_exception_mid_write_keeps_old_content(tmp_path):
+    path = tmp_path / "f.bin"
+    atomic_write_bytes(path, b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_writer(path) as stream:
+            stream.write(b"new but incomplete")
+            raise RuntimeError("crash")
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["f.bin"]
+
+
+def test_new_file_gets_umask_permissions(tmp_path):
+    path = tmp_path / "f.bin"
+    atomic_write_bytes(path, b"x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_missing_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(OutputError, match="does not exist"):
+        atomic_write_bytes(tmp_path / "no" / "f.bin", b"x")
+
+
+def test_killed_writer_leaves_old_or_new(tmp_path):
+    path = tmp_path / "big.bin"
+    atomic_write_bytes(path, b"A" * 1000)
+    script = textwrap.dedent(f"""
+        import sys
+        from dlkit.atomic import atomic_writer
+        with atomic_writer({str(path)!r}) as f:
+            for _ in range(10_000):
+                f.write(b"B" * 65536)
+                print("wrote", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"wrote")  # it is mid-write now
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert path.read_bytes() == b"A" * 1000
