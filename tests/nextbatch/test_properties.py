@@ -128,3 +128,17 @@ def test_every_epoch_is_complete_without_repeats(config):
     assert len(set(a)) == len(a) == len(b) == len(set(b))
     if not doc["data"]["drop_last"]:
         assert sorted(a) == sorted(b) == list(range(doc["datasets"]["ds"]["cardinality"]))
+
+
+
+def test_a_block_order_too_large_for_memory_is_a_clear_error():
+    import pytest
+
+    from dlkit.errors import ContractViolationError
+
+    doc = manifest_dict(2**63 + 12345, 1024, 2**32)  # 2^31 full blocks: 16 GiB of block order
+    with pytest.raises(ContractViolationError, match="sampler_block_size"):
+        SamplingPlan.create(manifest_of(doc), "ds", 1, 0, "train")
+    # Eval needs no block order, so the same dataset streams fine near 2^64.
+    plan = SamplingPlan.create(manifest_of(doc), "ds", 1, 0, "eval")
+    assert plan.next_batch(Cursor(0, 2**63)).indices[:2].tolist() == [2**63, 2**63 + 1]

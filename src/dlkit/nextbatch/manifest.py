@@ -20,12 +20,13 @@ from typing import Any
 
 from dlkit.errors import ManifestError
 from dlkit.nextbatch.cbor import UINT64_MAX, cbor_sha256, hex_digest, parse_hex_digest
+from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, TRAIN_SAMPLING_MODES
 
 DEFAULT_BLOCK_SIZE = 1_048_576
 
 _TOP_KEYS = {"seed", "global_batch_size", "data", "datasets"}
 _REQUIRED_TOP = ("seed", "global_batch_size", "datasets")
-_DATA_KEYS = {"sampler_block_size", "drop_last"}
+_DATA_KEYS = {"sampler_block_size", "drop_last", "sampling_mode"}
 _DATASET_KEYS = ("id", "version", "cardinality", "hash")
 
 
@@ -59,11 +60,25 @@ class DataConfig:
 
     sampler_block_size: int = DEFAULT_BLOCK_SIZE
     drop_last: bool = False
+    # The train order (docs/nextbatch_v3.md). The v2 default is never written into M, so
+    # manifests that predate the key keep their manifest_hash.
+    sampling_mode: str = SAMPLING_MODE_TRAIN
 
     def __post_init__(self) -> None:
         _require_uint64(self.sampler_block_size, "data.sampler_block_size")
         if not isinstance(self.drop_last, bool):
             raise ManifestError(f"data.drop_last must be true or false, got {self.drop_last!r}")
+        if self.sampling_mode not in TRAIN_SAMPLING_MODES:
+            raise ManifestError(
+                f"data.sampling_mode must be one of {', '.join(TRAIN_SAMPLING_MODES)}, "
+                f"got {_describe(self.sampling_mode)}")
+
+    def to_cbor_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"sampler_block_size": self.sampler_block_size,
+                                 "drop_last": self.drop_last}
+        if self.sampling_mode != SAMPLING_MODE_TRAIN:
+            value["sampling_mode"] = self.sampling_mode
+        return value
 
 
 @dataclass(frozen=True)
@@ -94,8 +109,7 @@ class RunManifest:
         return {
             "seed": self.seed,
             "global_batch_size": self.global_batch_size,
-            "data": {"sampler_block_size": self.data.sampler_block_size,
-                     "drop_last": self.data.drop_last},
+            "data": self.data.to_cbor_value(),
             "datasets": {key: entry.to_cbor_value() for key, entry in self.datasets.items()},
         }
 
@@ -188,6 +202,7 @@ def manifest_from_value(value: Any) -> RunManifest:
         sampler_block_size=_require_uint64(
             data_obj.get("sampler_block_size", DEFAULT_BLOCK_SIZE), "data.sampler_block_size"),
         drop_last=data_obj.get("drop_last", False),
+        sampling_mode=data_obj.get("sampling_mode", SAMPLING_MODE_TRAIN),
     )
     datasets_obj = _require_object(top["datasets"], "datasets")
     datasets: dict[str, DatasetEntry] = {}

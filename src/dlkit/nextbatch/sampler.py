@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from dlkit.core.feistel import FEISTEL_MAX_N, feistel_round_keys, resolve_feistel
 from dlkit.core.nextbatch import resolve_sequential, resolve_shuffled, seeded_block_permute
 from dlkit.errors import (
     BatchSizeInconsistentError,
@@ -34,6 +35,8 @@ from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.manifest import RunManifest
 
 MAX_BLOCK_SIZE = 1 << 32
+# The v2 block order is materialised per epoch (8 bytes a block); past this it cannot fit.
+MAX_FULL_BLOCKS = 1 << 28
 DEFAULT_CHUNK_INDICES = 1 << 20
 
 
@@ -113,6 +116,18 @@ def _epoch_plan(replay_token: bytes, manifest_hash: bytes, dataset_key: str, epo
     return seed, words, block_order
 
 
+@lru_cache(maxsize=8)
+def _epoch_plan_v3(replay_token: bytes, manifest_hash: bytes, dataset_key: str,
+                   epoch: int) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """NextBatch_v3's epoch: its seed, the seed's Philox words and the Feistel round keys."""
+    seed = tokens.epoch_seed(replay_token, manifest_hash, dataset_key, epoch,
+                             tokens.SAMPLING_MODE_TRAIN_V3)
+    words = tokens.seed_words(seed)
+    round_keys = feistel_round_keys(words)
+    round_keys.setflags(write=False)
+    return seed, words, round_keys
+
+
 @dataclass(frozen=True)
 class SamplingPlan:
     """A validated (manifest, dataset, world size, rank, stage): everything but the cursor."""
@@ -131,13 +146,15 @@ class SamplingPlan:
                stage: str | Stage = Stage.TRAIN, *,
                actual_cardinality: int | None = None) -> SamplingPlan:
         """Validate in the profile's order (P7); raise the matching coded error."""
+        operator = tokens.failure_operator(manifest.data.sampling_mode)
         entry = manifest.datasets.get(dataset_key) if isinstance(dataset_key, str) else None
         if entry is None:
             known = ", ".join(sorted(manifest.datasets))
             raise InvalidDatasetKeyError(
                 f"dataset key {dataset_key!r} is not in the manifest (known: {known})",
-                record={"dataset_key": dataset_key if isinstance(dataset_key, str) else None})
-        failure = {"dataset_key": dataset_key}
+                record={"dataset_key": dataset_key if isinstance(dataset_key, str) else None,
+                        "failure_operator": operator})
+        failure = {"dataset_key": dataset_key, "failure_operator": operator}
         try:
             stage = Stage(stage)
         except ValueError:
@@ -175,9 +192,24 @@ class SamplingPlan:
         if n == 0:
             raise CardinalityMismatchError(f"dataset {dataset_key!r} has cardinality 0",
                                            record=failure)
+        if manifest.data.sampling_mode == tokens.SAMPLING_MODE_TRAIN_V3 and n > FEISTEL_MAX_N:
+            raise ContractViolationError(
+                f"dataset {dataset_key!r} has cardinality {n}: NextBatch_v3's Feistel grid "
+                f"overflows uint64 above {FEISTEL_MAX_N}", record=failure)
+        if (stage is Stage.TRAIN and manifest.data.sampling_mode == tokens.SAMPLING_MODE_TRAIN
+                and n // block_size > MAX_FULL_BLOCKS):
+            raise ContractViolationError(
+                f"dataset {dataset_key!r}: {n // block_size} full blocks of {block_size} would "
+                f"need {8 * (n // block_size) / 2**30:.0f} GiB of block order; use a larger "
+                f"sampler_block_size (at most {MAX_FULL_BLOCKS} blocks)", record=failure)
         epoch_limit = (n // gbs) * gbs if (stage is Stage.TRAIN and drop_last) else n
         return cls(manifest, dataset_key, world_size, rank, stage, n, gbs // world_size,
                    epoch_limit)
+
+    @property
+    def train_mode(self) -> str:
+        """The manifest's train sampling mode (v2's block-affine order or v3's Feistel)."""
+        return self.manifest.data.sampling_mode
 
     # --- cursor arithmetic (seed steps 10-13; profile P7) ----------------------------------
 
@@ -235,6 +267,9 @@ class SamplingPlan:
         return self._epoch(epoch)[0]
 
     def _epoch(self, epoch: int) -> tuple[bytes, np.ndarray, np.ndarray]:
+        if self.train_mode == tokens.SAMPLING_MODE_TRAIN_V3:
+            return _epoch_plan_v3(tokens.kernel_replay_token(self.manifest.seed),
+                                  self.manifest.manifest_hash, self.dataset_key, epoch)
         num_full_blocks = (self.cardinality // self.manifest.data.sampler_block_size
                            if self.stage is Stage.TRAIN else 0)
         return _epoch_plan(tokens.kernel_replay_token(self.manifest.seed),
@@ -245,10 +280,15 @@ class SamplingPlan:
         out = np.empty(int(counts.sum()), dtype=np.uint64)
         if out.shape[0] == 0:
             return out
+        if self.stage is Stage.TRAIN and self.train_mode == tokens.SAMPLING_MODE_TRAIN_V3:
+            _, _, round_keys = self._epoch(epoch)
+            return resolve_feistel(round_keys, np.uint64(self.cardinality), starts, counts, out)
         if self.stage is Stage.TRAIN:
             _, words, block_order = self._epoch(epoch)
-            return resolve_shuffled(block_order, words, self.cardinality,
-                                    self.manifest.data.sampler_block_size, starts, counts, out)
+            # uint64 scalars: a Python int above 2^63 would not fit the kernel's int64 argument.
+            return resolve_shuffled(block_order, words, np.uint64(self.cardinality),
+                                    np.uint64(self.manifest.data.sampler_block_size),
+                                    starts, counts, out)
         return resolve_sequential(starts, counts, out)
 
     def next_batch(self, cursor: Cursor) -> BatchResult:
@@ -323,8 +363,10 @@ class SamplingPlan:
         start, count = self.slice_of(cursor)
         block_size = self.manifest.data.sampler_block_size
         train = self.stage is Stage.TRAIN
-        mode = tokens.SAMPLING_MODE_TRAIN if train else tokens.SAMPLING_MODE_SEQUENTIAL
+        mode = self.train_mode if train else tokens.SAMPLING_MODE_SEQUENTIAL
         blocks = ((start + count - 1) // block_size - start // block_size + 1) if (train and count) else 0
+        if self.train_mode == tokens.SAMPLING_MODE_TRAIN_V3:
+            blocks = 0  # v3 has no per-block state to materialise
         return SamplingMetadata(
             dataset_key=self.dataset_key,
             stage=self.stage.value,
@@ -341,7 +383,8 @@ class SamplingPlan:
             sampling_mode=mode,
             sampler_block_size=block_size,
             sampler_config_hash=tokens.sampler_config_hash(mode, block_size,
-                                                           self.manifest.data.drop_last),
+                                                           self.manifest.data.drop_last,
+                                                           self.train_mode),
             epoch_seed_hash=tokens.epoch_seed_hash(self.epoch_seed(cursor.epoch)),
             data_replay_t=self._data_replay_t(cursor),
             blocks_materialized=blocks,
@@ -351,10 +394,11 @@ class SamplingPlan:
     def _data_replay_t(self, cursor: Cursor) -> bytes:
         return tokens.data_replay_token(tokens.kernel_replay_token(self.manifest.seed),
                                         self.dataset_key, cursor.epoch, cursor.global_index,
-                                        self.world_size, self.rank)
+                                        self.world_size, self.rank, self.train_mode)
 
     def _failure_record(self, cursor: Cursor) -> dict[str, object]:
         return {"dataset_key": self.dataset_key,
+                "failure_operator": tokens.failure_operator(self.train_mode),
                 "data_replay_t": self._data_replay_t(cursor).hex()}
 
 

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Benchmark ``dlkit preprocess`` on a generated relational database.
+
+Generates (once per size, cached under --workdir) three Parquet tables:
+
+* ``users``    E/20 rows: int key, signup timestamp, age (float, 5% null), country (categorical)
+* ``products`` E/200 rows: *string* key ``P0000123``, price, category (categorical)
+* ``orders``   E/2 rows: int key, foreign keys ``user_id`` (int) and ``product_id`` (string),
+               order time (random, so parents' child lists need the time sort), amount
+               (float, 2% null), status (categorical), 0.1% dangling product ids
+
+so the database has E foreign-key edges (default 20 million). Then measures, each in a fresh
+subprocess so peak memory (ru_maxrss) is per step:
+
+1. ``pyarrow read``: ``pq.read_table`` of every table (all columns; warm page cache);
+2. ``preprocess``: the full ``dlkit.db.preprocess`` (with fsync), per-stage seconds;
+3. ``CSR build``: the parent->children counting-sort build (``dlkit.core.csr.transpose_csr``)
+   against a numpy ``lexsort`` build of the same CSR, on the database's own edges, with the
+   outputs compared for equality.
+
+Targets (issue 3): preprocess within 3x the pyarrow read; CSR build faster than argsort.
+Usage: ``python benchmarks/bench_preprocess.py [--edges N] [--workdir DIR] [--keep]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROW_GROUP = 1 << 20
+
+
+def generate(root: Path, edges: int, seed: int = 7) -> None:
+    rng = np.random.default_rng(seed)
+    n_orders = edges // 2
+    n_users = max(1, edges // 20)
+    n_products = max(1, edges // 200)
+    t0 = np.int64(1_600_000_000_000_000)
+    year = np.int64(365 * 86_400_000_000)
+    root.mkdir(parents=True, exist_ok=True)
+
+    countries = pa.array(["DE", "FR", "NL", "SE", "US", "JP", "BR", "IN"])
+    age = rng.uniform(18, 90, n_users)
+    users = pa.table({
+        "user_id": pa.array(np.arange(n_users, dtype=np.int64)),
+        "signup_time": pa.array(t0 + rng.integers(0, year, n_users), pa.timestamp("us")),
+        "age": pa.array(age, mask=rng.random(n_users) < 0.05),
+        "country": pa.DictionaryArray.from_arrays(
+            pa.array(rng.integers(0, len(countries), n_users).astype(np.int32)), countries
+        ).dictionary_decode(),
+    })
+    pq.write_table(users, root / "users.parquet", row_group_size=ROW_GROUP)
+
+    pids = pa.array([f"P{i:07d}" for i in range(n_products)])
+    cats = pa.array(["books", "games", "garden", "kitchen", "music", "toys"])
+    products = pa.table({
+        "product_id": pids,
+        "price": pa.array(np.round(rng.lognormal(3, 1, n_products), 2)),
+        "category": pa.DictionaryArray.from_arrays(
+            pa.array(rng.integers(0, len(cats), n_products).astype(np.int32)), cats
+        ).dictionary_decode(),
+    })
+    pq.write_table(products, root / "products.parquet", row_group_size=ROW_GROUP)
+
+    statuses = pa.array(["delivered", "shipped", "returned", "cancelled"])
+    with_dangling = pa.concat_arrays([pids, pa.array(["P-missing"])])
+    for part, start in enumerate(range(0, n_orders, 4 * ROW_GROUP)):
+        n = min(4 * ROW_GROUP, n_orders - start)
+        prod = rng.integers(0, n_products, n).astype(np.int32)
+        prod[rng.random(n) < 0.001] = n_products  # dangling
+        orders = pa.table({
+            "order_id": pa.array(np.arange(start, start + n, dtype=np.int64)),
+            "user_id": pa.array(rng.integers(0, n_users, n, dtype=np.int64)),
+            "product_id": pa.DictionaryArray.from_arrays(pa.array(prod), with_dangling).dictionary_decode(),
+            "ordered_at": pa.array(t0 + rng.integers(0, 2 * year, n), pa.timestamp("us")),
+            "amount": pa.array(np.round(rng.gamma(2.0, 30.0, n), 2), mask=rng.random(n) < 0.02),
+            "status": pa.DictionaryArray.from_arrays(
+                pa.array(rng.integers(0, len(statuses), n).astype(np.int32)), statuses
+            ).dictionary_decode(),
+        })
+        (root / "orders").mkdir(exist_ok=True)
+        pq.write_table(orders, root / "orders" / f"part-{part:04d}.parquet", row_group_size=ROW_GROUP)
+
+    (root / "dlkit.toml").write_text("""name = "bench"
+[tables.users]
+primary_key = "user_id"
+time_column = "signup_time"
+types = { country = "categorical" }
+[tables.products]
+primary_key = "product_id"
+types = { category = "categorical" }
+[tables.orders]
+path = "orders"
+primary_key = "order_id"
+time_column = "ordered_at"
+foreign_keys = { user_id = "users", product_id = "products" }
+types = { status = "categorical" }
+[tasks.order_amount]
+table = "orders"
+target = "amount"
+""")
+
+
+# --- steps, each run in its own process -------------------------------------------------
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, every thread, user + system."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def step_read(data: str) -> dict:
+    root = Path(data)
+    files = sorted(str(p) for p in root.rglob("*.parquet"))
+    cpu = _cpu_seconds()
+    started = time.perf_counter()
+    rows = sum(pq.read_table(f).num_rows for f in files)
+    return {"seconds": time.perf_counter() - started, "cpu_seconds": _cpu_seconds() - cpu,
+            "rows": rows}
+
+
+def step_preprocess(data: str, out: str) -> dict:
+    from dlkit.db import preprocess
+
+    shutil.rmtree(out, ignore_errors=True)  # a fresh database: deleting an old one is not timed
+    cpu = _cpu_seconds()
+    report = preprocess(data, out)
+    return {"seconds": report.seconds, "cpu_seconds": _cpu_seconds() - cpu,
+            "stages": {s.name: s.seconds for s in report.stages},
+            "edges": report.num_edges, "rows": report.num_rows, "bytes": report.bytes}
+
+
+def step_csr(db: str) -> dict:
+    from dlkit.core import csr
+    from dlkit.db import open_database
+
+    with open_database(db) as d:
+        g = d.graph
+        po, pi, rt = (np.array(g.parent_offsets), np.array(g.parent_ids), np.array(g.row_times))
+        expect = (np.array(g.child_offsets), np.array(g.child_ids), np.array(g.child_times))
+    V, E = po.shape[0] - 1, pi.shape[0]
+    # compile / warm up on a small graph
+    csr.transpose_csr(po[:2] * 0, pi[:0], rt[:1], np.zeros(2, np.int64), np.zeros(0, np.int64),
+                      np.zeros(0, np.int64))
+    co, ci, ct = np.empty(V + 1, np.int64), np.empty(E, np.int64), np.empty(E, np.int64)
+    started = time.perf_counter()
+    csr.transpose_csr(po, pi, rt, co, ci, ct)
+    t_kernel = time.perf_counter() - started
+    started = time.perf_counter()
+    ao, ai, at = csr.argsort_transpose(po, pi, rt)
+    t_argsort = time.perf_counter() - started
+    same = all(np.array_equal(x, y) for x, y in ((co, ao), (ci, ai), (ct, at)))
+    stored = all(np.array_equal(x, y) for x, y in zip((co, ci, ct), expect))
+    return {"edges": E, "rows": V, "kernel_seconds": t_kernel, "argsort_seconds": t_argsort,
+            "outputs_equal": bool(same and stored)}
+
+
+def run_step(name: str, *args: str) -> dict:
+    cmd = [sys.executable, __file__, "--step", name, *args]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"step {name} failed")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["peak_rss_mb"] = json.loads(proc.stderr.strip().splitlines()[-1])["peak_rss_mb"]
+    del before
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--edges", type=int, default=20_000_000, help="foreign-key edges (default 20M)")
+    ap.add_argument("--workdir", default=None, help="where to keep generated data (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated data and database")
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="alternate read and preprocess this many times; report the fastest of each")
+    ap.add_argument("--step", help=argparse.SUPPRESS)
+    ap.add_argument("args", nargs="*", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.step:
+        result = {"read": step_read, "preprocess": step_preprocess, "csr": step_csr}[a.step](*a.args)
+        print(json.dumps(result))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"peak_rss_mb": peak}), file=sys.stderr)
+        return
+
+    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="dlkit-bench-"))
+    data = work / f"input-{a.edges}"
+    out = work / f"db-{a.edges}"
+    try:
+        if not (data / "dlkit.toml").exists():
+            print(f"generating {a.edges:,} edges of input in {data} ...", flush=True)
+            started = time.perf_counter()
+            generate(data, a.edges)
+            print(f"  generated in {time.perf_counter() - started:.1f} s", flush=True)
+        in_bytes = sum(p.stat().st_size for p in data.rglob("*.parquet"))
+        run_step("read", str(data))  # warm the page cache
+        reads, pres = [], []
+        for _ in range(max(1, a.repeat)):  # alternate, so both see the same machine load
+            reads.append(run_step("read", str(data)))
+            pres.append(run_step("preprocess", str(data), str(out)))
+        read = min(reads, key=lambda r: r["seconds"])
+        pre = min(pres, key=lambda r: r["seconds"])
+        read["peak_rss_mb"] = max(r["peak_rss_mb"] for r in reads)
+        pre["peak_rss_mb"] = max(r["peak_rss_mb"] for r in pres)
+        graphs = [run_step("csr", str(out)) for _ in range(max(1, a.repeat))]
+        graph = {"edges": graphs[0]["edges"],
+                 "kernel_seconds": min(g["kernel_seconds"] for g in graphs),
+                 "argsort_seconds": min(g["argsort_seconds"] for g in graphs),
+                 "outputs_equal": all(g["outputs_equal"] for g in graphs)}
+
+        print()
+        print(f"input: {read['rows']:,} rows in {in_bytes / 1e6:.1f} MB of Parquet; database: "
+              f"{pre['rows']:,} rows, {pre['edges']:,} edges, {pre['bytes'] / 1e6:.1f} MB")
+        print(f"(fastest of {max(1, a.repeat)} alternating runs each; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+        print(f"pyarrow read_table (all tables) : {read['seconds']:8.3f} s   peak RSS "
+              f"{read['peak_rss_mb']:8.1f} MB   CPU {read['cpu_seconds']:6.2f} s")
+        print(f"dlkit preprocess (total)        : {pre['seconds']:8.3f} s   peak RSS "
+              f"{pre['peak_rss_mb']:8.1f} MB   CPU {pre['cpu_seconds']:6.2f} s")
+        for stage, seconds in pre["stages"].items():
+            print(f"    {stage:<14} {seconds:8.3f} s")
+        ratio = pre["seconds"] / read["seconds"]
+        cpu_ratio = pre["cpu_seconds"] / read["cpu_seconds"]
+        print(f"  ratio preprocess / read       : {ratio:8.2f}x   (target <= 3x: "
+              f"{'MET' if ratio <= 3 else 'NOT MET'})")
+        print(f"  ratio of CPU seconds          : {cpu_ratio:8.2f}x   (all threads, user + system; "
+              "less sensitive to other load)")
+        k, s = graph["kernel_seconds"], graph["argsort_seconds"]
+        print(f"CSR build, counting sort kernel : {k:8.3f} s   {graph['edges'] / k / 1e6:8.1f} M edges/s")
+        print(f"CSR build, numpy lexsort        : {s:8.3f} s   {graph['edges'] / s / 1e6:8.1f} M edges/s")
+        print(f"  speed-up kernel vs argsort    : {s / k:8.2f}x   (target > 1x: "
+              f"{'MET' if s > k else 'NOT MET'}); outputs identical: {graph['outputs_equal']}")
+    finally:
+        if not a.keep and not a.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+        elif not a.keep:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

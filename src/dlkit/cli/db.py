@@ -1,0 +1,231 @@
+"""``dlkit preprocess``, ``dlkit verify``, ``dlkit schema infer``: the database commands."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from dlkit.cli.app import app
+from dlkit.cli.console import console, err_console, print_json
+from dlkit.errors import InvalidArgumentError, OutputError, VerificationError
+
+PANEL = "Relational database"
+
+schema_app = typer.Typer(help="Draft and check dlkit.toml schemas.", no_args_is_help=True)
+app.add_typer(schema_app, name="schema", rich_help_panel=PANEL)
+
+
+def parse_size(text: str, what: str) -> int:
+    """``512M``, ``2G``, ``1.5G``, ``100000`` (bytes) -> bytes."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = float(t[: len(t) - len(unit)])
+    except ValueError:
+        raise InvalidArgumentError(f"{what} must be a size like 512M or 2G, got {text!r}") from None
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must not be negative, got {text!r}")
+    return int(value * units[unit])
+
+
+def _human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+class RichProgress:
+    """The preprocess progress sink: one bar per stage, on stderr."""
+
+    def __init__(self) -> None:
+        self.bar = Progress(
+            TextColumn("[bold]{task.description:<13}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=False,
+        )
+        self.task = None
+
+    def __enter__(self) -> RichProgress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def begin(self, stage: str, total: int | None, unit: str = "rows") -> None:
+        self.task = self.bar.add_task(stage, total=total, unit=unit)
+
+    def advance(self, amount: int) -> None:
+        if self.task is not None:
+            self.bar.advance(self.task, amount)
+
+    def end(self) -> None:
+        if self.task is not None:
+            t = self.bar.tasks[self.task] if isinstance(self.task, int) else None
+            total = t.total if t is not None else None
+            self.bar.update(self.task, completed=total if total is not None else 1,
+                            total=total if total is not None else 1)
+            self.task = None
+
+
+def _sigterm_as_interrupt() -> None:
+    """Turn SIGTERM into an exception so the build directory is cleaned up on the way out."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+@app.command(rich_help_panel=PANEL)
+def preprocess(
+    input_dir: Path = typer.Argument(..., help="Directory of Parquet tables (files or directories of parts)."),
+    output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
+    schema: Path = typer.Option(None, "--schema", "-s", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically)."),
+    on_dangling: str = typer.Option("drop", "--on-dangling",
+                                    help="Foreign keys pointing to a missing parent: drop (keep the row, drop the edge, report) or error."),
+    # = dlkit.db.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
+    # every command, --help included.
+    batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
+                                   help="Rows per record batch read from Parquet (the output does not depend on it)."),
+    embedder: str = typer.Option("hashed", "--embedder",
+                                 help="Text embedder: 'hashed' (built in, no download) or 'package.module:factory' (see dlkit.db.embed)."),
+    embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
+    memory_budget: str = typer.Option(None, "--memory-budget",
+                                      help="Memory for index arrays (row times, foreign keys, CSR), e.g. 2G or 512M; beyond it they go to memory-mapped scratch files. Default: half the available memory."),
+    no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars on stderr."),
+) -> None:
+    """Turn a relational Parquet database into a verified, memory-mapped dlkit database.
+
+    Example:
+
+        dlkit schema infer data/shop -o data/shop/dlkit.toml   # then review it
+        dlkit preprocess data/shop out/shop-db
+        dlkit verify out/shop-db
+    """
+    from dlkit.db.embed import load_embedder
+    from dlkit.db.writer import ON_DANGLING
+    from dlkit.db.writer import preprocess as run
+
+    if on_dangling not in ON_DANGLING:
+        raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
+    emb = load_embedder(embedder, embedding_dim)
+    budget = None if memory_budget is None else parse_size(memory_budget, "--memory-budget")
+    _sigterm_as_interrupt()
+    show = not quiet and not as_json
+    if show:
+        with RichProgress() as sink:
+            report = run(input_dir, output, schema=schema, overwrite=overwrite,
+                         on_dangling=on_dangling, batch_rows=batch_rows, embedder=emb,
+                         progress=sink, fsync=not no_fsync, memory_budget=budget)
+    else:
+        report = run(input_dir, output, schema=schema, overwrite=overwrite,
+                     on_dangling=on_dangling, batch_rows=batch_rows, embedder=emb,
+                     fsync=not no_fsync, memory_budget=budget)
+    if as_json:
+        print_json(report.to_json())
+        return
+    console.print(f"[bold green]preprocessed[/] {input_dir} -> {output}  "
+                  f"(database [bold]{report.database_id}[/])", highlight=False)
+    tables = Table(title="tables", title_justify="left")
+    for name in ("table", "rows", "columns", "edges out", "dangling"):
+        tables.add_column(name, justify="left" if name == "table" else "right")
+    for t in report.tables:
+        tables.add_row(t["name"], f"{t['rows']:,}", str(t["columns"]), f"{t['edges']:,}",
+                       f"{t['dangling']:,}")
+    console.print(tables)
+    stages = Table(title="stages", title_justify="left")
+    for name in ("stage", "rows", "edges", "columns", "bytes", "seconds"):
+        stages.add_column(name, justify="left" if name == "stage" else "right")
+    for s in report.stages:
+        stages.add_row(s.name, f"{s.rows:,}" if s.rows else "", f"{s.edges:,}" if s.edges else "",
+                       str(s.columns) if s.columns else "", _human_bytes(s.bytes) if s.bytes else "",
+                       f"{s.seconds:.3f}")
+    stages.add_row("[bold]total", f"{report.num_rows:,}", f"{report.num_edges:,}",
+                   str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}")
+    console.print(stages)
+    for warning in report.warnings:
+        console.print(f"[yellow]warning[/] {warning}", highlight=False)
+    console.print(f"{report.num_texts:,} distinct texts, {report.num_categories:,} categories, "
+                  f"{report.num_tasks} task(s)", highlight=False)
+    console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
+
+
+@app.command(rich_help_panel=PANEL)
+def verify(
+    database: Path = typer.Argument(..., help="Database directory made by `dlkit preprocess`."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Check every file of a database against manifest.json, then its structure.
+
+    Exit 0 only when every check holds; otherwise each failing file and check is named and
+    the exit code is 3.
+    """
+    from dlkit.db.verify import verify_database
+
+    report = verify_database(database)
+    if as_json:
+        print_json(report.to_json())
+    elif report.ok:
+        console.print(f"[bold green]OK[/] {database}: {report.files} files, "
+                      f"{_human_bytes(report.bytes)}, every hash and structure check holds "
+                      f"({report.seconds:.2f} s)", highlight=False)
+        console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
+    else:
+        console.print(f"[bold red]FAILED[/] {database}: {len(report.failures)} problem(s)",
+                      highlight=False)
+        for f in report.failures:
+            console.print(f"  {f.file}: [red]{f.check}[/]: {f.message}", highlight=False)
+    if not report.ok:
+        first = report.failures[0]
+        raise VerificationError(f"{len(report.failures)} check(s) failed, first: {first}",
+                                path=database)
+
+
+@schema_app.command("infer")
+def schema_infer(
+    input_dir: Path = typer.Argument(..., help="Directory of Parquet tables."),
+    out: Path = typer.Option(None, "--out", "-o", help="Write the draft here (default: stdout)."),
+    name: str = typer.Option(None, "--name", help="Database id (default: the directory's name)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+) -> None:
+    """Draft a dlkit.toml from the Parquet schemas (keys, time columns, types) to review."""
+    from dlkit.atomic import atomic_write_bytes
+    from dlkit.db.infer import infer_schema
+
+    if out is not None and out.exists() and not overwrite:
+        raise OutputError("already exists (pass --overwrite to replace it)", path=out)
+    _schema, text = infer_schema(input_dir, name=name)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_bytes(out, text.encode("utf-8"))
+        err_console.print(f"wrote {out}: review it, then `dlkit preprocess {input_dir} OUT`",
+                          highlight=False)

@@ -1,0 +1,183 @@
+"""``dlkit manifest``, ``dlkit batches``, ``dlkit show``: the relational sampler's commands."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from dlkit.cli.app import app
+from dlkit.cli.console import console, err_console, print_json, progress
+from dlkit.sampler.inspect import MASKED, describe_sequence
+from dlkit.sampler.runs import BatchRequest, write_batches, write_run_manifest
+from dlkit.sampler.schedule import SamplerWarning
+from dlkit.sampler.splits import SplitRatios
+
+PANEL = "Relational sampling"
+DB_HELP = "Preprocessed database directory (made by `dlkit preprocess`)."
+SEED_HELP = "Sampling seed: the order of seeds and every BFS draw."
+SPLIT_SEED_HELP = ("Split seed: which seeds are train/val/test (independent of --seed, so "
+                   "changing --seed never moves a seed between splits).")
+RATIOS_HELP = "Train,val,test shares of the hash split; must sum to 1."
+
+
+def _ratios(text: str) -> SplitRatios:
+    return SplitRatios.parse(text)
+
+
+@app.command(rich_help_panel=PANEL)
+def manifest(
+    db: Path = typer.Argument(..., help=DB_HELP),
+    seed: int = typer.Option(..., "--seed", "-s", min=0, help="The run's sampling seed."),
+    global_batch_size: int = typer.Option(
+        ..., "--global-batch-size", "-g", min=1,
+        help="Seeds per step over all ranks (world size x micro-batch)."),
+    out: Path = typer.Option(Path("run.json"), "--out", "-o",
+                             help="Manifest file to write (atomically)."),
+    split_seed: int = typer.Option(0, "--split-seed", min=0, help=SPLIT_SEED_HELP),
+    split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+) -> None:
+    """Write the run manifest: one dataset per task and split, ready for `dlkit sample`.
+
+    Datasets are named <database id>/<task>/<split>; each one's cardinality is its number of
+    seeds and its hash the database hash. Train uses drop_last, so every step is full. Example:
+
+        dlkit manifest out/db --seed 42 --global-batch-size 64 --out run.json
+    """
+    summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
+                                 split_seed=split_seed, split_ratios=_ratios(split_ratios))
+    if as_json:
+        print_json(summary.__dict__)
+        return
+    table = Table(title=f"run manifest {summary.path}", title_justify="left")
+    table.add_column("dataset")
+    table.add_column("seeds", justify="right")
+    for key, count in summary.datasets.items():
+        table.add_row(key, str(count))
+    console.print(table)
+    console.print(f"global batch size {summary.global_batch_size}, manifest hash "
+                  f"{summary.manifest_hash}")
+
+
+S_HELP = "Cells per sequence (S)."
+R_HELP = "Rows per sequence, the size of fk_adj (R)."
+WIDTH_HELP = "Children kept per visited row (uniform without replacement)."
+
+
+@app.command(rich_help_panel=PANEL)
+def batches(
+    db: Path = typer.Argument(..., help=DB_HELP),
+    task: str = typer.Option(..., "--task", "-t", help="Task name (see the database metadata)."),
+    split: str = typer.Option(
+        "train", "--split",
+        help="train (shuffled), val or test (in order, each seed once per epoch)."),
+    steps: int = typer.Option(
+        1, "--steps", "-n", min=1,
+        help="Batches to write (may roll into later epochs)."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Directory for step_NNNNNN.npz files and index.json."),
+    seed: int = typer.Option(0, "--seed", "-s", min=0, help=SEED_HELP),
+    split_seed: int = typer.Option(0, "--split-seed", min=0, help=SPLIT_SEED_HELP),
+    split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
+    batch_size: int = typer.Option(
+        32, "--batch-size", "-b", min=1, help="Sequences per batch on this rank (B)."),
+    rank: int = typer.Option(0, "--rank", "-r", min=0, help="This rank, 0-based."),
+    world_size: int = typer.Option(
+        1, "--world-size", "-w", min=1, help="Number of ranks."),
+    sequence_length: int = typer.Option(
+        1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
+    max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
+    bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Build batches of one task and split and write them as .npz (the batch keys, exactly).
+
+    Each file holds one batch dict; index.json lists every step's task, epoch, cursor and
+    anchor rows. A task's train batches are the same ones `dlkit.Sampler` yields for that
+    task. Example:
+
+        dlkit batches out/db --task review_rating --split train --steps 4 --out out/batches
+    """
+    request = BatchRequest(task=task, split=split, steps=steps, seed=seed, split_seed=split_seed,
+                           split_ratios=_ratios(split_ratios), batch_size=batch_size, rank=rank,
+                           world_size=world_size, sequence_length=sequence_length,
+                           max_rows=max_rows, bfs_child_width=bfs_child_width)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplerWarning)
+        try:
+            if quiet or as_json:
+                summary = write_batches(db, request, out)
+            else:
+                with progress() as bar:
+                    job = bar.add_task("building batches", total=steps)
+                    summary = write_batches(db, request, out,
+                                            on_batch=lambda n: bar.advance(job, n))
+        finally:
+            for warning in caught:
+                err_console.print(f"[yellow]warning[/]: {warning.message}", highlight=False)
+    if as_json:
+        print_json(summary.__dict__)
+    else:
+        err_console.print(f"[green]wrote[/] {summary.steps} batches ({summary.sequences} "
+                          f"sequences, {summary.cells} cells) to {summary.out_dir}")
+
+
+@app.command(rich_help_panel=PANEL)
+def show(
+    db: Path = typer.Argument(..., help=DB_HELP),
+    task: str = typer.Option(..., "--task", "-t", help="Task name."),
+    anchor: int = typer.Option(
+        ..., "--anchor", "-a", min=0,
+        help="The seed: a row number (0-based, input order) of the task's table."),
+    seed: int = typer.Option(0, "--seed", "-s", min=0, help=SEED_HELP),
+    epoch: int = typer.Option(0, "--epoch", "-e", min=0,
+                              help="Epoch of the BFS stream."),
+    sequence_length: int = typer.Option(
+        1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
+    max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
+    bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON."),
+) -> None:
+    """Show one seed's sequence as a table: visited rows, their cells, the masked target.
+
+    Rows are in visit order (#0 is the seed); "reached" says how the BFS found each row.
+    Values are the database's own (labels, text, UTC times), not the normalised floats.
+    Example:
+
+        dlkit show out/db --task review_rating --anchor 3
+    """
+    view = describe_sequence(db, task, anchor, seed=seed, epoch=epoch,
+                             sequence_length=sequence_length, max_rows=max_rows,
+                             bfs_child_width=bfs_child_width)
+    if as_json:
+        print_json(view.to_json_value())
+        return
+    console.print(f"task [bold]{view.task}[/], anchor row {view.anchor_row}, observed at "
+                  f"{view.obs_time}; epoch {view.epoch}; {len(view.rows)} rows, "
+                  f"{view.num_cells}/{view.sequence_length} cells", highlight=False)
+    table = Table(show_lines=False, header_style="bold")
+    for name, justify in (("#", "right"), ("table", "left"), ("key", "left"),
+                          ("time", "left"), ("reached", "left"), ("cells", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for row in view.rows:
+        cells = Text()
+        for k, cell in enumerate(row.cells):
+            if k:
+                cells.append("  ")
+            cells.append(f"{cell.column}=", style="dim")
+            style = "bold red" if cell.is_target else ("dim italic" if cell.is_null else "")
+            cells.append(cell.value, style=style)
+        if row.truncated:
+            cells.append("  ... (cut at S)", style="yellow")
+        table.add_row(str(row.index), row.table, row.key, row.time, row.reached, cells)
+    console.print(table)
+    target = next((c.column for r in view.rows for c in r.cells if c.is_target), "?")
+    console.print(f"target [bold red]{target}[/] of row #0 is [bold red]{escape(MASKED)}[/] in "
+                  f"the batch; its true value {view.target} is hidden from the model",
+                  highlight=False)

@@ -1,0 +1,380 @@
+"""Linearisation and batch collation: visited rows to the arrays of one batch.
+
+A sequence is its rows in visit order, each row's non-key cells in column order, cut at ``S``
+cells; the positions after the last cell are padding. Per sequence this module fills the cell
+arrays, ``fk_adj`` and the three attention permutations; per batch it deduplicates text ids
+and gathers their embeddings. The format is pinned in ``docs/batch_format.md``.
+
+Column data is reached through a *catalog* built once by ``dlkit.sampler.catalog``: catalog
+column ``c`` has a semantic type, a global column id, normalisation statistics and slots into
+per-dtype typed lists of column arrays (``f64_cols`` numeric values, ``u8_cols`` boolean
+values and validity masks, ``i64_cols`` timestamps and text ids, ``i32_cols`` categorical
+ids). A typed-list lookup costs far more than an array read, so ``fill_values`` groups a
+batch's cells by column and looks each column up once per batch. The catalog builder has
+range-checked every categorical and text id, so no lookup here can leave its table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlkit.core.bfs import (
+    NO_TIME,
+    bfs_batch,
+    row_set_capacity,
+    row_set_find,
+    row_set_put,
+    table_links_of,
+    table_of,
+)
+from dlkit.core.jit import kernel
+from dlkit.core.streams import sequence_key
+
+NUMERIC = 0
+BOOLEAN = 1
+TIMESTAMP = 2
+CATEGORICAL = 3
+TEXT = 4
+NUM_TIME_FEATURES = 15
+INT64_MAX = np.iinfo(np.int64).max
+_MICROS_PER_SECOND = 1_000_000
+_SECONDS_PER_DAY = 86_400
+
+
+@kernel
+def days_from_civil(year, month, day):
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    year -= 1 if month <= 2 else 0
+    era = (year if year >= 0 else year - 399) // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month - 3 if month > 2 else month + 9) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+@kernel
+def civil_from_days(days):
+    """(year, month 1-12, day 1-31) of a day count since 1970-01-01."""
+    z = days + 719468
+    era = (z if z >= 0 else z - 146096) // 146097
+    day_of_era = z - era * 146097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36524
+                   - day_of_era // 146096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    mp = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = year_of_era + era * 400 + (1 if month <= 2 else 0)
+    return year, month, day
+
+
+def _phase_table(period: int) -> np.ndarray:
+    """``[sin, cos](2*pi*k/period)`` as float32 for ``k`` in ``0..period-1``."""
+    angle = 2.0 * np.pi * (np.arange(period, dtype=np.float64) / period)
+    return np.stack([np.sin(angle), np.cos(angle)], axis=1).astype(np.float32)
+
+
+# Every phase is k/period for an integer k, so the sines and cosines are looked up.
+SECOND_TABLE = _phase_table(60)
+MINUTE_TABLE = _phase_table(60)
+HOUR_TABLE = _phase_table(24)
+WEEKDAY_TABLE = _phase_table(7)
+DAY_TABLE = _phase_table(31)
+MONTH_TABLE = _phase_table(12)
+YEAR_DAY_TABLE = _phase_table(366)
+
+
+@kernel
+def _put_phase(table, k, out, at):
+    out[at] = table[k, 0]
+    out[at + 1] = table[k, 1]
+
+
+@kernel
+def time_features(t, mean, std, out):
+    """The 15 timestamp features of ``t`` (microseconds, UTC) into ``out[0:15]``.
+
+    ``sin, cos`` of ``2*pi*phase`` for the phases second/60, minute/60, hour/24, weekday/7
+    (Monday 0), (day of month - 1)/31, (month - 1)/12, (day of year - 1)/366, then the z-score
+    ``(t - mean) / std``.
+    """
+    seconds = t // _MICROS_PER_SECOND
+    days = seconds // _SECONDS_PER_DAY
+    second_of_day = seconds - days * _SECONDS_PER_DAY
+    year, month, day = civil_from_days(days)
+    day_of_year = days - days_from_civil(year, 1, 1) + 1
+    _put_phase(SECOND_TABLE, second_of_day % 60, out, 0)
+    _put_phase(MINUTE_TABLE, (second_of_day // 60) % 60, out, 2)
+    _put_phase(HOUR_TABLE, second_of_day // 3600, out, 4)
+    _put_phase(WEEKDAY_TABLE, (days + 3) % 7, out, 6)
+    _put_phase(DAY_TABLE, day - 1, out, 8)
+    _put_phase(MONTH_TABLE, month - 1, out, 10)
+    _put_phase(YEAR_DAY_TABLE, day_of_year - 1, out, 12)
+    out[14] = np.float32((np.float64(t) - mean) / std)
+
+
+@kernel
+def layout_sequence(b, rows, num_rows, table_offsets, table_col_start, col_stype,
+                    col_column_id, target_col, semantic_types, column_ids, seq_row_ids,
+                    is_target, is_padding, position_col, position_row):
+    """Lay out sequence ``b``: which cell (catalog column, local row) sits at each position.
+
+    Rows in visit order, each row's columns in order, cut at ``S``; returns the cell count.
+    Row 0 is the seed: its cell of catalog column ``target_col`` is marked ``is_target``.
+    Values are filled afterwards, column by column, by ``fill_values``.
+    """
+    S = semantic_types.shape[1]
+    pos = 0
+    for i in range(num_rows):
+        if pos == S:
+            break
+        row = rows[i]
+        t = table_of(table_offsets, row)
+        local = row - table_offsets[t]
+        for c in range(table_col_start[t], table_col_start[t + 1]):
+            if pos == S:
+                break
+            semantic_types[b, pos] = col_stype[c]
+            column_ids[b, pos] = col_column_id[c]
+            seq_row_ids[b, pos] = i
+            is_padding[b, pos] = 0
+            position_col[b, pos] = c
+            position_row[b, pos] = local
+            if i == 0 and c == target_col:
+                is_target[b, pos] = 1
+            pos += 1
+    return pos
+
+
+@kernel
+def is_valid(bitmap, row):
+    """Bit ``row`` of a little-endian validity bitmap."""
+    return (bitmap[row >> 3] >> (row & 7)) & 1 != 0
+
+
+@kernel
+def fill_values(cell_counts, position_col, position_row, is_target, col_stype, col_value_slot,
+                col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
+                i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
+                text_global, is_null):
+    """Fill every laid-out cell's value (the target cell stays zero: its value is hidden).
+
+    Cells are grouped by column first (a counting sort), so each column's arrays are looked
+    up once per batch rather than once per cell. A null cell gets ``is_null = 1``;
+    ``text_global`` receives global text ids (-1 where none) for the deduplication. Arrays
+    are addressed flat (``b * S + p``).
+    """
+    B, S = position_col.shape
+    C = col_stype.shape[0]
+    cols = position_col.reshape(-1)
+    rows = position_row.reshape(-1)
+    targets = is_target.reshape(-1)
+    nulls = is_null.reshape(-1)
+    numbers_out = numeric_values.reshape(-1)
+    times_out = timestamp_values.reshape((B * S, timestamp_values.shape[2]))
+    flags_out = bool_values.reshape(-1)
+    categories_out = categorical_embed_ids.reshape(-1)
+    texts_out = text_global.reshape(-1)
+    starts = np.zeros(C + 1, dtype=np.int64)
+    for b in range(B):
+        for f in range(b * S, b * S + cell_counts[b]):
+            if targets[f] == 0:
+                starts[cols[f] + 1] += 1
+    for c in range(C):
+        starts[c + 1] += starts[c]
+    order = np.empty(starts[C], dtype=np.int64)
+    cursor = starts[:C].copy()
+    for b in range(B):
+        for f in range(b * S, b * S + cell_counts[b]):
+            if targets[f] == 0:
+                c = cols[f]
+                order[cursor[c]] = f
+                cursor[c] += 1
+    for c in range(C):
+        first, last = starts[c], starts[c + 1]
+        if first == last:
+            continue
+        valid = u8_cols[col_valid_slot[c]]
+        stype = col_stype[c]
+        slot = col_value_slot[c]
+        # One loop per type, so each column's arrays are bound once; null cells keep 0 values.
+        if stype == NUMERIC:
+            numbers = f64_cols[slot]
+            mean, std = col_mean[c], col_std[c]
+            for q in range(first, last):
+                f = order[q]
+                local = rows[f]
+                if is_valid(valid, local):
+                    numbers_out[f] = np.float32((numbers[local] - mean) / std)
+                else:
+                    nulls[f] = 1
+        elif stype == BOOLEAN:
+            flags = u8_cols[slot]
+            for q in range(first, last):
+                f = order[q]
+                local = rows[f]
+                if is_valid(valid, local):
+                    flags_out[f] = 1 if flags[local] != 0 else 0
+                else:
+                    nulls[f] = 1
+        elif stype == TIMESTAMP:
+            times = i64_cols[slot]
+            mean, std = col_mean[c], col_std[c]
+            for q in range(first, last):
+                f = order[q]
+                local = rows[f]
+                if is_valid(valid, local):
+                    time_features(times[local], mean, std, times_out[f])
+                else:
+                    nulls[f] = 1
+        elif stype == CATEGORICAL:
+            categories = i32_cols[slot]
+            offset = col_cat_start[c]
+            for q in range(first, last):
+                f = order[q]
+                local = rows[f]
+                if is_valid(valid, local):
+                    categories_out[f] = np.uint32(offset + categories[local])
+                else:
+                    nulls[f] = 1
+        else:
+            texts = i64_cols[slot]
+            for q in range(first, last):
+                f = order[q]
+                local = rows[f]
+                if is_valid(valid, local):
+                    texts_out[f] = texts[local]
+                else:
+                    nulls[f] = 1
+
+
+@kernel
+def stable_order(keys, count, num_keys, out):
+    """Positions ``0..count-1`` stably sorted by ``keys`` (each in ``[0, num_keys)``), then
+    ``count..len(out)-1`` in order (padding last): a counting sort."""
+    starts = np.zeros(num_keys + 1, dtype=np.int64)
+    for p in range(count):
+        starts[keys[p] + 1] += 1
+    for k in range(num_keys):
+        starts[k + 1] += starts[k]
+    for p in range(count):
+        k = keys[p]
+        out[starts[k]] = p
+        starts[k] += 1
+    for p in range(count, out.shape[0]):
+        out[p] = p
+
+
+@kernel
+def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids, col_sort_rank,
+                       num_columns, seq_row_ids, position_col, fk_adj, col_perm, out_perm,
+                       in_perm, scratch):
+    """``fk_adj`` and the permutations of sequence ``b`` (cells already laid out).
+
+    ``fk_adj[b, i, j] = 1`` when row ``j`` is a foreign-key parent of row ``i``. ``col_perm``
+    sorts positions by column id, ``out_perm`` by sequence row, ``in_perm`` by the sequence row
+    of the row's first foreign-key parent present in the sequence (rows without one after all
+    others); every sort is stable and puts padding last. ``scratch`` is int64[S].
+    """
+    keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
+    index = np.empty(keys.shape[0], dtype=np.int64)
+    for i in range(num_rows):
+        row_set_put(keys, index, rows[i], i)
+    first_parent = np.full(num_rows, num_rows, dtype=np.int64)
+    for i in range(num_rows):
+        row = rows[i]
+        for e in range(parent_offsets[row], parent_offsets[row + 1]):
+            j = row_set_find(keys, index, parent_ids[e])
+            if j >= 0:
+                fk_adj[b, i, j] = 1
+                if first_parent[i] == num_rows:
+                    first_parent[i] = j
+    for p in range(num_cells):
+        scratch[p] = col_sort_rank[position_col[b, p]]
+    stable_order(scratch, num_cells, num_columns, col_perm[b])
+    for p in range(num_cells):
+        scratch[p] = seq_row_ids[b, p]
+    stable_order(scratch, num_cells, num_rows, out_perm[b])
+    for p in range(num_cells):
+        scratch[p] = first_parent[seq_row_ids[b, p]]
+    stable_order(scratch, num_cells, num_rows + 1, in_perm[b])
+
+
+@kernel
+def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_width,
+                    max_rows, parent_offsets, parent_ids, child_offsets, child_ids, child_times,
+                    row_times, table_num_cells, table_offsets, table_col_start,
+                    col_stype, col_column_id, col_sort_rank, col_value_slot, col_valid_slot,
+                    col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols, i32_cols,
+                    target_col, semantic_types, column_ids, seq_row_ids, numeric_values,
+                    timestamp_values, bool_values, categorical_embed_ids, text_global, is_null,
+                    is_target, is_padding, fk_adj, col_perm, out_perm, in_perm, visited_rows,
+                    visited_depth, visited_source, visited_via, visited_counts):
+    """Phase 1 of a batch: BFS, layout and structure of every sequence, then every value.
+
+    Output arrays arrive zeroed (``is_padding`` all ones, ``text_global`` all -1). The
+    ``visited_*`` arrays receive each sequence's rows and their provenance (see
+    ``temporal_bfs``). Returns the cell count of each sequence.
+    """
+    B = seed_rows.shape[0]
+    S = semantic_types.shape[1]
+    k0, k1 = sequence_key(seed, epoch, task_idx)
+    position_col = np.zeros((B, S), dtype=np.int64)
+    position_row = np.zeros((B, S), dtype=np.int64)
+    scratch = np.empty(S, dtype=np.int64)
+    cells = np.zeros(B, dtype=np.int64)
+    num_columns = col_stype.shape[0]
+    links = table_links_of(parent_offsets, child_offsets, table_offsets)
+    cutoffs = np.empty(B, dtype=np.int64)
+    for b in range(B):
+        cutoffs[b] = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b]
+    bfs_batch(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
+              table_offsets, table_num_cells, links, seed_rows, cutoffs, child_width, S,
+              max_rows, k0, k1, anchors, visited_rows, visited_depth, visited_source,
+              visited_via, visited_counts)
+    for b in range(B):
+        n = visited_counts[b]
+        cells[b] = layout_sequence(b, visited_rows[b], n, table_offsets,
+                                   table_col_start, col_stype, col_column_id, target_col,
+                                   semantic_types, column_ids, seq_row_ids, is_target,
+                                   is_padding, position_col, position_row)
+        sequence_structure(b, visited_rows[b], n, cells[b], parent_offsets, parent_ids,
+                           col_sort_rank, num_columns, seq_row_ids, position_col, fk_adj,
+                           col_perm, out_perm, in_perm, scratch)
+    fill_values(cells, position_col, position_row, is_target, col_stype, col_value_slot,
+                col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
+                i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
+                text_global, is_null)
+    return cells
+
+
+@kernel
+def dedup_text(text_global, text_embed_ids):
+    """Phase 2: the batch's distinct global text ids, ascending, and each cell's batch-local
+    index into them (``text_embed_ids``; cells without text keep 0)."""
+    count = 0
+    for b in range(text_global.shape[0]):
+        for p in range(text_global.shape[1]):
+            if text_global[b, p] >= 0:
+                count += 1
+    flat = np.empty(count, dtype=np.int64)
+    q = 0
+    for b in range(text_global.shape[0]):
+        for p in range(text_global.shape[1]):
+            if text_global[b, p] >= 0:
+                flat[q] = text_global[b, p]
+                q += 1
+    unique = np.unique(flat)
+    for b in range(text_global.shape[0]):
+        for p in range(text_global.shape[1]):
+            if text_global[b, p] >= 0:
+                text_embed_ids[b, p] = np.uint32(np.searchsorted(unique, text_global[b, p]))
+    return unique
+
+
+@kernel
+def gather_rows(table, ids, out):
+    """``out[u] = table[ids[u]]`` for a 2-D table (embedding rows, bit patterns as uint16)."""
+    for u in range(ids.shape[0]):
+        out[u, :] = table[ids[u], :]
+    return out

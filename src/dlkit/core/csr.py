@@ -1,0 +1,464 @@
+"""CSR kernels for the foreign-key graph: build (counting sort) and cheap structural checks.
+
+The graph of a database is one edge per (child row, foreign-key column) whose key resolved to
+a parent row. Two CSR views are stored (``docs/database_format.md``):
+
+* child -> parents (``parent_offsets``/``parent_ids``): row ``v``'s parents in the table's
+  foreign-key column order. Built with :func:`append_parent_csr`, one sequential pass per
+  batch of rows; rows arrive in ascending global id order, so this is a streaming append.
+* parent -> children (``child_offsets``/``child_ids``/``child_times``): the transpose, built by
+  :func:`transpose_csr`, a counting sort (O(V + E)). Pass 1 counts every parent's in-degree
+  and a prefix sum turns counts into offsets. Scattering every child straight into its
+  parent's next free slot would write randomly over ``16 E`` bytes (a cache and TLB miss per
+  edge), so the scatter runs in two sweeps instead:
+
+  - parents are cut into *buckets* of consecutive rows holding about ``BUCKET_EDGES`` edges
+    (looked up per block of ``2^BLOCK_SHIFT`` parents in a small table); sweep A visits the
+    children in id order and appends each edge to its bucket's region of the output, which is
+    exactly where that bucket's parents' lists will lie; each region fills sequentially;
+  - sweep B takes one bucket at a time (small enough to stay in cache), moves each edge to
+    its parent's next free slot within the region, then stable-sorts each of the bucket's
+    lists by child time while it is still in cache. Lists already in time order (tables
+    exported in time order) cost one check.
+
+  Because both sweeps keep child id order, each list ends sorted by ``(child time, child id)``
+  whatever the bucket sizes and thread count: the output bytes depend on the graph only.
+  Sweep B runs on several threads over disjoint bucket ranges.
+
+Every kernel trusts its inputs (ids in range, offsets monotone): the callers build them or
+validate them first with :func:`check_offsets` / :func:`check_ids`, which return the position
+of the first violation (``-1`` when none) so the caller can name it.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from dlkit.core.jit import kernel
+
+# Lists no longer than this are insertion-sorted; longer ones are merge-sorted from
+# insertion-sorted runs of MERGE_RUN.
+INSERTION_SORT_MAX = 24
+MERGE_RUN = 8
+# Parents per block of the bucket lookup table (log2), and the bucket sizes.
+BLOCK_SHIFT = 6
+BUCKET_EDGES = 1 << 15
+# A bucket spans at most this many parents, so a parent's position in it fits a uint16.
+MAX_BUCKET_PARENTS = 1 << 16
+
+
+@kernel
+def append_parent_csr(fk, row_base, edge_base, parent_offsets, parent_ids):
+    """Append rows to the child -> parents CSR.
+
+    ``fk`` is ``int64[K, n]``: for foreign-key column ``k`` and row ``r``, the global parent
+    id or ``-1`` (null key or dropped dangling key). Writes ``parent_offsets[row_base + r + 1]``
+    for every row and the row's valid parents (in column order ``k``) from
+    ``parent_ids[edge_base]`` on. ``parent_offsets[row_base]`` must already hold
+    ``edge_base``. Returns the edge count after these rows.
+    """
+    num_keys = fk.shape[0]
+    n = fk.shape[1]
+    e = edge_base
+    for r in range(n):
+        for k in range(num_keys):
+            p = fk[k, r]
+            if p >= 0:
+                parent_ids[e] = p
+                e += 1
+        parent_offsets[row_base + r + 1] = e
+    return e
+
+
+@kernel
+def fill_no_edges(parent_offsets, row_base, n, edge_base):
+    """Offsets for ``n`` rows without foreign keys: all equal to ``edge_base``."""
+    for r in range(n):
+        parent_offsets[row_base + r + 1] = edge_base
+
+
+@kernel
+def count_in_degrees(src_ids, child_offsets):
+    """Pass 1 of the counting sort: ``child_offsets[p + 1] += 1`` for every edge to ``p``.
+
+    ``child_offsets`` must be zeroed, length ``num_nodes + 1``.
+    """
+    for e in range(src_ids.shape[0]):
+        child_offsets[src_ids[e] + 1] += 1
+
+
+@kernel
+def prefix_sum_inplace(offsets):
+    """Counts in ``offsets[1:]`` to exclusive offsets (``offsets[0]`` stays 0)."""
+    total = 0
+    for i in range(1, offsets.shape[0]):
+        total += offsets[i]
+        offsets[i] = total
+    return total
+
+
+@kernel
+def assign_buckets(child_offsets, block_shift, bucket_edges, max_blocks, bucket_of_block,
+                   bucket_first_parent):
+    """Cut the parents into buckets of whole blocks; returns the number of buckets.
+
+    A new bucket starts at a block once the current one holds ``bucket_edges`` edges or spans
+    ``max_blocks`` blocks. Fills ``bucket_of_block[k]`` for every block and
+    ``bucket_first_parent[b]`` for every bucket, plus ``num_nodes`` after the last one.
+    """
+    num_nodes = child_offsets.shape[0] - 1
+    bucket = 0
+    start_block = 0
+    start_edge = 0
+    bucket_first_parent[0] = 0
+    for k in range(bucket_of_block.shape[0]):
+        edge = child_offsets[k << block_shift]
+        if k > start_block and (edge - start_edge >= bucket_edges
+                                or k - start_block >= max_blocks):
+            bucket += 1
+            start_block = k
+            start_edge = edge
+            bucket_first_parent[bucket] = k << block_shift
+        bucket_of_block[k] = bucket
+    bucket_first_parent[bucket + 1] = num_nodes
+    return bucket + 1
+
+
+@kernel
+def sweep_into_buckets(src_offsets, src_ids, row_times, block_shift, bucket_of_block,
+                       bucket_first_parent, cursor, child_ids, child_times, local_parent):
+    """Sweep A: every edge, in child order, appended to its parent's bucket region.
+
+    ``cursor[b]`` starts at bucket ``b``'s region start. ``local_parent`` records each edge's
+    parent relative to its bucket's first parent, for sweep B.
+    """
+    for v in range(src_offsets.shape[0] - 1):
+        t = row_times[v]
+        for e in range(src_offsets[v], src_offsets[v + 1]):
+            p = src_ids[e]
+            b = bucket_of_block[p >> block_shift]
+            pos = cursor[b]
+            cursor[b] = pos + 1
+            child_ids[pos] = v
+            child_times[pos] = t
+            local_parent[pos] = p - bucket_first_parent[b]
+
+
+@kernel
+def place_buckets(child_offsets, bucket_start, bucket_first_parent, first_bucket, last_bucket,
+                  child_ids, child_times, local_parent, scratch_ids, scratch_times,
+                  scratch_local):
+    """Sweep B for buckets ``first_bucket..last_bucket-1``; returns how many lists it sorted.
+
+    Each bucket's region is copied to the scratch arrays, then every edge goes to its parent's
+    next free slot, using ``child_offsets`` itself as the cursors (restored afterwards), and
+    each list is sorted by time. Disjoint bucket ranges may run on parallel threads: they
+    touch disjoint parents and regions.
+    """
+    unsorted = 0
+    for b in range(first_bucket, last_bucket):
+        a = bucket_start[b]
+        m = bucket_start[b + 1] - a
+        if m == 0:
+            continue
+        p0 = bucket_first_parent[b]
+        p1 = bucket_first_parent[b + 1]
+        for i in range(m):
+            scratch_ids[i] = child_ids[a + i]
+            scratch_times[i] = child_times[a + i]
+            scratch_local[i] = local_parent[a + i]
+        for i in range(m):
+            p = p0 + np.int64(scratch_local[i])
+            pos = child_offsets[p]
+            child_offsets[p] = pos + 1
+            child_ids[pos] = scratch_ids[i]
+            child_times[pos] = scratch_times[i]
+        # Every list of the bucket is full now: each cursor stands at the next list's start.
+        for p in range(p1 - 1, p0, -1):
+            child_offsets[p] = child_offsets[p - 1]
+        child_offsets[p0] = a
+        unsorted += sort_segments_by_time(child_offsets, child_ids, child_times, p0, p1,
+                                          scratch_times, scratch_ids)
+    return unsorted
+
+
+@kernel
+def _insertion_sort(times, ids, a, b):
+    for i in range(a + 1, b):
+        t = times[i]
+        c = ids[i]
+        j = i - 1
+        while j >= a and times[j] > t:
+            times[j + 1] = times[j]
+            ids[j + 1] = ids[j]
+            j -= 1
+        times[j + 1] = t
+        ids[j + 1] = c
+
+
+@kernel
+def _merge_sort(times, ids, a, b, tmp_times, tmp_ids):
+    """Stable sort of ``times[a:b]`` (with ``ids``): insertion-sorted runs of ``MERGE_RUN``,
+    then bottom-up merges between the list and ``tmp_*`` (at least ``b - a`` long). The merge
+    step selects instead of branching: which side comes next is unpredictable."""
+    n = b - a
+    for r in range(a, b, MERGE_RUN):
+        _insertion_sort(times, ids, r, min(r + MERGE_RUN, b))
+    src_t = times[a:b]
+    src_i = ids[a:b]
+    dst_t = tmp_times[:n]
+    dst_i = tmp_ids[:n]
+    in_tmp = False
+    width = MERGE_RUN
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i = lo
+            j = mid
+            k = lo
+            while i < mid and j < hi:
+                right = src_t[j] < src_t[i]
+                dst_t[k] = src_t[j] if right else src_t[i]
+                dst_i[k] = src_i[j] if right else src_i[i]
+                j += right
+                i += 1 - right
+                k += 1
+            while i < mid:
+                dst_t[k] = src_t[i]
+                dst_i[k] = src_i[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst_t[k] = src_t[j]
+                dst_i[k] = src_i[j]
+                j += 1
+                k += 1
+        src_t, dst_t = dst_t, src_t
+        src_i, dst_i = dst_i, src_i
+        in_tmp = not in_tmp
+        width *= 2
+    if in_tmp:
+        for i in range(n):
+            times[a + i] = src_t[i]
+            ids[a + i] = src_i[i]
+
+
+@kernel
+def sort_segments_by_time(offsets, ids, times, first, last, tmp_times, tmp_ids):
+    """Stable-sort segments ``first..last-1`` of a CSR by time (ties keep their id order).
+
+    ``tmp_*`` must be as long as the longest segment. Returns the number of segments that
+    needed sorting.
+    """
+    unsorted = 0
+    for v in range(first, last):
+        a = offsets[v]
+        b = offsets[v + 1]
+        ordered = True
+        for i in range(a + 1, b):
+            if times[i] < times[i - 1]:
+                ordered = False
+                break
+        if ordered:
+            continue
+        unsorted += 1
+        if b - a <= INSERTION_SORT_MAX:
+            _insertion_sort(times, ids, a, b)
+        else:
+            _merge_sort(times, ids, a, b, tmp_times, tmp_ids)
+    return unsorted
+
+
+def _split(offsets, first: int, last: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` ranges of ``first..last`` holding about equal numbers of edges."""
+    lo_e, hi_e = int(offsets[first]), int(offsets[last])
+    bounds = [first]
+    for k in range(1, parts):
+        target = lo_e + (hi_e - lo_e) * k // parts
+        bounds.append(max(bounds[-1], min(last, int(np.searchsorted(offsets[first:last + 1], target)) + first)))
+    bounds.append(last)
+    return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i + 1] > bounds[i]]
+
+
+def _parallel(fn, ranges) -> list:
+    if len(ranges) <= 1:
+        return [fn(a, b) for a, b in ranges]
+    with ThreadPoolExecutor(max_workers=len(ranges)) as pool:
+        return list(pool.map(lambda r: fn(*r), ranges))
+
+
+def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, child_times,
+                  threads: int | None = None, bucket_edges: int = BUCKET_EDGES,
+                  block_shift: int = BLOCK_SHIFT, empty=None) -> int:
+    """Build the parent -> children CSR from the child -> parents CSR (see the module doc).
+
+    Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` and
+    ``child_times`` int64[E]. ``empty(dtype, n)`` allocates the temporaries: 2 bytes per edge,
+    plus 18 bytes per edge of the largest bucket per thread. Sweep B runs on ``threads``
+    threads (default: the CPU count, at most 8). ``bucket_edges`` and ``block_shift`` only
+    change the speed, never the output. Returns the number of lists that needed the time sort.
+    """
+    if not 0 <= block_shift <= 16 or bucket_edges < 1:
+        raise ValueError(f"need 0 <= block_shift <= 16 and bucket_edges >= 1, got "
+                         f"{block_shift}, {bucket_edges}")
+    if empty is None:
+        def empty(dtype, n):
+            return np.empty(n, dtype=dtype)
+    num_nodes = src_offsets.shape[0] - 1
+    num_edges = src_ids.shape[0]
+    threads = threads or min(8, os.cpu_count() or 1)
+    child_offsets[:] = 0
+    count_in_degrees(src_ids, child_offsets)
+    prefix_sum_inplace(child_offsets)
+    if num_edges == 0:
+        return 0
+    num_blocks = (num_nodes >> block_shift) + 1
+    bucket_of_block = np.empty(num_blocks, dtype=np.int32)
+    first_parent = np.empty(num_blocks + 1, dtype=np.int64)
+    max_blocks = max(1, MAX_BUCKET_PARENTS >> block_shift)
+    num_buckets = assign_buckets(child_offsets, block_shift, bucket_edges, max_blocks,
+                                 bucket_of_block, first_parent)
+    first_parent = first_parent[:num_buckets + 1]
+    bucket_start = child_offsets[first_parent]
+    local_parent = empty(np.uint16, num_edges)
+    sweep_into_buckets(src_offsets, src_ids, row_times, block_shift, bucket_of_block,
+                       first_parent, bucket_start[:-1].copy(), child_ids, child_times,
+                       local_parent)
+    largest = int(np.diff(bucket_start).max())
+
+    def place(first: int, last: int) -> int:
+        return place_buckets(child_offsets, bucket_start, first_parent, first, last, child_ids,
+                             child_times, local_parent, empty(np.int64, largest),
+                             empty(np.int64, largest), empty(np.uint16, largest))
+
+    ranges = _split(bucket_start, 0, num_buckets, threads if num_edges >= 1 << 20 else 1)
+    return int(sum(_parallel(place, ranges)))
+
+
+def argsort_transpose(src_offsets, src_ids, row_times):
+    """Reference build with numpy only (``np.lexsort``): the baseline of the benchmark."""
+    num_nodes = src_offsets.shape[0] - 1
+    degrees = np.diff(src_offsets)
+    children = np.repeat(np.arange(num_nodes, dtype=np.int64), degrees)
+    times = row_times[children]
+    order = np.lexsort((children, times, src_ids))
+    child_ids = children[order]
+    child_times = times[order]
+    offsets = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src_ids, minlength=num_nodes), out=offsets[1:])
+    return offsets, child_ids, child_times
+
+
+# --- cheap structural checks (used on open and by verify) -------------------------------
+
+
+@kernel
+def check_offsets(offsets, total):
+    """First index ``i`` where CSR offsets break the rules, or -1.
+
+    Rules: ``offsets[0] == 0``, non-decreasing, ``offsets[-1] == total``. Returns the failing
+    position (``len(offsets) - 1`` when only the final total is wrong).
+    """
+    n = offsets.shape[0]
+    if n == 0:
+        return 0
+    if offsets[0] != 0:
+        return 0
+    for i in range(1, n):
+        if offsets[i] < offsets[i - 1]:
+            return i
+    if offsets[n - 1] != total:
+        return n - 1
+    return -1
+
+
+@kernel
+def check_ids(ids, lo, hi):
+    """First index whose value lies outside ``[lo, hi)``, or -1."""
+    for i in range(ids.shape[0]):
+        v = ids[i]
+        if v < lo or v >= hi:
+            return i
+    return -1
+
+
+@kernel
+def check_ids_where(ids, valid, lo, hi):
+    """First index ``i`` with ``valid[i]`` and ``ids[i]`` outside ``[lo, hi)``, or -1."""
+    for i in range(ids.shape[0]):
+        if valid[i]:
+            v = ids[i]
+            if v < lo or v >= hi:
+                return i
+    return -1
+
+
+@kernel
+def check_child_order(offsets, ids, times):
+    """First edge position breaking ``(time, id)`` ascending order within a list, or -1."""
+    for v in range(offsets.shape[0] - 1):
+        for i in range(offsets[v] + 1, offsets[v + 1]):
+            if times[i] < times[i - 1] or (times[i] == times[i - 1] and ids[i] < ids[i - 1]):
+                return i
+    return -1
+
+
+@kernel
+def check_child_times(ids, times, row_times):
+    """First edge position whose time is not its child's row time, or -1."""
+    for i in range(ids.shape[0]):
+        if times[i] != row_times[ids[i]]:
+            return i
+    return -1
+
+
+@kernel
+def transpose_matches(src_offsets, src_ids, child_offsets, child_ids):
+    """True when the child CSR holds exactly the edges of the parent CSR, with multiplicity.
+
+    Recounts every (parent, child) pair by scattering the parent CSR again into a scratch
+    array ordered like the stored lists (by parent, then child id), then compares multisets
+    per parent. Ids must already be checked in range.
+    """
+    num_nodes = src_offsets.shape[0] - 1
+    if child_offsets[num_nodes] != src_offsets[num_nodes]:
+        return False
+    counts = np.zeros(num_nodes + 1, dtype=np.int64)
+    for e in range(src_ids.shape[0]):
+        counts[src_ids[e] + 1] += 1
+    for i in range(1, num_nodes + 1):
+        counts[i] += counts[i - 1]
+    for i in range(num_nodes + 1):
+        if counts[i] != child_offsets[i]:
+            return False
+    scratch = np.empty(src_ids.shape[0], dtype=np.int64)
+    cursor = counts[:-1].copy()
+    for v in range(num_nodes):
+        for e in range(src_offsets[v], src_offsets[v + 1]):
+            p = src_ids[e]
+            scratch[cursor[p]] = v
+            cursor[p] += 1
+    for p in range(num_nodes):
+        a = child_offsets[p]
+        b = child_offsets[p + 1]
+        if b - a == 0:
+            continue
+        ascending = True
+        for i in range(a + 1, b):
+            if child_ids[i] < child_ids[i - 1]:
+                ascending = False
+                break
+        if ascending:
+            for i in range(a, b):
+                if child_ids[i] != scratch[i]:
+                    return False
+        else:
+            stored = np.sort(child_ids[a:b])
+            for i in range(b - a):
+                if stored[i] != scratch[a + i]:
+                    return False
+    return True

@@ -1,0 +1,150 @@
+"""Feature columns written batch by batch: values, validity bitmap, statistics, categories.
+
+Categorical columns get provisional ids in order of first appearance (``-1`` for a null)
+while the table streams by, kept in memory; when the table ends, the categories are sorted,
+the ids renumbered in place and written (``finish``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dlkit.core.stats import remap_ids, welford_result, welford_update
+from dlkit.db import format as fmt
+from dlkit.db.convert import dictionary_parts, to_boolean, to_micros, to_numeric
+from dlkit.db.hashing import HashedFile, Hasher
+from dlkit.db.plan import ColumnPlan, TablePlan, where
+from dlkit.db.scratch import empty_small_pages
+
+class BitmapWriter:
+    """Packs bool batches into an LSB-first bitmap (bit ``i % 8`` of byte ``i // 8``)."""
+
+    def __init__(self, out: HashedFile):
+        self.out = out
+        self.carry = np.zeros(0, dtype=bool)
+
+    def write(self, valid: np.ndarray) -> None:
+        if self.carry.size:
+            valid = np.concatenate([self.carry, valid])
+        full = (valid.size // 8) * 8
+        if full:
+            self.out.write(np.packbits(valid[:full], bitorder="little"))
+        self.carry = valid[full:].copy()
+
+    def close(self) -> None:
+        if self.carry.size:
+            self.out.write(np.packbits(self.carry, bitorder="little"))
+            self.carry = np.zeros(0, dtype=bool)
+        self.out.close()
+
+
+def used_entries(indices: np.ndarray, valid: np.ndarray, size: int) -> np.ndarray:
+    """Which dictionary entries some non-null row refers to (dictionaries may hold extras)."""
+    used = np.zeros(size, dtype=bool)
+    if size:
+        used[indices[valid]] = True
+    return used
+
+
+class CategoryEncoder:
+    """Provisional ids in order of first appearance; ``finish`` numbers the sorted categories."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        indices, dictionary, valid = dictionary_parts(arr)
+        used = used_entries(indices, valid, len(dictionary))
+        mapping = np.empty(len(dictionary), dtype=np.int32)
+        for j, value in enumerate(dictionary):
+            if value is None or not used[j]:
+                mapping[j] = -1
+                continue
+            cid = self.ids.get(value)
+            if cid is None:
+                cid = len(self.values)
+                self.ids[value] = cid
+                self.values.append(value)
+            mapping[j] = cid
+        values = mapping[indices] if len(dictionary) else np.zeros(len(valid), dtype=np.int32)
+        valid &= values >= 0
+        values[~valid] = -1
+        return values, valid
+
+    def finish(self) -> tuple[list[Any], np.ndarray]:
+        """``(sorted categories, provisional id -> final id)``."""
+        order = sorted(range(len(self.values)), key=lambda i: self.values[i])
+        final = np.empty(len(order), dtype=np.int32)
+        for new, old in enumerate(order):
+            final[old] = new
+        return [self.values[i] for i in order], final
+
+
+
+class ColumnWriter:
+    """One feature column: values file, validity bitmap, statistics, categories."""
+
+    def __init__(self, plan: TablePlan, col: ColumnPlan, hasher: Hasher):
+        self.plan = plan
+        self.col = col
+        self.where = where(plan.name, col.name)
+        self.dtype = fmt.VALUE_DTYPES[col.stype]
+        values_rel = fmt.column_values_file(plan.name, col.index)
+        self.bitmap = BitmapWriter(hasher.open(fmt.column_valid_file(plan.name, col.index)))
+        self.state = np.zeros(4, dtype=np.float64)
+        self.encoder = CategoryEncoder() if col.stype == fmt.CATEGORICAL else None
+        if self.encoder is None:
+            self.values_out = hasher.open(values_rel)
+        else:  # provisional ids, renumbered in place by finish
+            self.values_out = hasher.open(values_rel)
+            self.ids = empty_small_pages(self.dtype, plan.num_rows)
+            self.pos = 0
+        self.last: tuple[np.ndarray, np.ndarray] | None = None
+
+    def convert(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        stype = self.col.stype
+        if stype == fmt.NUMERIC:
+            return to_numeric(arr)
+        if stype == fmt.BOOLEAN:
+            return to_boolean(arr, self.where)
+        if stype == fmt.TIMESTAMP:
+            return to_micros(arr, self.where)
+        if stype == fmt.CATEGORICAL:
+            return self.encoder.encode(arr)
+        raise AssertionError("text columns are converted by the TextStore")
+
+    def append(self, values: np.ndarray, valid: np.ndarray) -> None:
+        if self.col.stype in (fmt.NUMERIC, fmt.TIMESTAMP):
+            welford_update(values, valid, self.state)
+        if self.encoder is None:
+            values = np.ascontiguousarray(values, dtype=self.dtype)
+            self.values_out.write(memoryview(values).cast("B"))
+        else:
+            self.ids[self.pos:self.pos + values.shape[0]] = values
+            self.pos += values.shape[0]
+        self.bitmap.write(valid)
+        self.col.num_valid += int(np.count_nonzero(valid))
+        self.last = (values, valid)
+
+    def finish(self) -> np.ndarray | None:
+        """Close the files; returns the provisional -> final category map (categorical)."""
+        col = self.col
+        self.bitmap.close()
+        self.last = None
+        if col.stype in (fmt.NUMERIC, fmt.TIMESTAMP):
+            _count, mean, std = welford_result(self.state)
+            col.mean = mean
+            col.std = std if std > 0 and np.isfinite(std) else 1.0
+        if self.encoder is None:
+            self.values_out.close()
+            return None
+        col.categories, final = self.encoder.finish()
+        remap_ids(self.ids[:self.pos], final)
+        self.values_out.write(self.ids[:self.pos], bounded=False)
+        self.values_out.close()
+        self.ids = None
+        return final

@@ -1,0 +1,127 @@
+"""Arrow arrays to the database's value arrays, one record batch at a time.
+
+Every function returns ``(values, valid)``: a numpy array in the column's stored dtype, with
+invalid (null) positions set to 0, and a bool mask (True = not null). Rules:
+
+* numeric: integers, floats, decimals and booleans as float64; NaN and +-inf count as null.
+* boolean: booleans (or integers 0/1) as uint8 0/1; another integer is a :class:`DataError`.
+* timestamp: int64 microseconds since the epoch, UTC (timezone-aware values are already UTC
+  in Arrow; naive ones are taken as UTC); nanoseconds are truncated toward zero; dates are
+  midnight UTC.
+* keys: integers as int64 (a uint64 key above 2^63-1 is an error); strings as Arrow
+  large-string buffers (``data`` uint8, ``offsets`` int64[n + 1]).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dlkit.errors import DataError
+
+_US_PER_DAY = 86_400_000_000
+
+
+def plain(arr: pa.Array) -> pa.Array:
+    """Dictionary-encoded arrays decoded; string views as large strings."""
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    check = getattr(pa.types, "is_string_view", None)
+    if check is not None and check(arr.type):
+        arr = arr.cast(pa.large_string())
+    return arr
+
+
+def valid_mask(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def to_numeric(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    arr = plain(arr)
+    values = np.array(arr.cast(pa.float64(), safe=False).fill_null(0.0).to_numpy(zero_copy_only=False),
+                      dtype=np.float64, copy=True)
+    valid = valid_mask(arr)
+    finite = np.isfinite(values)
+    if not finite.all():
+        valid &= finite
+        values[~finite] = 0.0
+    return values, valid
+
+
+def to_boolean(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
+    arr = plain(arr)
+    valid = valid_mask(arr)
+    if pa.types.is_boolean(arr.type):
+        values = np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint8)
+        return values, valid
+    ints = arr.cast(pa.int64()).fill_null(0).to_numpy()
+    bad = np.flatnonzero((ints != 0) & (ints != 1))
+    if bad.size:
+        raise DataError(f"{where}: boolean column holds {int(ints[bad[0]])}; only 0 and 1 "
+                        f"(or true/false) are booleans")
+    return ints.astype(np.uint8), valid
+
+
+def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
+    arr = plain(arr)
+    valid = valid_mask(arr)
+    t = arr.type
+    try:
+        if pa.types.is_timestamp(t):
+            if t.unit == "ns":
+                us = arr.cast(pa.timestamp("us", tz=t.tz), safe=False)
+            elif t.unit == "us":
+                us = arr
+            else:
+                us = arr.cast(pa.timestamp("us", tz=t.tz))  # checked: overflow raises
+            values = us.cast(pa.int64()).fill_null(0).to_numpy()
+        elif pa.types.is_date32(t):
+            values = arr.cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64) * _US_PER_DAY
+        elif pa.types.is_date64(t):
+            values = arr.cast(pa.int64()).fill_null(0).to_numpy() * 1000
+        else:
+            raise DataError(f"{where}: type {t} is not a timestamp or date")
+    except pa.ArrowInvalid as exc:
+        raise DataError(f"{where}: timestamp out of range: {exc}") from None
+    values = np.array(values, dtype=np.int64, copy=True)
+    values[~valid] = 0
+    return values, valid
+
+
+def to_int_keys(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
+    arr = plain(arr)
+    try:
+        values = arr.cast(pa.int64()).fill_null(0).to_numpy()
+    except pa.ArrowInvalid as exc:
+        raise DataError(f"{where}: key does not fit in int64: {exc}") from None
+    return np.ascontiguousarray(values, dtype=np.int64), valid_mask(arr)
+
+
+def to_string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]:
+    """``(data, offsets, valid, large_string_array)``; keep the array alive while using data."""
+    arr = plain(arr).cast(pa.large_string())
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    buf = arr.buffers()[2]
+    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, dtype=np.uint8)
+    return data, offsets, valid_mask(arr), arr
+
+
+def unique_values(arr: pa.Array) -> list:
+    """Distinct non-null values of a batch (Python objects)."""
+    return pc.unique(plain(arr).drop_null()).to_pylist()
+
+
+def dictionary_parts(arr: pa.Array) -> tuple[np.ndarray, list, np.ndarray]:
+    """``(indices int64, dictionary values, valid)`` of a batch, nulls at index 0."""
+    valid = valid_mask(arr)
+    if pa.types.is_boolean(arr.type):
+        return (np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.int64),
+                [False, True], valid)
+    if not pa.types.is_dictionary(arr.type):
+        arr = plain(arr).dictionary_encode()
+    indices = arr.indices.fill_null(0).to_numpy().astype(np.int64, copy=False)
+    return indices, arr.dictionary.to_pylist(), valid

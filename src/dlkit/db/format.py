@@ -1,0 +1,127 @@
+"""Constants and file layout of the database directory (format v1, docs/database_format.md)."""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+
+FORMAT_NAME = "dlkit-database"
+FORMAT_VERSION = 1
+MANIFEST_FORMAT = "dlkit-database-manifest"
+
+NO_TIME = np.iinfo(np.int64).min
+
+# Semantic types.
+NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = 0, 1, 2, 3, 4
+STYPE_NAMES = ("numeric", "boolean", "timestamp", "categorical", "text")
+STYPE_BY_NAME = {name: i for i, name in enumerate(STYPE_NAMES)}
+# Value dtype per stype (``values`` file of a column).
+VALUE_DTYPES = (np.dtype("<f8"), np.dtype("u1"), np.dtype("<i8"), np.dtype("<i4"), np.dtype("<i8"))
+# Stypes a task target may have (the decoder heads: numeric, boolean, timestamp, categorical).
+TARGET_STYPES = (NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL)
+
+# Files at the top of the directory.
+GRAPH_FILE = "graph.bin"
+METADATA_FILE = "metadata.json"
+MANIFEST_FILE = "manifest.json"
+TEXT_EMBEDDINGS_FILE = "text_embeddings.bin"
+COLUMN_EMBEDDINGS_FILE = "column_embeddings.bin"
+CATEGORICAL_EMBEDDINGS_FILE = "categorical_embeddings.bin"
+TEXT_OFFSETS_FILE = "texts.offsets"
+TEXT_DATA_FILE = "texts.data"
+
+TASK_ARRAYS = (  # (file stem, dtype) of every task, in this order
+    ("anchor_row", np.dtype("<i8")),
+    ("obs_time", np.dtype("<i8")),
+    ("target", np.dtype("<f8")),
+    ("target_valid", np.dtype("u1")),
+)
+
+
+def column_values_file(table: str, index: int) -> str:
+    return f"tables/{table}/{index}.values"
+
+
+def column_valid_file(table: str, index: int) -> str:
+    return f"tables/{table}/{index}.valid"
+
+
+def key_values_file(table: str) -> str:
+    """Integer primary keys (int64) or string keys' UTF-8 bytes."""
+    return f"tables/{table}/key.values"
+
+
+def key_offsets_file(table: str) -> str:
+    """String primary keys only: int64[num_rows + 1] offsets into ``key.values``."""
+    return f"tables/{table}/key.offsets"
+
+
+def task_file(task: str, stem: str) -> str:
+    return f"tasks/{task}/{stem}.bin"
+
+
+def bitmap_bytes(num_rows: int) -> int:
+    return (num_rows + 7) // 8
+
+
+# --- graph.bin ---------------------------------------------------------------------------
+
+GRAPH_MAGIC = b"DLKGRAPH"
+GRAPH_HEADER = struct.Struct("<8sIIQQQ24x")  # magic, version, header size, rows, edges, tables
+GRAPH_HEADER_SIZE = 64
+assert GRAPH_HEADER.size == GRAPH_HEADER_SIZE
+SECTION_ALIGN = 64
+# (name, dtype, length in elements as a function of (num_rows, num_edges)), in file order.
+GRAPH_SECTIONS = (
+    ("parent_offsets", np.dtype("<i8"), lambda v, e: v + 1),
+    ("parent_ids", np.dtype("<i8"), lambda v, e: e),
+    ("child_offsets", np.dtype("<i8"), lambda v, e: v + 1),
+    ("child_ids", np.dtype("<i8"), lambda v, e: e),
+    ("child_times", np.dtype("<i8"), lambda v, e: e),
+    ("row_times", np.dtype("<i8"), lambda v, e: v),
+    ("row_table", np.dtype("<i4"), lambda v, e: v),
+)
+
+
+def _align(n: int) -> int:
+    return (n + SECTION_ALIGN - 1) // SECTION_ALIGN * SECTION_ALIGN
+
+
+def graph_layout(num_rows: int, num_edges: int) -> tuple[dict[str, tuple[int, np.dtype, int]], int]:
+    """``({section: (byte offset, dtype, count)}, total file size)`` of ``graph.bin``."""
+    layout: dict[str, tuple[int, np.dtype, int]] = {}
+    pos = GRAPH_HEADER_SIZE
+    for name, dtype, length in GRAPH_SECTIONS:
+        count = length(num_rows, num_edges)
+        layout[name] = (pos, dtype, count)
+        pos = _align(pos + count * dtype.itemsize)
+    return layout, pos
+
+
+def graph_header(num_rows: int, num_edges: int, num_tables: int) -> bytes:
+    return GRAPH_HEADER.pack(GRAPH_MAGIC, FORMAT_VERSION, GRAPH_HEADER_SIZE, num_rows, num_edges,
+                             num_tables)
+
+
+# --- names that become paths ---------------------------------------------------------------
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+def path_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a table or task directory name, or None when it can.
+
+    Allowed: 1-128 characters from ``A-Z a-z 0-9 _ . -``, not starting with ``.`` or ``-``
+    (so no ``..``, no separators, no hidden files), i.e. a name that stays one directory level
+    inside the output directory on every platform.
+    """
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if "/" in name or "\\" in name or name in (".", "..") or "\x00" in name:
+        return "would escape the output directory (path separators and '.'/'..' are not allowed)"
+    if not _SAFE_NAME.match(name):
+        return ("is not a safe file name: use 1-128 characters from A-Z a-z 0-9 _ . -, "
+                "not starting with '.' or '-'")
+    return None

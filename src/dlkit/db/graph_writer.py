@@ -1,0 +1,90 @@
+"""``graph.bin``: both CSR directions of the foreign-key graph.
+
+The sections are built in working arrays (:class:`dlkit.db.scratch.Arrays`) and written once,
+in file order, as a stream (:class:`dlkit.db.hashing.HashedFile`: hashed and written on the
+writer thread, bypassing the page cache where possible):
+
+* while the tables stream by, every batch's resolved foreign keys are appended to the child
+  -> parents arrays (:meth:`GraphWriter.append`, :func:`dlkit.core.csr.append_parent_csr`);
+  the edge count is not known yet, so ``parent_ids`` is sized for the most edges there could
+  be (pages never written cost nothing);
+* the ``graph`` stage (:meth:`GraphWriter.finish`) queues the header and the parent sections
+  for writing, builds the transpose (:func:`dlkit.core.csr.transpose_csr`) meanwhile, then
+  queues the child sections, the row times and the row tables.
+
+Padding between sections (to multiples of 64 bytes) is zeros, as the format requires.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlkit.core import csr
+from dlkit.db import format as fmt
+from dlkit.db.hashing import HashedFile, Hasher
+from dlkit.db.plan import TablePlan
+from dlkit.db.scratch import Arrays
+
+ROW_TABLE_BLOCK = 1 << 20
+
+
+class GraphWriter:
+    def __init__(self, plans: list[TablePlan], hasher: Hasher, arrays: Arrays):
+        self.plans = plans
+        self.hasher = hasher
+        self.arrays = arrays
+        self.num_rows = sum(p.num_rows for p in plans)
+        max_edges = sum(p.num_rows * len(p.foreign_keys) for p in plans)
+        self.parent_offsets = arrays.empty(np.int64, self.num_rows + 1)
+        self.parent_ids = arrays.empty(np.int64, max_edges)
+        self.parent_offsets[0] = 0
+        self.num_edges = 0
+        self.row_times = arrays.empty(np.int64, self.num_rows)
+        self.size = 0
+
+    def no_edges(self, plan: TablePlan) -> None:
+        """The rows of a table without foreign keys."""
+        csr.fill_no_edges(self.parent_offsets, plan.row_offset, plan.num_rows, self.num_edges)
+
+    def append(self, parents: np.ndarray, first_row: int) -> None:
+        """Rows ``first_row..`` (global ids) with ``parents`` (``int64[K, n]``, -1 for none)."""
+        self.num_edges = csr.append_parent_csr(parents, first_row, self.num_edges,
+                                               self.parent_offsets, self.parent_ids)
+
+    def finish(self) -> int:
+        """Stage ``graph``: build the transpose and write the file; returns how many child
+        lists needed the time sort."""
+        V, E = self.num_rows, self.num_edges
+        layout, self.size = fmt.graph_layout(V, E)
+        out = self.hasher.open(fmt.GRAPH_FILE)
+        out.write(fmt.graph_header(V, E, len(self.plans)))
+        parent_offsets, parent_ids = self.parent_offsets, self.parent_ids[:E]
+        self.parent_offsets = self.parent_ids = None
+        _write_section(out, layout, "parent_offsets", parent_offsets)
+        _write_section(out, layout, "parent_ids", parent_ids)
+        child_offsets = self.arrays.empty(np.int64, V + 1)
+        child_ids = self.arrays.empty(np.int64, E)
+        child_times = self.arrays.empty(np.int64, E)
+        unsorted = csr.transpose_csr(parent_offsets, parent_ids, self.row_times, child_offsets,
+                                     child_ids, child_times, empty=self.arrays.empty)
+        for name, array in (("child_offsets", child_offsets), ("child_ids", child_ids),
+                            ("child_times", child_times), ("row_times", self.row_times)):
+            _write_section(out, layout, name, array)
+        out.write(bytes(layout["row_table"][0] - out.size))
+        for plan in self.plans:  # each table's index, repeated: one small array per table
+            block = np.full(max(1, min(plan.num_rows, ROW_TABLE_BLOCK)), plan.index, dtype="<i4")
+            for start in range(0, plan.num_rows, block.size):
+                out.write(block[:min(block.size, plan.num_rows - start)], bounded=False)
+        out.write(bytes(self.size - out.size))
+        out.close()
+        self.row_times = None
+        return unsorted
+
+
+def _write_section(out: HashedFile, layout: dict, name: str, array: np.ndarray) -> None:
+    offset, dtype, count = layout[name]
+    out.write(bytes(offset - out.size))  # padding to the section's start
+    if array.dtype != dtype or array.shape != (count,):
+        raise AssertionError(f"graph section {name}: {array.dtype}{array.shape}, "
+                             f"expected {dtype}({count},)")
+    out.write(array, bounded=False)  # the array lives on until the write: no extra memory

@@ -1,0 +1,120 @@
+"""``manifest.json``: every file's size and SHA-256, and the database hash.
+
+The **file map** is a map from each file's path relative to the database directory (POSIX
+``/`` separators, UTF-8 text) to ``{"size": <uint>, "sha256": <32-byte byte string>}``, over
+every regular file in the directory tree except ``manifest.json`` itself (so it includes
+``metadata.json``). The **database hash** is ``SHA-256(CBOR_CANONICAL(file map))`` with the
+canonical CBOR of :mod:`dlkit.nextbatch.cbor` (map keys sorted canonically; sizes as
+unsigned integers, digests as byte strings). It is what a run manifest cites as a dataset's
+``hash``.
+
+``manifest.json`` is the UTF-8 text of ``json.dumps(doc, indent=2, sort_keys=True) + "\\n"``
+with ``doc = {"database_hash": hex, "files": {path: {"sha256": hex, "size": int}},
+"format": "dlkit-database-manifest", "format_version": 1}`` (hex: 64 lowercase digits). The
+file must be byte-identical to that rendering of its own content (``verify`` checks this), so
+no edit of it goes unnoticed either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from dlkit.db.format import FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
+from dlkit.errors import DatabaseError
+from dlkit.nextbatch.cbor import cbor_sha256, parse_hex_digest
+
+HASH_BLOCK = 1 << 22
+
+
+def sha256_file(path: Path, progress=None) -> tuple[int, bytes]:
+    """``(size, digest)`` of a file, read in blocks (hashlib releases the GIL per block)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(HASH_BLOCK)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+            size += n
+            if progress is not None:
+                progress(n)
+    return size, h.digest()
+
+
+def list_files(root: Path) -> list[str]:
+    """Relative POSIX paths of every file under ``root`` except the manifest, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel_dir = os.path.relpath(dirpath, root)
+        for fname in filenames:
+            rel = fname if rel_dir == "." else f"{rel_dir}/{fname}".replace(os.sep, "/")
+            if rel != MANIFEST_FILE:
+                out.append(rel)
+    return sorted(out)
+
+
+def hash_files(root: Path, paths: list[str], progress=None, threads: int = 2) -> dict[str, dict[str, Any]]:
+    """The file map of ``paths`` under ``root`` (hashed on ``threads`` threads)."""
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        results = list(pool.map(lambda rel: sha256_file(root / rel, progress), paths))
+    return {rel: {"size": size, "sha256": digest} for rel, (size, digest) in zip(paths, results)}
+
+
+def database_hash(file_map: dict[str, dict[str, Any]]) -> bytes:
+    return cbor_sha256({rel: {"size": e["size"], "sha256": e["sha256"]} for rel, e in file_map.items()})
+
+
+def render_manifest(file_map: dict[str, dict[str, Any]], db_hash: bytes) -> bytes:
+    doc = {
+        "database_hash": db_hash.hex(),
+        "files": {rel: {"sha256": e["sha256"].hex(), "size": e["size"]}
+                  for rel, e in file_map.items()},
+        "format": MANIFEST_FORMAT,
+        "format_version": FORMAT_VERSION,
+    }
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict[str, dict[str, Any]], bytes]:
+    """``(file map, recorded database hash)``; raises :class:`DatabaseError` naming the problem."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatabaseError(f"not valid JSON: {exc}", path=where) from None
+    if not isinstance(doc, dict) or set(doc) != {"database_hash", "files", "format", "format_version"}:
+        raise DatabaseError("not a dlkit database manifest (wrong keys)", path=where)
+    if doc["format"] != MANIFEST_FORMAT or doc["format_version"] != FORMAT_VERSION:
+        raise DatabaseError(f"unsupported manifest format {doc['format']!r} version "
+                            f"{doc['format_version']!r}", path=where)
+    try:
+        recorded = parse_hex_digest(doc["database_hash"], "database_hash")
+    except ValueError as exc:
+        raise DatabaseError(str(exc), path=where) from None
+    files = doc["files"]
+    if not isinstance(files, dict):
+        raise DatabaseError("'files' must be an object", path=where)
+    file_map: dict[str, dict[str, Any]] = {}
+    for rel, entry in files.items():
+        if (not isinstance(entry, dict) or set(entry) != {"sha256", "size"}
+                or isinstance(entry["size"], bool) or not isinstance(entry["size"], int)
+                or entry["size"] < 0):
+            raise DatabaseError(f"entry for {rel!r} must be {{sha256, size}}", path=where)
+        if rel.startswith("/") or ".." in rel.split("/") or "\\" in rel or rel == MANIFEST_FILE:
+            raise DatabaseError(f"file name {rel!r} is not a plain relative path", path=where)
+        try:
+            digest = parse_hex_digest(entry["sha256"], f"sha256 of {rel}")
+        except ValueError as exc:
+            raise DatabaseError(str(exc), path=where) from None
+        file_map[rel] = {"size": entry["size"], "sha256": digest}
+    if render_manifest(file_map, recorded) != data:
+        raise DatabaseError("not in canonical form (the file was edited)", path=where)
+    return file_map, recorded

@@ -1,0 +1,282 @@
+"""The objects of the reader API: read-only views of a database's memory-mapped files.
+
+:class:`FileMaps` maps files read-only (``mmap`` + ``np.frombuffer``, so pages are shared
+between processes) and checks each file's size against the manifest and the metadata before
+an array is made of it. The frozen data classes and :class:`Database` are what
+``open_database`` returns (``docs/database_format.md``, "Reader API").
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlkit.db import format as fmt
+from dlkit.db.checks import Checks
+
+
+# --- the data classes of the reader API ----------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ColumnData:
+    name: str
+    table: str
+    index: int
+    column_id: int
+    stype: int
+    values: np.ndarray
+    valid_bitmap: np.ndarray
+    num_valid: int
+    mean: float | None
+    std: float | None
+    cat_emb_start: int
+    cat_emb_count: int
+    categories: tuple | None
+    arrow_type: str
+
+    @property
+    def stype_name(self) -> str:
+        return fmt.STYPE_NAMES[self.stype]
+
+    @cached_property
+    def valid(self) -> np.ndarray:
+        """bool[num_rows], True = not null (unpacked from the bitmap on first use, cached)."""
+        out = np.unpackbits(self.valid_bitmap, count=self.values.shape[0], bitorder="little")
+        out = out.view(bool)
+        out.flags.writeable = False
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class TableData:
+    name: str
+    index: int
+    num_rows: int
+    row_offset: int
+    primary_key: str | None
+    primary_key_type: str | None
+    time_column: str | None
+    foreign_keys: tuple[tuple[str, str], ...]
+    columns: tuple[ColumnData, ...]
+    key_values: np.ndarray | None
+    key_offsets: np.ndarray | None
+
+    def column(self, name: str) -> ColumnData:
+        for col in self.columns:
+            if col.name == name:
+                return col
+        raise KeyError(f"table {self.name!r} has no column {name!r}")
+
+    def key(self, row: int) -> int | str:
+        """The primary-key value of local ``row``."""
+        if self.key_values is None:
+            raise KeyError(f"table {self.name!r} has no primary key")
+        if not 0 <= row < self.num_rows:
+            raise IndexError(f"row {row} out of range for table {self.name!r} ({self.num_rows} rows)")
+        if self.key_offsets is None:
+            return int(self.key_values[row])
+        a, b = int(self.key_offsets[row]), int(self.key_offsets[row + 1])
+        return bytes(self.key_values[a:b]).decode("utf-8")
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    parent_offsets: np.ndarray
+    parent_ids: np.ndarray
+    child_offsets: np.ndarray
+    child_ids: np.ndarray
+    child_times: np.ndarray
+    row_table: np.ndarray
+    row_times: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        return self.row_times.shape[0]
+
+    @property
+    def num_edges(self) -> int:
+        return self.parent_ids.shape[0]
+
+    def parents(self, row: int) -> np.ndarray:
+        return self.parent_ids[self.parent_offsets[row]:self.parent_offsets[row + 1]]
+
+    def children(self, row: int, before: int | None = None) -> np.ndarray:
+        """Children of ``row``; with ``before=T`` only those with time ``<= T``."""
+        a, b = int(self.child_offsets[row]), int(self.child_offsets[row + 1])
+        if before is not None:
+            b = a + int(np.searchsorted(self.child_times[a:b], before, side="right"))
+        return self.child_ids[a:b]
+
+
+@dataclass(frozen=True, eq=False)
+class TaskData:
+    name: str
+    index: int
+    table: str
+    target_column: str
+    target_stype: int
+    anchor_row: np.ndarray
+    obs_time: np.ndarray
+    target: np.ndarray
+    target_valid: np.ndarray
+
+    @property
+    def num_seeds(self) -> int:
+        return self.anchor_row.shape[0]
+
+
+# --- mapping files -------------------------------------------------------------------------
+
+
+class FileMaps:
+    def __init__(self, root: Path, checks: Checks, sizes: dict[str, int]):
+        self.root = root
+        self.checks = checks
+        self.sizes = sizes  # manifest sizes
+        self.mmaps: list[mmap.mmap] = []
+
+    def raw(self, rel: str) -> mmap.mmap | None:
+        path = self.root / rel
+        try:
+            size = path.stat().st_size
+        except OSError:
+            self.checks.fail(rel, "file.missing", "the file does not exist", fatal=True)
+        if rel in self.sizes and size != self.sizes[rel]:
+            self.checks.fail(rel, "file.size", f"{size} bytes, manifest says {self.sizes[rel]}",
+                             fatal=True)
+        if size == 0:
+            return None
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.mmaps.append(mm)
+        return mm
+
+    def array(self, rel: str, dtype, count: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        expected = count * dtype.itemsize
+        mm = self.raw(rel)
+        size = 0 if mm is None else len(mm)
+        if size != expected:
+            self.checks.fail(rel, "file.size", f"{size} bytes, metadata implies {expected} "
+                             f"({count} x {dtype})", fatal=True)
+        arr = np.zeros(0, dtype=dtype) if mm is None else np.frombuffer(mm, dtype=dtype, count=count)
+        arr.flags.writeable = False
+        return arr.reshape(shape) if shape is not None else arr
+
+    def close(self) -> None:
+        for mm in self.mmaps:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # arrays still reference it; it is unmapped when they are collected
+        self.mmaps = []
+
+
+# --- the database --------------------------------------------------------------------------
+
+
+class Database:
+    """An open database. Arrays are read-only views of memory-mapped files."""
+
+    def __init__(self, path: Path, metadata: dict[str, Any], manifest_files: dict[str, dict],
+                 recorded_hash: bytes, maps: FileMaps, tables: tuple[TableData, ...], graph: Graph,
+                 tasks: tuple[TaskData, ...], embeddings: dict[str, np.ndarray],
+                 texts: tuple[np.ndarray, np.ndarray]):
+        self.path = path
+        self.metadata = metadata
+        self.manifest_files = manifest_files
+        self.database_hash = recorded_hash
+        self._maps = maps
+        self.tables = tables
+        self.graph = graph
+        self.tasks = tasks
+        self._embeddings = embeddings
+        self._text_offsets, self._text_data = texts
+        self._table_by_name = {t.name: t for t in tables}
+        self._task_by_name = {t.name: t for t in tasks}
+
+    # identity
+    @property
+    def database_id(self) -> str:
+        return self.metadata["database_id"]
+
+    @property
+    def database_hash_hex(self) -> str:
+        return self.database_hash.hex()
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.metadata["num_rows"])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.metadata["num_edges"])
+
+    @cached_property
+    def table_offsets(self) -> np.ndarray:
+        out = np.asarray(self.metadata["table_offsets"], dtype=np.int64)
+        out.flags.writeable = False
+        return out
+
+    @property
+    def num_texts(self) -> int:
+        return int(self.metadata["num_texts"])
+
+    def table(self, name: str) -> TableData:
+        try:
+            return self._table_by_name[name]
+        except KeyError:
+            raise KeyError(f"no table {name!r} in {self.path}") from None
+
+    def task(self, name: str) -> TaskData:
+        try:
+            return self._task_by_name[name]
+        except KeyError:
+            raise KeyError(f"no task {name!r} in {self.path}") from None
+
+    @cached_property
+    def columns(self) -> tuple[ColumnData, ...]:
+        """Every feature column, indexed by ``column_id``."""
+        return tuple(c for t in self.tables for c in t.columns)
+
+    def text_embeddings(self) -> np.ndarray:
+        return self._embeddings["text"]
+
+    def column_embeddings(self) -> np.ndarray:
+        return self._embeddings["column"]
+
+    def categorical_embeddings(self) -> np.ndarray:
+        return self._embeddings["categorical"]
+
+    def text(self, text_id: int) -> str:
+        """The string of global text id ``text_id``."""
+        if not 0 <= text_id < self.num_texts:
+            raise IndexError(f"text id {text_id} out of range [0, {self.num_texts})")
+        a, b = int(self._text_offsets[text_id]), int(self._text_offsets[text_id + 1])
+        return bytes(self._text_data[a:b]).decode("utf-8")
+
+    def row_of(self, global_row: int) -> tuple[TableData, int]:
+        """``(table, local row)`` of a global row id."""
+        if not 0 <= global_row < self.num_rows:
+            raise IndexError(f"row {global_row} out of range [0, {self.num_rows})")
+        t = int(np.searchsorted(self.table_offsets, global_row, side="right")) - 1
+        return self.tables[t], global_row - int(self.table_offsets[t])
+
+    def close(self) -> None:
+        self._maps.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Database({str(self.path)!r}, id={self.database_id!r}, tables={len(self.tables)}, "
+                f"rows={self.num_rows}, edges={self.num_edges})")

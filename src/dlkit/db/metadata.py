@@ -1,0 +1,123 @@
+"""What a database says about itself: column and category embeddings, ``metadata.json`` and
+``manifest.json`` (stages ``embeddings`` and ``manifest`` of preprocessing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dlkit.db import format as fmt
+from dlkit.db.embed import EMBED_CHUNK, embed_texts
+from dlkit.db.hashing import Hasher
+from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
+from dlkit.db.plan import TablePlan
+from dlkit.db.report import Progress, StageReport
+from dlkit.db.schema import Schema
+
+
+def category_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def write_schema_embeddings(plans: list[TablePlan], embedder: Any, hasher: Hasher,
+                            progress: Progress, st: StageReport) -> None:
+    """``column_embeddings.bin`` and ``categorical_embeddings.bin``."""
+    columns = [(p, c) for p in plans for c in p.columns]
+    cats = [(c, v) for _p, c in columns if c.stype == fmt.CATEGORICAL for v in c.categories]
+    col_texts = [f"{c.name} of {p.name}" for p, c in columns]
+    cat_texts = [f"{c.name} is {category_text(v)}" for c, v in cats]
+    for name, texts in ((fmt.COLUMN_EMBEDDINGS_FILE, col_texts),
+                        (fmt.CATEGORICAL_EMBEDDINGS_FILE, cat_texts)):
+        with hasher.open(name) as f:
+            for start in range(0, len(texts), EMBED_CHUNK):
+                chunk = texts[start:start + EMBED_CHUNK]
+                f.write(embed_texts(embedder, chunk))
+                progress.advance(len(chunk))
+            st.bytes += f.size
+    st.columns = len(columns)
+
+
+def num_schema_embeddings(plans: list[TablePlan]) -> int:
+    return sum(1 + (len(c.categories) if c.stype == fmt.CATEGORICAL else 0)
+               for p in plans for c in p.columns)
+
+
+def database_metadata(schema: Schema, plans: list[TablePlan], *, num_edges: int,
+                      num_texts: int, num_categories: int, tasks: list[dict[str, Any]],
+                      embedder: Any, on_dangling: str) -> dict[str, Any]:
+    """The content of ``metadata.json``, in its documented key order."""
+    tables = []
+    for p in plans:
+        cols = []
+        for c in p.columns:
+            entry: dict[str, Any] = {
+                "name": c.name, "index": c.index, "column_id": c.column_id,
+                "stype": c.stype, "stype_name": fmt.STYPE_NAMES[c.stype],
+                "arrow_type": c.arrow_type, "inferred": c.inferred, "num_valid": c.num_valid,
+            }
+            if c.stype in (fmt.NUMERIC, fmt.TIMESTAMP):
+                entry["mean"] = c.mean
+                entry["std"] = c.std
+            if c.stype == fmt.CATEGORICAL:
+                entry["num_categories"] = len(c.categories)
+                entry["cat_emb_start"] = c.cat_emb_start
+                entry["cat_emb_count"] = len(c.categories)
+                entry["categories"] = c.categories
+            cols.append(entry)
+        tables.append({
+            "name": p.name, "index": p.index, "num_rows": p.num_rows,
+            "row_offset": p.row_offset, "primary_key": p.primary_key,
+            "primary_key_type": p.pk_family, "time_column": p.time_column,
+            "num_null_times": p.num_null_times,
+            "foreign_keys": [{"column": f.column, "parent_table": f.parent,
+                              "num_edges": f.num_edges, "num_null": f.num_null,
+                              "num_dangling": f.num_dangling} for f in p.foreign_keys],
+            "columns": cols,
+        })
+    num_rows = sum(p.num_rows for p in plans)
+    dim = int(embedder.dim)
+    return {
+        "format": fmt.FORMAT_NAME,
+        "format_version": fmt.FORMAT_VERSION,
+        "database_id": schema.name,
+        "num_tables": len(plans),
+        "num_rows": num_rows,
+        "num_edges": num_edges,
+        "num_columns": sum(len(p.columns) for p in plans),
+        "num_texts": num_texts,
+        "num_categories": num_categories,
+        "num_tasks": len(schema.tasks),
+        "table_offsets": [p.row_offset for p in plans] + [num_rows],
+        "no_time": int(fmt.NO_TIME),
+        "stypes": {name: i for i, name in enumerate(fmt.STYPE_NAMES)},
+        "tables": tables,
+        "tasks": tasks,
+        "embeddings": {
+            "embedder": embedder.name, "config": embedder.config(),
+            "text_dim": dim, "column_dim": dim, "categorical_dim": dim,
+        },
+        "options": {"on_dangling": on_dangling},
+    }
+
+
+def write_manifest(root: Path, hasher: Hasher, metadata: dict[str, Any],
+                   st: StageReport) -> tuple[bytes, int]:
+    """Write ``metadata.json``, then ``manifest.json`` over every file; returns the database
+    hash and the total size of the database in bytes."""
+    with hasher.open(fmt.METADATA_FILE) as f:
+        f.write((json.dumps(metadata, indent=2, ensure_ascii=False) + "\n").encode())
+    file_map = hasher.digests()
+    stray = sorted(set(list_files(root)) - set(file_map))
+    if stray:  # never expected; hash them rather than publish an unlisted file
+        file_map.update(hash_files(root, stray))
+    file_map = {rel: file_map[rel] for rel in sorted(file_map)}
+    digest = database_hash(file_map)
+    data = render_manifest(file_map, digest)
+    with open(root / fmt.MANIFEST_FILE, "wb") as f:
+        f.write(data)
+    st.bytes = file_map[fmt.METADATA_FILE]["size"] + len(data)
+    st.columns = len(file_map) + 1
+    return digest, sum(e["size"] for e in file_map.values()) + len(data)

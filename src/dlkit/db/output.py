@@ -1,0 +1,208 @@
+"""Atomic creation and replacement of a database directory.
+
+``target`` is built in a temporary directory beside it, ``.<name>.dlkit-tmp-<random>``, which
+is renamed into place only when complete:
+
+* A lock file ``.<name>.dlkit-lock`` beside the target (``flock``, released by the kernel even
+  when the process is killed) serialises runs on one target. Holding it, a run knows every
+  other temporary directory of that target is left over from an interrupted run, and removes
+  them before it starts. The lock file itself is removed at the end of a run.
+* A new target is moved into place with ``renameat2(RENAME_NOREPLACE)`` (plain ``rename``
+  where unavailable); an existing one (``overwrite``) is swapped in one step with
+  ``renameat2(RENAME_EXCHANGE)``, so the target path always holds either the old or the new
+  database, and the old one is deleted afterwards. Where the exchange is unavailable, the old
+  database is first renamed to ``.<name>.dlkit-old-<random>``; a run interrupted between the
+  two renames is repaired by the next run (the old database is put back).
+* On any failure or interrupt the temporary directory is deleted; nothing else was touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+from dlkit.atomic import fsync_directory
+from dlkit.db.format import MANIFEST_FILE, MANIFEST_FORMAT
+from dlkit.errors import OutputError
+
+TMP_MARK = ".dlkit-tmp-"
+OLD_MARK = ".dlkit-old-"
+LOCK_MARK = ".dlkit-lock"
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """True when done; False when the system lacks renameat2 or the flag; raises on real errors."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    res = fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags)
+    if res == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def is_database_dir(path: Path) -> bool:
+    """A directory that looks like a dlkit database (its manifest names the format)."""
+    try:
+        doc = json.loads((path / MANIFEST_FILE).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == MANIFEST_FORMAT
+
+
+def check_target(target: Path, overwrite: bool) -> None:
+    """Refuse a target that exists (unless ``overwrite`` and it is a database or empty)."""
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise OutputError("exists and is not a directory; refusing to replace it", path=target)
+    if target.exists():
+        if not overwrite:
+            raise OutputError("already exists (pass --overwrite to replace it)", path=target)
+        if not is_database_dir(target) and any(target.iterdir()):
+            raise OutputError("exists and is not a dlkit database; refusing to replace it, even "
+                              "with --overwrite", path=target)
+
+
+class AtomicDirectory:
+    """Context manager yielding a temporary build directory for ``target``; ``commit()``."""
+
+    def __init__(self, target: str | os.PathLike[str], overwrite: bool = False):
+        self.target = Path(target).absolute()
+        self.parent = self.target.parent
+        self.name = self.target.name
+        self.overwrite = overwrite
+        self.tmp: Path | None = None
+        self._lock_fd: int | None = None
+        self._lock_path = self.parent / f".{self.name}{LOCK_MARK}"
+        self.committed = False
+
+    # -- locking and cleanup ------------------------------------------------------------
+
+    def _lock(self) -> None:
+        while True:
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise OutputError("another dlkit process is writing this database right now",
+                                  path=self.target) from None
+            # The file may have been unlinked by its previous holder between open and flock.
+            try:
+                same = os.stat(self._lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._lock_fd = fd
+                return
+            os.close(fd)
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._lock_path)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _leftovers(self, mark: str) -> list[Path]:
+        prefix = f".{self.name}{mark}"
+        return [p for p in self.parent.iterdir() if p.name.startswith(prefix)]
+
+    def _recover(self) -> None:
+        """Holding the lock: finish or undo what an interrupted run left beside the target."""
+        olds = self._leftovers(OLD_MARK)
+        if olds and not self.target.exists() and is_database_dir(olds[0]):
+            os.rename(olds[0], self.target)  # interrupted fallback overwrite: put the old back
+            olds = olds[1:]
+        for stale in self._leftovers(TMP_MARK) + olds:
+            shutil.rmtree(stale, ignore_errors=True)
+
+    # -- context ------------------------------------------------------------------------
+
+    def __enter__(self) -> Path:
+        try:
+            self.parent.mkdir(parents=True, exist_ok=True)
+            self._lock()
+        except OSError as exc:
+            if isinstance(exc, OutputError):
+                raise
+            raise OutputError(f"cannot write here: {exc.strerror or exc}", path=self.target) from exc
+        try:
+            self._recover()
+            check_target(self.target, self.overwrite)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.name}{TMP_MARK}", dir=self.parent))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a database is shared
+        except BaseException:
+            if self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                self.tmp = None
+            self._unlock()
+            raise
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if not self.committed and self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        finally:
+            self._unlock()
+
+    def commit(self, fsync: bool = True) -> None:
+        """Move the finished temporary directory into place (see the module doc)."""
+        assert self.tmp is not None
+        if fsync:
+            fsync_tree(self.tmp)
+        try:
+            if self.target.exists():
+                check_target(self.target, self.overwrite)
+                if _renameat2(self.tmp, self.target, _RENAME_EXCHANGE):
+                    self.committed = True
+                    shutil.rmtree(self.tmp, ignore_errors=True)  # now holds the old database
+                else:
+                    old = self.parent / f".{self.name}{OLD_MARK}{secrets.token_hex(6)}"
+                    os.rename(self.target, old)
+                    os.rename(self.tmp, self.target)
+                    self.committed = True
+                    shutil.rmtree(old, ignore_errors=True)
+            else:
+                if not _renameat2(self.tmp, self.target, _RENAME_NOREPLACE):
+                    os.rename(self.tmp, self.target)
+                self.committed = True
+        except OSError as exc:
+            raise OutputError(f"cannot move the new database into place: {exc.strerror or exc}",
+                              path=self.target) from exc
+        if fsync:
+            fsync_directory(self.parent)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (data first, then the directories)."""
+    dirs = []
+    for dirpath, _dirnames, filenames in os.walk(root):
+        dirs.append(dirpath)
+        for fname in filenames:
+            fd = os.open(os.path.join(dirpath, fname), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for d in reversed(dirs):
+        fsync_directory(Path(d))

@@ -1,0 +1,170 @@
+"""Stage ``scan`` of preprocessing: check the schema against the Parquet footers, plan columns.
+
+Nothing is read beyond the footers here, except for string columns without a type override,
+whose type (categorical or text) needs their distinct values counted
+(:func:`infer_string_column`, which stops as soon as a column is clearly text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlkit.db import format as fmt
+from dlkit.db.convert import unique_values
+from dlkit.db.schema import (
+    ALLOWED_STYPES,
+    CATEGORICAL_MAX_DISTINCT,
+    KEY_FAMILIES,
+    Schema,
+    infer_stype,
+    type_family,
+)
+from dlkit.db.source import TableSource, resolve_table_path
+from dlkit.errors import DataError, SchemaError
+
+
+@dataclass
+class ColumnPlan:
+    name: str
+    index: int
+    family: str
+    arrow_type: str
+    stype: int = -1
+    inferred: bool = False
+    column_id: int = -1
+    # filled by the columns stage
+    num_valid: int = 0
+    mean: float | None = None
+    std: float | None = None
+    categories: list | None = None
+    cat_emb_start: int = 0
+
+
+@dataclass
+class ForeignKeyPlan:
+    column: str
+    parent: str
+    num_edges: int = 0
+    num_null: int = 0
+    num_dangling: int = 0
+
+
+@dataclass
+class TablePlan:
+    name: str
+    index: int
+    source: TableSource
+    primary_key: str | None
+    pk_family: str | None
+    time_column: str | None
+    foreign_keys: list[ForeignKeyPlan]
+    columns: list[ColumnPlan]
+    num_rows: int = 0
+    row_offset: int = 0
+    num_null_times: int = 0
+
+
+def where(table: str, column: str) -> str:
+    """How error messages name a column: ``table 't', column 'c'``."""
+    return f"table {table!r}, column {column!r}"
+
+
+def check_rows(plan: TablePlan, what: str, seen: int, final: bool = False) -> None:
+    """The Parquet data of ``plan`` must hold exactly the rows its footers promise."""
+    if seen > plan.num_rows or (final and seen != plan.num_rows):
+        raise DataError(f"table {plan.name!r}, {what}: the Parquet data holds {seen} rows "
+                        f"but its footer says {plan.num_rows} (corrupt file)")
+
+
+def _missing(source: TableSource, column: str, role: str) -> SchemaError:
+    return SchemaError(f"{where(source.name, column)} ({role}) is missing from "
+                       f"{source.location}; its columns are: {', '.join(source.schema.names)}")
+
+
+def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
+    """Open and check every table of ``schema`` (stage ``scan`` minus type inference)."""
+    plans: list[TablePlan] = []
+    offset = 0
+    for index, spec in enumerate(schema.tables):
+        src = TableSource.open(spec.name, resolve_table_path(input_dir, spec.name, spec.path))
+        names = set(src.schema.names)
+        pk_family = None
+        if spec.primary_key is not None:
+            if spec.primary_key not in names:
+                raise _missing(src, spec.primary_key, "primary key")
+            pk_family = type_family(src.column_type(spec.primary_key))
+            if pk_family not in KEY_FAMILIES:
+                raise SchemaError(f"{where(spec.name, spec.primary_key)}: primary key has type "
+                                  f"{src.column_type(spec.primary_key)}; it must be an integer or "
+                                  "a string")
+        if spec.time_column is not None:
+            if spec.time_column not in names:
+                raise _missing(src, spec.time_column, "time column")
+            if type_family(src.column_type(spec.time_column)) not in ("timestamp", "date"):
+                raise SchemaError(f"{where(spec.name, spec.time_column)}: time column has type "
+                                  f"{src.column_type(spec.time_column)}; it must be a timestamp "
+                                  "or a date")
+        for column, _ in spec.foreign_keys:
+            if column not in names:
+                raise _missing(src, column, "foreign key")
+        for column in spec.exclude:
+            if column not in names:
+                raise _missing(src, column, "excluded")
+        for column in spec.types:
+            if column not in names:
+                raise _missing(src, column, "typed")
+        keys = {spec.primary_key} | {c for c, _ in spec.foreign_keys}
+        columns: list[ColumnPlan] = []
+        for fld in src.schema:
+            if fld.name in keys or fld.name in spec.exclude:
+                continue
+            family = type_family(fld.type)
+            plan = ColumnPlan(name=fld.name, index=len(columns), family=family,
+                              arrow_type=str(fld.type))
+            override = spec.types.get(fld.name)
+            if override is not None:
+                if override not in ALLOWED_STYPES.get(family, ()):
+                    raise SchemaError(f"{where(spec.name, fld.name)}: Arrow type {fld.type} "
+                                      f"cannot be {override}")
+                plan.stype = fmt.STYPE_BY_NAME[override]
+            elif family == "unsupported":
+                raise SchemaError(f"{where(spec.name, fld.name)}: Arrow type {fld.type} is not "
+                                  f"supported; exclude the column (exclude = [\"{fld.name}\"])")
+            elif family != "string":
+                plan.stype = fmt.STYPE_BY_NAME[infer_stype(family)]
+                plan.inferred = True
+            columns.append(plan)
+        plans.append(TablePlan(
+            name=spec.name, index=index, source=src, primary_key=spec.primary_key,
+            pk_family=pk_family, time_column=spec.time_column,
+            foreign_keys=[ForeignKeyPlan(c, p) for c, p in spec.foreign_keys], columns=columns,
+            num_rows=src.num_rows, row_offset=offset))
+        offset += src.num_rows
+    by_name = {p.name: p for p in plans}
+    for plan in plans:
+        for fk in plan.foreign_keys:
+            parent = by_name[fk.parent]
+            child_type = plan.source.column_type(fk.column)
+            if type_family(child_type) != parent.pk_family:
+                raise SchemaError(
+                    f"{where(plan.name, fk.column)}: foreign key has type {child_type}, but the "
+                    f"primary key {fk.parent}.{parent.primary_key} it refers to has type "
+                    f"{parent.source.column_type(parent.primary_key)}")
+    for task in schema.tasks:
+        plan = by_name[task.table]
+        if not plan.source.has_column(task.target):
+            raise _missing(plan.source, task.target, f"target of task {task.name!r}")
+    return plans
+
+
+def infer_string_column(source: TableSource, column: str, batch_rows: int) -> str:
+    """``categorical`` or ``text`` for a string column (stops reading once it is text)."""
+    seen: set = set()
+    num_valid = 0
+    for arr in source.iter_column(column, batch_rows):
+        num_valid += len(arr) - arr.null_count
+        seen.update(unique_values(arr))
+        if len(seen) > CATEGORICAL_MAX_DISTINCT:
+            return "text"
+    return infer_stype("string", len(seen), num_valid)

@@ -1,0 +1,338 @@
+"""Opening a database for sampling: memory-mapped, read-only, validated.
+
+``open_database(path)`` reads ``metadata.json`` and ``manifest.json``, maps every binary file
+read-only (``mmap`` + ``np.frombuffer``, so the pages are shared between processes) and runs
+the *cheap* structural checks: every file's size agrees with the metadata and the manifest,
+CSR offsets are monotone and end at the edge count, every id (neighbour, table, category,
+text, seed row) lies in range. These are single passes over the index arrays (numba, no
+allocation), so no kernel can read out of bounds on a corrupt database; a failure raises
+:class:`DatabaseError` naming the file and the check. ``verify_hashes=True`` also checks every
+SHA-256 of the manifest. :func:`check_database` (used by ``dlkit verify``) runs the *full*
+checks as well and collects every failure instead of stopping at the first.
+
+The objects returned live in :mod:`dlkit.db.mapped`, the failure bookkeeping and the metadata
+validation in :mod:`dlkit.db.checks`; both are re-exported here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from dlkit.core import csr
+from dlkit.db import format as fmt
+from dlkit.db.checks import Checks, Failure, Stop, check_metadata, expected_files, load_json
+from dlkit.db.manifest import database_hash, hash_files, list_files, parse_manifest
+from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
+from dlkit.errors import DatabaseError
+
+__all__ = ["ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
+           "check_database", "open_database"]
+
+
+def _check_manifest(root: Path, checks: Checks, full: bool,
+                    verify_hashes: bool) -> tuple[dict[str, dict], bytes]:
+    """``(file map, recorded database hash)``; every file checked against the manifest."""
+    try:
+        raw_manifest = (root / fmt.MANIFEST_FILE).read_bytes()
+    except OSError as exc:
+        checks.fail(fmt.MANIFEST_FILE, "file.missing", f"cannot read: {exc.strerror or exc}",
+                    fatal=True)
+    try:
+        file_map, recorded = parse_manifest(raw_manifest, root / fmt.MANIFEST_FILE)
+    except DatabaseError as exc:
+        checks.fail(fmt.MANIFEST_FILE, "manifest.parse", exc.message, fatal=True)
+    if database_hash(file_map) != recorded:
+        checks.fail(fmt.MANIFEST_FILE, "manifest.database_hash", "the recorded database hash is "
+                    "not SHA-256(CBOR_CANONICAL(file map))")
+    present = set(list_files(root))
+    for rel in sorted(set(file_map) - present):
+        checks.fail(rel, "file.missing", "listed in manifest.json but absent")
+    if full:
+        for rel in sorted(present - set(file_map)):
+            checks.fail(rel, "file.unexpected", "present but not listed in manifest.json")
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                p = Path(dirpath) / name
+                if p.is_symlink():
+                    checks.fail(str(p.relative_to(root)), "file.symlink", "symbolic links are "
+                                "not allowed in a database")
+    for rel in sorted(set(file_map) & present):
+        size = (root / rel).stat().st_size
+        if size != file_map[rel]["size"]:
+            checks.fail(rel, "file.size", f"{size} bytes, manifest says {file_map[rel]['size']}")
+    if verify_hashes:
+        listed = sorted(rel for rel in set(file_map) & present
+                        if (root / rel).stat().st_size == file_map[rel]["size"])
+        actual = hash_files(root, listed)
+        for rel in listed:
+            if actual[rel]["sha256"] != file_map[rel]["sha256"]:
+                checks.fail(rel, "file.sha256", "content differs from manifest.json "
+                            f"(sha256 {actual[rel]['sha256'].hex()[:16]}..., manifest "
+                            f"{file_map[rel]['sha256'].hex()[:16]}...)")
+    return file_map, recorded
+
+
+def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Database | None:
+    root = Path(root)
+    if not root.is_dir():
+        checks.fail(".", "database.missing", "not a directory", fatal=True)
+    file_map, recorded = _check_manifest(root, checks, full, verify_hashes)
+    meta = load_json(root, fmt.METADATA_FILE, checks)
+    check_metadata(meta, checks)
+    for rel in sorted(expected_files(meta) - set(file_map)):
+        checks.fail(rel, "file.unlisted", "required by metadata.json but not in manifest.json")
+    sizes = {rel: e["size"] for rel, e in file_map.items()}
+    maps = FileMaps(root, checks, sizes)
+    failures_before = len(checks.failures)
+    ok = True
+    try:
+        graph = _open_graph(meta, maps, checks, full)
+    except Stop:
+        ok, graph = False, None
+    tables = []
+    for t in meta["tables"]:
+        try:
+            tables.append(_open_table(t, meta, maps, checks, full, graph))
+        except Stop:
+            ok = False
+    try:
+        texts = _open_texts(meta, maps, checks, full)
+    except Stop:
+        ok, texts = False, None
+    embeddings = {}
+    for key, rel, count in (("text", fmt.TEXT_EMBEDDINGS_FILE, meta["num_texts"]),
+                            ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta["num_columns"]),
+                            ("categorical", fmt.CATEGORICAL_EMBEDDINGS_FILE, meta["num_categories"])):
+        dim = meta["embeddings"][f"{key}_dim"]
+        try:
+            embeddings[key] = maps.array(rel, "<f2", count * dim, (count, dim))
+        except Stop:
+            ok = False
+    tasks = []
+    if ok:
+        by_name = {t.name: t for t in tables}
+        for task in meta["tasks"]:
+            try:
+                tasks.append(_open_task(task, by_name[task["table"]], maps, checks, full, graph))
+            except Stop:
+                ok = False
+    if not ok or len(checks.failures) > failures_before and checks.collect:
+        maps.close()
+        return None
+    return Database(root, meta, file_map, recorded, maps, tuple(tables), graph, tuple(tasks),
+                    embeddings, texts)
+
+
+def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph:
+    G = fmt.GRAPH_FILE
+    V, E, T = meta["num_rows"], meta["num_edges"], meta["num_tables"]
+    mm = maps.raw(G)
+    layout, size = fmt.graph_layout(V, E)
+    if mm is None or len(mm) != size:
+        checks.fail(G, "graph.size", f"{0 if mm is None else len(mm)} bytes, metadata implies "
+                    f"{size} ({V} rows, {E} edges)", fatal=True)
+    magic, version, hsize, rows, edges, tables = fmt.GRAPH_HEADER.unpack_from(mm, 0)
+    if (magic, version, hsize, rows, edges, tables) != (fmt.GRAPH_MAGIC, fmt.FORMAT_VERSION,
+                                                       fmt.GRAPH_HEADER_SIZE, V, E, T):
+        checks.fail(G, "graph.header", f"header ({magic!r}, v{version}, {rows} rows, {edges} "
+                    f"edges, {tables} tables) disagrees with metadata.json", fatal=True)
+    a = {}
+    for name, (off, dtype, count) in layout.items():
+        arr = np.frombuffer(mm, dtype=dtype, count=count, offset=off)
+        arr.flags.writeable = False
+        a[name] = arr
+    bad = False
+    for off_name, ids_name in (("parent_offsets", "parent_ids"), ("child_offsets", "child_ids")):
+        i = csr.check_offsets(a[off_name], E)
+        if i >= 0:
+            checks.fail(G, f"graph.{off_name}", f"offsets not monotone from 0 to {E} (at row {i})")
+            bad = True
+        i = csr.check_ids(a[ids_name], 0, V)
+        if i >= 0:
+            checks.fail(G, f"graph.{ids_name}", f"id {int(a[ids_name][i])} at edge {i} is not a row "
+                        f"id in [0, {V})")
+            bad = True
+    i = csr.check_ids(a["row_table"], 0, T)
+    if i >= 0:
+        checks.fail(G, "graph.row_table", f"table index {int(a['row_table'][i])} at row {i} is not "
+                    f"in [0, {T})")
+        bad = True
+    if bad:
+        raise Stop()
+    graph = Graph(**a)
+    if full:
+        _full_graph_checks(meta, graph, checks)
+    return graph
+
+
+def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
+    G = fmt.GRAPH_FILE
+    offsets = np.asarray(meta["table_offsets"], dtype=np.int64)
+    expected_table = np.repeat(np.arange(len(meta["tables"]), dtype=np.int32), np.diff(offsets))
+    if not np.array_equal(g.row_table, expected_table):
+        checks.fail(G, "graph.row_table", "row_table disagrees with table_offsets")
+    i = csr.check_child_order(g.child_offsets, g.child_ids, g.child_times)
+    if i >= 0:
+        checks.fail(G, "graph.child_order", f"children not sorted by (time, id) at edge {i}")
+    i = csr.check_child_times(g.child_ids, g.child_times, g.row_times)
+    if i >= 0:
+        checks.fail(G, "graph.child_times", f"child_times[{i}] is not the child's row time")
+    if not csr.transpose_matches(g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids):
+        checks.fail(G, "graph.transpose", "the child lists are not the transpose of the parent "
+                    "lists")
+    name_to_index = {t["name"]: t["index"] for t in meta["tables"]}
+    for t in meta["tables"]:
+        a, b = offsets[t["index"]], offsets[t["index"] + 1]
+        lo, hi = g.parent_offsets[a], g.parent_offsets[b]
+        fks = t["foreign_keys"]
+        if hi - lo != sum(fk["num_edges"] for fk in fks):
+            checks.fail(G, "graph.parent_ids", f"table {t['name']!r} has {hi - lo} parent edges, "
+                        "metadata says " + str(sum(fk["num_edges"] for fk in fks)))
+            continue
+        if b > a and np.diff(g.parent_offsets[a:b + 1]).max(initial=0) > len(fks):
+            checks.fail(G, "graph.parent_ids", f"a row of table {t['name']!r} has more parents "
+                        "than foreign keys")
+        allowed = np.zeros(len(meta["tables"]), dtype=bool)
+        for fk in fks:
+            allowed[name_to_index[fk["parent_table"]]] = True
+        if hi > lo and not allowed[g.row_table[g.parent_ids[lo:hi]]].all():
+            checks.fail(G, "graph.parent_ids", f"a row of table {t['name']!r} has a parent outside "
+                        "its foreign keys' tables")
+
+
+def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
+                graph: Graph | None) -> TableData:
+    name, n = t["name"], t["num_rows"]
+    key_values = key_offsets = None
+    if t.get("primary_key") is not None:
+        if t["primary_key_type"] == "integer":
+            key_values = maps.array(fmt.key_values_file(name), "<i8", n)
+        else:
+            rel = fmt.key_offsets_file(name)
+            key_offsets = maps.array(rel, "<i8", n + 1)
+            vrel = fmt.key_values_file(name)
+            mm = maps.raw(vrel)
+            nbytes = 0 if mm is None else len(mm)
+            if csr.check_offsets(key_offsets, nbytes) >= 0:
+                checks.fail(rel, "key.offsets", "string key offsets not monotone from 0 to the "
+                            f"size of {vrel}", fatal=True)
+            key_values = (np.zeros(0, np.uint8) if mm is None
+                          else np.frombuffer(mm, dtype=np.uint8))
+    columns = []
+    for c in t["columns"]:
+        stype = c["stype"]
+        vrel = fmt.column_values_file(name, c["index"])
+        brel = fmt.column_valid_file(name, c["index"])
+        values = maps.array(vrel, fmt.VALUE_DTYPES[stype], n)
+        bitmap = maps.array(brel, np.uint8, fmt.bitmap_bytes(n))
+        limit = None
+        if stype == fmt.CATEGORICAL:
+            limit = c["cat_emb_count"]
+        elif stype == fmt.TEXT:
+            limit = meta["num_texts"]
+        if limit is not None:
+            # Null cells hold 0, so the whole array must lie in [0, max(limit, 1)).
+            i = csr.check_ids(values, 0, max(limit, 1))
+            if i >= 0:
+                checks.fail(vrel, f"column.{fmt.STYPE_NAMES[stype]}_range",
+                            f"id {int(values[i])} at row {i} is not in [0, {limit})")
+        if stype == fmt.BOOLEAN and n and values.max() > 1:
+            checks.fail(vrel, "column.boolean_range", "a boolean value other than 0 or 1")
+        col = ColumnData(
+            name=c["name"], table=name, index=c["index"], column_id=c["column_id"], stype=stype,
+            values=values, valid_bitmap=bitmap, num_valid=c["num_valid"],
+            mean=c.get("mean"), std=c.get("std"),
+            cat_emb_start=c.get("cat_emb_start", 0), cat_emb_count=c.get("cat_emb_count", 0),
+            categories=tuple(c["categories"]) if stype == fmt.CATEGORICAL else None,
+            arrow_type=str(c.get("arrow_type", "")))
+        if full:
+            _full_column_checks(col, n, vrel, brel, checks)
+        columns.append(col)
+    return TableData(
+        name=name, index=t["index"], num_rows=n, row_offset=t["row_offset"],
+        primary_key=t.get("primary_key"), primary_key_type=t.get("primary_key_type"),
+        time_column=t.get("time_column"),
+        foreign_keys=tuple((fk["column"], fk["parent_table"]) for fk in t["foreign_keys"]),
+        columns=tuple(columns), key_values=key_values, key_offsets=key_offsets)
+
+
+def _full_column_checks(col: ColumnData, n: int, vrel: str, brel: str, checks: Checks) -> None:
+    if n % 8 and col.valid_bitmap.size and col.valid_bitmap[-1] >> (n % 8):
+        checks.fail(brel, "column.bitmap_padding", "padding bits after the last row are not 0")
+    valid = col.valid
+    if int(valid.sum()) != col.num_valid:
+        checks.fail(brel, "column.num_valid", f"{int(valid.sum())} valid rows, metadata says "
+                    f"{col.num_valid}")
+    if np.any(col.values[~valid] != 0):
+        checks.fail(vrel, "column.null_values", "a null cell holds a value other than 0")
+
+
+def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
+    offsets = maps.array(fmt.TEXT_OFFSETS_FILE, "<i8", meta["num_texts"] + 1)
+    mm = maps.raw(fmt.TEXT_DATA_FILE)
+    data = np.zeros(0, np.uint8) if mm is None else np.frombuffer(mm, dtype=np.uint8)
+    if csr.check_offsets(offsets, data.size) >= 0:
+        checks.fail(fmt.TEXT_OFFSETS_FILE, "texts.offsets", "offsets not monotone from 0 to the "
+                    f"size of {fmt.TEXT_DATA_FILE}", fatal=True)
+    if full:
+        try:
+            bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            checks.fail(fmt.TEXT_DATA_FILE, "texts.utf8", f"not valid UTF-8 at byte {exc.start}")
+    return offsets, data
+
+
+def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, full: bool,
+               graph: Graph | None) -> TaskData:
+    name, n = task["name"], task["num_seeds"]
+    arrays = {stem: maps.array(fmt.task_file(name, stem), dtype, n) for stem, dtype in fmt.TASK_ARRAYS}
+    anchor_rel = fmt.task_file(name, "anchor_row")
+    i = csr.check_ids(arrays["anchor_row"], 0, table.num_rows)
+    if i >= 0:
+        checks.fail(anchor_rel, "task.anchor_row", f"row {int(arrays['anchor_row'][i])} at seed {i} "
+                    f"is not in [0, {table.num_rows})", fatal=True)
+    if full:
+        a = arrays["anchor_row"]
+        if n > 1 and not np.all(a[1:] > a[:-1]):
+            checks.fail(anchor_rel, "task.order", "anchor rows are not strictly ascending")
+        col = table.column(task["target_column"])
+        if not np.array_equal(a, np.flatnonzero(col.valid)):
+            checks.fail(anchor_rel, "task.seeds", "seeds are not the rows with a non-null target")
+        elif not np.array_equal(arrays["target"], col.values[a].astype(np.float64)):
+            checks.fail(fmt.task_file(name, "target"), "task.target", "targets differ from the "
+                        "target column's values")
+        if not np.all(arrays["target_valid"] == 1):
+            checks.fail(fmt.task_file(name, "target_valid"), "task.target_valid",
+                        "target_valid is not 1 for every seed")
+        if graph is not None and not np.array_equal(
+                arrays["obs_time"], graph.row_times[table.row_offset + a]):
+            checks.fail(fmt.task_file(name, "obs_time"), "task.obs_time", "observation times "
+                        "differ from the anchor rows' times")
+    target_valid = arrays["target_valid"].view(bool)
+    return TaskData(name=name, index=task["index"], table=task["table"],
+                    target_column=task["target_column"], target_stype=task["target_stype"],
+                    anchor_row=arrays["anchor_row"], obs_time=arrays["obs_time"],
+                    target=arrays["target"], target_valid=target_valid)
+
+
+def open_database(path: str | os.PathLike[str], verify_hashes: bool = False) -> Database:
+    """Open a database directory read-only (see the module doc). Raises :class:`DatabaseError`."""
+    checks = Checks(collect=False, root=Path(path))
+    db = _open(Path(path), checks, full=False, verify_hashes=verify_hashes)
+    assert db is not None
+    return db
+
+
+def check_database(path: str | os.PathLike[str], verify_hashes: bool = True) -> list[Failure]:
+    """Every failed check of a database (empty when it is intact): hashes and full structure."""
+    checks = Checks(collect=True, root=Path(path))
+    try:
+        db = _open(Path(path), checks, full=True, verify_hashes=verify_hashes)
+    except Stop:
+        db = None
+    if db is not None:
+        db.close()
+    return checks.failures

@@ -1,0 +1,136 @@
+"""Stage ``tables`` of preprocessing: one streaming pass over each table's columns.
+
+Record batches are decoded on Arrow's threads, a reader thread ahead of this one. Per batch:
+the time column gives the row times; foreign keys are resolved to global parent ids (null ->
+no edge; dangling -> counted, then dropped or an error) and appended to the graph at once;
+every feature column is converted and appended to its files (``dlkit.db.columns``, text ids
+by ``dlkit.db.texts``); task seeds are appended as their rows go by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dlkit.db import format as fmt
+from dlkit.db.columns import ColumnWriter
+from dlkit.db.convert import to_micros
+from dlkit.db.graph_writer import GraphWriter
+from dlkit.db.hashing import Hasher
+from dlkit.db.keys import KeyIndex
+from dlkit.db.plan import TablePlan, check_rows, where
+from dlkit.db.report import Progress
+from dlkit.db.schema import Schema
+from dlkit.db.tasks import TaskWriter
+from dlkit.db.texts import TextStore
+from dlkit.errors import DataError
+
+
+@dataclass(frozen=True)
+class TablePassContext:
+    """What every table's pass shares: the other tables, their key indexes and the outputs."""
+
+    plans: dict[str, TablePlan]
+    indexes: dict[str, KeyIndex]
+    schema: Schema
+    graph: GraphWriter
+    texts: TextStore
+    hasher: Hasher
+    progress: Progress
+    batch_rows: int
+    on_dangling: str
+
+
+def stream_table(plan: TablePlan, ctx: TablePassContext) -> tuple[list[dict[str, Any]], list[str]]:
+    """One pass over ``plan``'s columns: ``(metadata of its tasks, warnings)``."""
+    writers = {c.name: ColumnWriter(plan, c, ctx.hasher) for c in plan.columns}
+    text_cols = [c for c in plan.columns if c.stype == fmt.TEXT]
+    plain_cols = [c for c in plan.columns if c.stype != fmt.TEXT]
+    tasks = [TaskWriter(task, i, next(c for c in plan.columns if c.name == task.target),
+                        ctx.hasher, plan.num_rows)
+             for i, task in enumerate(ctx.schema.tasks) if task.table == plan.name]
+    rt = ctx.graph.row_times[plan.row_offset:plan.row_offset + plan.num_rows]
+    if plan.time_column is None:
+        rt[:] = fmt.NO_TIME
+    needed = [f.column for f in plan.foreign_keys] + [c.name for c in plan.columns]
+    if plan.time_column is not None and plan.time_column not in needed:
+        needed.append(plan.time_column)
+    parents = np.empty((len(plan.foreign_keys), ctx.batch_rows), dtype=np.int64)
+    first_dangling: dict[int, tuple[int, Any]] = {}
+    if not plan.foreign_keys:
+        ctx.graph.no_edges(plan)
+    pos = 0
+    repeating = [c.name for c in plan.columns
+                 if c.stype in (fmt.CATEGORICAL, fmt.TEXT) and c.family == "string"]
+    batches = (plan.source.iter_batches(needed, ctx.batch_rows, dictionary=repeating)
+               if needed else iter(()))
+    for batch in batches:
+        n = batch.num_rows
+        check_rows(plan, "columns", pos + n)
+        column = dict(zip(batch.schema.names, batch.columns))
+        converted = {}
+        if plan.time_column is not None:
+            values, valid = to_micros(column[plan.time_column], where(plan.name, plan.time_column))
+            converted[plan.time_column] = (values, valid)
+            batch_times = rt[pos:pos + n]
+            np.copyto(batch_times, values)
+            batch_times[~valid] = fmt.NO_TIME
+            plan.num_null_times += int(n - np.count_nonzero(valid))
+        if plan.foreign_keys:
+            _resolve_foreign_keys(plan, ctx, column, parents[:, :n], pos, first_dangling)
+            ctx.graph.append(parents[:, :n], plan.row_offset + pos)
+        for c in plain_cols:
+            w = writers[c.name]
+            got = converted.get(c.name)
+            w.append(*(got if got is not None else w.convert(column[c.name])))
+        if text_cols:
+            encoded = ctx.texts.encode_row_major([column[c.name] for c in text_cols])
+            for c, (values, valid) in zip(text_cols, encoded):
+                writers[c.name].append(values, valid)
+        for tw in tasks:
+            values, valid = writers[tw.task.target].last
+            tw.append(pos, rt[pos:pos + n], values, valid)
+        pos += n
+        ctx.progress.advance(n)
+    if needed:
+        check_rows(plan, "columns", pos, final=True)
+    elif plan.num_rows:
+        ctx.progress.advance(plan.num_rows)
+    mappings = {name: w.finish() for name, w in writers.items()}
+    task_meta = [tw.finish(mappings[tw.task.target]) for tw in tasks]
+    warnings = []
+    if plan.num_null_times:
+        warnings.append(f"{where(plan.name, plan.time_column)}: {plan.num_null_times} "
+                        "null time(s); those rows get no time (always visible)")
+    problems = []
+    for k, fkp in enumerate(plan.foreign_keys):
+        if fkp.num_dangling:
+            row, value = first_dangling[k]
+            parent = ctx.plans[fkp.parent]
+            problems.append(f"{where(plan.name, fkp.column)}: {fkp.num_dangling} dangling "
+                            f"foreign key(s) to {fkp.parent}.{parent.primary_key} (first: "
+                            f"row {row}, value {value!r})")
+    if problems and ctx.on_dangling == "error":
+        raise DataError("; ".join(problems) + " (--on-dangling error)")
+    warnings.extend(p + "; edges dropped, rows kept" for p in problems)
+    return task_meta, warnings
+
+
+def _resolve_foreign_keys(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.Array],
+                          parents: np.ndarray, pos: int,
+                          first_dangling: dict[int, tuple[int, Any]]) -> None:
+    """Row ``r`` of the batch gets ``parents[k, r]``: its global parent id for foreign key
+    ``k``, or -1 (null or dangling key); the counts go to the plan."""
+    n = parents.shape[1]
+    for k, fkp in enumerate(plan.foreign_keys):
+        arr = column[fkp.column]
+        num_valid, dangling, first = ctx.indexes[fkp.parent].lookup(
+            arr, ctx.plans[fkp.parent].row_offset, parents[k], where(plan.name, fkp.column))
+        fkp.num_null += n - num_valid
+        fkp.num_dangling += dangling
+        fkp.num_edges += num_valid - dangling
+        if dangling and k not in first_dangling:
+            first_dangling[k] = (pos + first, arr[first].as_py())

@@ -1,0 +1,319 @@
+"""``preprocess``: a relational Parquet database into a verified, memory-mappable directory.
+
+Stages (each timed and reported; see ``docs/database_format.md`` for the output layout):
+
+1. ``scan``: open every table's Parquet footers, check the schema against them, plan the
+   columns (string columns without a type override are read once to infer categorical vs
+   text). Nothing is written before this passes.
+2. ``keys``: read every primary key (checked: no null, no duplicate) into a key index, write
+   ``tables/<t>/key.*``.
+3. ``tables``: one pass per table over all its other columns, in record batches decoded on
+   Arrow's threads: the time column gives the row times; foreign keys are resolved to global
+   parent ids (null -> no edge; dangling -> counted, then dropped or an error); every feature
+   column is converted and appended to its values file and validity bitmap, with streaming
+   statistics (row-order Welford, independent of batch size), categories (numbered in sorted
+   order at the end of the table) and global text ids (numbered in order of first appearance:
+   tables in order, rows in order, a row's text cells in column order); new texts are embedded
+   as they appear; task seeds are appended as their rows go by.
+4. ``graph``: both CSR directions (``dlkit.core.csr``: streaming append for child -> parents,
+   two-pass counting sort for parent -> children) written to ``graph.bin``.
+5. ``embeddings``: column and category embeddings (text embedding time from stage 3 is
+   counted here too).
+6. ``manifest``: ``metadata.json``, then the file map and ``manifest.json``. Every file was
+   SHA-256 hashed while it was written (``dlkit.db.hashing``, a background thread), so this
+   stage only waits for the last chunks.
+7. ``commit``: fsync, then the atomic rename into place (``dlkit.db.output``).
+
+Memory: one record batch at a time, plus the index arrays (row times, foreign-key parents,
+both CSRs: about 8 bytes x (4 rows + 6 edges) at the peak of the graph stage), plus the key
+indexes (about 24 bytes per key row, and the string keys themselves) and the distinct texts
+seen so far. Index arrays live in memory up to ``memory_budget`` bytes and in memory-mapped
+scratch files inside the build directory beyond it, so a graph larger than memory still builds.
+"""
+
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dlkit.core import csr
+from dlkit.core.stats import remap_ids, welford_update
+from dlkit.db import format as fmt
+from dlkit.db.convert import to_micros, to_numeric
+from dlkit.db.embed import HashedNgramEmbedder, embed_texts, load_embedder
+from dlkit.db.graph_writer import GraphWriter
+from dlkit.db.hashing import Hasher
+from dlkit.db.keys import KeyIndex, check_unique_ints, read_primary_keys
+from dlkit.db.metadata import (
+    database_metadata,
+    num_schema_embeddings,
+    write_manifest,
+    write_schema_embeddings,
+)
+from dlkit.db.output import AtomicDirectory, check_target
+from dlkit.db.plan import TablePlan, infer_string_column, plan_tables, where
+from dlkit.db.report import PreprocessReport, Progress, StageReport, timed_stage
+from dlkit.db.schema import SCHEMA_FILE, Schema, load_schema
+from dlkit.db.scratch import Arrays, default_memory_budget
+from dlkit.db.source import DEFAULT_BATCH_ROWS
+from dlkit.db.table_pass import TablePassContext, stream_table
+from dlkit.db.texts import TextStore
+from dlkit.errors import InvalidArgumentError, SchemaError
+
+__all__ = ["ON_DANGLING", "STAGES", "PreprocessReport", "Progress", "StageReport", "preprocess"]
+
+ON_DANGLING = ("drop", "error")
+STAGES = ("scan", "keys", "tables", "graph", "embeddings", "manifest", "commit")
+
+
+class _Builder:
+    def __init__(self, input_dir: Path, schema: Schema, *, on_dangling: str, batch_rows: int,
+                 embedder: Any, progress: Progress, memory_budget: int):
+        self.input_dir = input_dir
+        self.schema = schema
+        self.on_dangling = on_dangling
+        self.batch_rows = batch_rows
+        self.embedder = embedder
+        self.progress = progress
+        self.memory_budget = memory_budget
+        self.stages = {name: StageReport(name) for name in STAGES}
+        self.warnings: list[str] = []
+        self.plans: list[TablePlan] = []
+        self.indexes: dict[str, KeyIndex] = {}
+        self.num_rows = 0
+        self.num_edges = 0
+        self.num_categories = 0
+        self.task_meta: list[dict[str, Any]] = []
+
+    def _stage(self, name: str, total: int | None, unit: str = "rows"):
+        return timed_stage(self.progress, self.stages[name], total, unit)
+
+    # -- 1: scan ----------------------------------------------------------------------------
+
+    def scan(self) -> None:
+        with self._stage("scan", len(self.schema.tables), "tables") as st:
+            self.plans = plan_tables(self.input_dir, self.schema)
+            self.progress.advance(len(self.plans))
+            st.rows = sum(p.num_rows for p in self.plans)
+            st.columns = sum(len(p.columns) for p in self.plans)
+        pending = [(p, c) for p in self.plans for c in p.columns if c.stype < 0]
+        if pending:
+            with self._stage("scan", len(pending), "columns"):
+                for plan, col in pending:
+                    col.stype = fmt.STYPE_BY_NAME[
+                        infer_string_column(plan.source, col.name, self.batch_rows)]
+                    col.inferred = True
+                    self.progress.advance(1)
+        by_name = {p.name: p for p in self.plans}
+        for task in self.schema.tasks:
+            col = next(c for c in by_name[task.table].columns if c.name == task.target)
+            if col.stype not in fmt.TARGET_STYPES:
+                raise SchemaError(f"task {task.name!r}: {where(task.table, task.target)} is "
+                                  f"{fmt.STYPE_NAMES[col.stype]}; targets must be numeric, "
+                                  "boolean, timestamp or categorical")
+        column_id = 0
+        for plan in self.plans:
+            for col in plan.columns:
+                col.column_id = column_id
+                column_id += 1
+        self.num_rows = sum(p.num_rows for p in self.plans)
+
+    # -- 2: keys ----------------------------------------------------------------------------
+
+    def keys(self, hasher: Hasher) -> None:
+        keyed = [p for p in self.plans if p.primary_key is not None]
+        referenced = {f.parent for p in self.plans for f in p.foreign_keys}
+        with self._stage("keys", sum(p.num_rows for p in keyed)) as st:
+            for plan in keyed:
+                index, nbytes = read_primary_keys(plan, self.batch_rows, hasher, self.progress,
+                                                  referenced=plan.name in referenced)
+                if index is not None:
+                    self.indexes[plan.name] = index
+                st.bytes += nbytes
+                st.rows += plan.num_rows
+                st.columns += 1
+
+    # -- 3: tables --------------------------------------------------------------------------
+
+    def tables(self, hasher: Hasher, arrays: Arrays) -> None:
+        self.graph_writer = GraphWriter(self.plans, hasher, arrays)
+        self.texts = TextStore(hasher, self.embedder)
+        ctx = TablePassContext(
+            plans={p.name: p for p in self.plans}, indexes=self.indexes, schema=self.schema,
+            graph=self.graph_writer, texts=self.texts, hasher=hasher, progress=self.progress,
+            batch_rows=self.batch_rows, on_dangling=self.on_dangling)
+        with self._stage("tables", self.num_rows) as st:
+            cat_start = 0
+            for plan in self.plans:
+                task_meta, warnings = stream_table(plan, ctx)
+                self.task_meta.extend(task_meta)
+                self.warnings.extend(warnings)
+                for col in plan.columns:
+                    if col.stype == fmt.CATEGORICAL:
+                        col.cat_emb_start = cat_start
+                        cat_start += len(col.categories)
+                st.rows += plan.num_rows
+                st.columns += len(plan.columns)
+                st.edges += sum(f.num_edges for f in plan.foreign_keys)
+            self.texts.close()
+            self.task_meta.sort(key=lambda t: t["index"])
+            self.num_categories = cat_start
+            st.bytes = sum(f.size for f in hasher.files.values()) - self.stages["keys"].bytes
+        self.indexes.clear()
+        emb = self.stages["embeddings"]
+        emb.seconds += self.texts.embed_seconds
+        self.stages["tables"].seconds -= self.texts.embed_seconds
+        emb.bytes += hasher.files[fmt.TEXT_EMBEDDINGS_FILE].size
+        emb.rows += len(self.texts.ids)
+        self.num_edges = sum(f.num_edges for p in self.plans for f in p.foreign_keys)
+
+    # -- 4: graph ---------------------------------------------------------------------------
+
+    def graph(self) -> None:
+        with self._stage("graph", self.num_edges, "edges") as st:
+            if self.graph_writer.num_edges != self.num_edges:
+                raise AssertionError(f"edge count {self.graph_writer.num_edges} != "
+                                     f"{self.num_edges}")
+            self.unsorted_lists = self.graph_writer.finish()
+            self.progress.advance(self.num_edges)
+            st.edges = self.num_edges
+            st.rows = self.num_rows
+            st.bytes = self.graph_writer.size
+
+    # -- 5: embeddings ----------------------------------------------------------------------
+
+    def embeddings(self, hasher: Hasher) -> None:
+        with self._stage("embeddings", num_schema_embeddings(self.plans), "texts") as st:
+            write_schema_embeddings(self.plans, self.embedder, hasher, self.progress, st)
+
+    # -- 6: manifest ------------------------------------------------------------------------
+
+    def manifest(self, root: Path, hasher: Hasher) -> bytes:
+        with self._stage("manifest", None, "files") as st:
+            metadata = database_metadata(
+                self.schema, self.plans, num_edges=self.num_edges, num_texts=len(self.texts.ids),
+                num_categories=self.num_categories, tasks=self.task_meta,
+                embedder=self.embedder, on_dangling=self.on_dangling)
+            digest, self.total_bytes = write_manifest(root, hasher, metadata, st)
+            self.progress.advance(1)
+        return digest
+
+    def run(self, out: AtomicDirectory, root: Path, fsync: bool) -> bytes:
+        scratch = root / "_scratch"
+        hasher = Hasher(root, sync=fsync)
+        try:
+            arrays = Arrays(scratch, self.memory_budget)
+            self.keys(hasher)
+            self.tables(hasher, arrays)
+            self.graph()
+            self.embeddings(hasher)
+            if scratch.exists():
+                shutil.rmtree(scratch)
+            digest = self.manifest(root, hasher)
+        finally:
+            self.graph_writer = None
+            hasher.close()
+        with self._stage("commit", None, "steps"):
+            out.commit(fsync=fsync)
+        return digest
+
+
+def _warm_up(embedder: Any) -> None:
+    """Load every kernel's compiled code (numba's cache) on tiny inputs of the real types
+    (strided batch slices, arrays over maps, ...), on a background thread while the input is
+    scanned; the first real call then costs nothing."""
+    try:
+        for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):
+            KeyIndex.build_int(keys, "").lookup(pa.array([1, 5]), 0, np.empty(2, np.int64), "")
+            check_unique_ints(keys, "", (int(keys.min()), int(keys.max())))
+        KeyIndex.build_str(pa.array(["a", "b"]), "").lookup(
+            pa.array(["a", None]), 0, np.empty(2, np.int64), "")
+        state = np.zeros(4)
+        welford_update(*to_numeric(pa.array([1.0, None])), state)
+        welford_update(*to_micros(pa.array([1, None], pa.timestamp("us")), ""), state)
+        remap_ids(np.zeros(2, np.int32), np.zeros(1, np.int32))
+        remap_ids(np.zeros(2, np.float64), np.zeros(1, np.int32))
+        embed_texts(embedder, ["warm up"]) if isinstance(embedder, HashedNgramEmbedder) else None
+        po = np.zeros(4, np.int64)
+        pi = np.zeros(3, np.int64)
+        csr.fill_no_edges(po, 0, 1, 0)
+        parents = np.array([[0, -1, 0], [1, 2, 0]], dtype=np.int64)
+        csr.append_parent_csr(parents[:, :2], 1, 0, po, pi)
+        csr.transpose_csr(po, pi, np.zeros(3, np.int64), np.empty(4, np.int64),
+                          np.empty(3, np.int64), np.empty(3, np.int64), threads=1)
+    except Exception:  # pragma: no cover - warming up is only an optimisation
+        pass
+
+
+def preprocess(
+    input_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    schema: str | os.PathLike[str] | Schema | None = None,
+    overwrite: bool = False,
+    on_dangling: str = "drop",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    embedder: Any = None,
+    progress: Progress | None = None,
+    fsync: bool = True,
+    memory_budget: int | None = None,
+) -> PreprocessReport:
+    """Build the database for ``input_dir`` at ``output`` (atomically; see module doc).
+
+    ``schema`` defaults to ``input_dir/dlkit.toml``. Raises :class:`SchemaError` or
+    :class:`DataError` (nothing written) for bad input, :class:`OutputError` when ``output``
+    exists (without ``overwrite``) or cannot be written.
+    """
+    started = time.perf_counter()
+    if on_dangling not in ON_DANGLING:
+        raise InvalidArgumentError(f"on_dangling must be one of {ON_DANGLING}, got {on_dangling!r}")
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise InvalidArgumentError(f"batch_rows must be a positive integer, got {batch_rows!r}")
+    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
+    input_path = Path(input_dir)
+    if not input_path.is_dir():
+        raise SchemaError("input is not a directory of Parquet files", path=input_path)
+    if not isinstance(schema, Schema):
+        schema_path = Path(schema) if schema is not None else input_path / SCHEMA_FILE
+        schema = load_schema(schema_path, default_name=input_path.resolve().name)
+    embedder = embedder if embedder is not None else load_embedder(None)
+    target = Path(output)
+    check_target(target.absolute(), overwrite)
+    builder = _Builder(input_path, schema, on_dangling=on_dangling, batch_rows=batch_rows,
+                       embedder=embedder, progress=progress or Progress(), memory_budget=budget)
+    threading.Thread(target=_warm_up, args=(embedder,), name="dlkit-warm-up", daemon=True).start()
+    builder.scan()
+    out = AtomicDirectory(target, overwrite=overwrite)
+    with out as root:
+        digest = builder.run(out, root, fsync)
+    return PreprocessReport(
+        path=str(target),
+        database_id=schema.name,
+        database_hash=digest.hex(),
+        num_tables=len(builder.plans),
+        num_rows=builder.num_rows,
+        num_edges=builder.num_edges,
+        num_columns=sum(len(p.columns) for p in builder.plans),
+        num_texts=len(builder.texts.ids),
+        num_categories=builder.num_categories,
+        num_tasks=len(schema.tasks),
+        bytes=builder.total_bytes,
+        seconds=time.perf_counter() - started,
+        stages=[builder.stages[name] for name in STAGES],
+        tables=[{
+            "name": p.name, "rows": p.num_rows, "columns": len(p.columns),
+            "edges": sum(f.num_edges for f in p.foreign_keys),
+            "dangling": sum(f.num_dangling for f in p.foreign_keys),
+        } for p in builder.plans],
+        dangling={f"{p.name}.{f.column}": f.num_dangling for p in builder.plans
+                  for f in p.foreign_keys},
+        warnings=builder.warnings,
+    )

@@ -1,0 +1,364 @@
+"""``dlkit.Sampler``: relational batches for one rank of a distributed training job.
+
+Construction opens the database, hash-splits every task's seeds, writes the run manifest in
+memory and prepares two independent bounded channels (train and val, design §2e). Producer
+threads start on the first pull of their channel. Every batch is a pure function of the
+configuration and its step number, so it is the same whatever ``num_threads`` and
+``num_prefetch`` are, and ``state_dict`` / ``load_state_dict`` resume exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
+from dlkit.nextbatch import Cursor, RunManifest, Stage
+from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
+from dlkit.sampler.pipeline import BatchChannel
+from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule, open_streams
+from dlkit.sampler.splits import (
+    SplitRatios,
+    TaskSplits,
+    build_run_manifest,
+    check_seed,
+    compute_splits,
+    dataset_key,
+)
+
+STATE_FORMAT = "dlkit-sampler-state-v1"
+
+
+def _positive(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _from_env(value: int | None, variable: str, default: int, name: str) -> int:
+    if value is not None:
+        return _positive(value, name, 0)
+    text = os.environ.get(variable)
+    if text is None or text == "":
+        return default
+    try:
+        return _positive(int(text), f"{name} (from ${variable})", 0)
+    except ValueError:
+        raise InvalidArgumentError(f"${variable} must be an integer, got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Everything that decides the batches (and the prefetch knobs that do not)."""
+
+    rank: int
+    world_size: int
+    split_ratios: SplitRatios
+    split_seed: int
+    seed: int
+    num_prefetch: int
+    batch_size: int
+    sequence_length: int
+    max_rows: int
+    bfs_child_width: int
+    task_weights: tuple[float, ...] | None
+    num_threads: int
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise InvalidArgumentError(f"world_size must be >= 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
+            raise InvalidArgumentError(f"rank {self.rank} is not in [0, world_size "
+                                       f"{self.world_size})")
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.world_size
+
+    @property
+    def batch_config(self) -> BatchConfig:
+        return BatchConfig(self.sequence_length, self.max_rows, self.bfs_child_width)
+
+
+def open_db(db_path: Any) -> tuple[Any, bool]:
+    """An open database and whether we opened it (``db_path`` may be an open database)."""
+    if hasattr(db_path, "graph") and hasattr(db_path, "tables"):
+        return db_path, False
+    from dlkit.db import open_database  # the reader lives in a layer beside ours
+
+    return open_database(Path(db_path)), True
+
+
+def task_weights_for(builder: BatchBuilder, weights: Any) -> tuple[float, ...]:
+    """One non-negative finite weight per task (uniform by default)."""
+    names = [t.name for t in builder.tasks]
+    if weights is None:
+        return tuple(1.0 for _ in names)
+    if isinstance(weights, Mapping):
+        unknown = sorted(set(weights) - set(names))
+        if unknown:
+            raise InvalidArgumentError(f"task_weights name unknown task(s) {unknown} "
+                                       f"(tasks: {', '.join(names)})")
+        values = [weights.get(name, 0.0) for name in names]
+    else:
+        values = list(weights)
+        if len(values) != len(names):
+            raise InvalidArgumentError(f"task_weights has {len(values)} values for "
+                                       f"{len(names)} tasks ({', '.join(names)})")
+    out = []
+    for name, v in zip(names, values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+            raise InvalidArgumentError(f"task weight of {name!r} must be a finite number >= 0, "
+                                       f"got {v!r}")
+        out.append(float(v))
+    if not any(out):
+        raise InvalidArgumentError("task_weights are all zero: no task could be sampled")
+    return tuple(out)
+
+
+class Sampler:
+    """Relational batches (design §3a/§3b) for rank ``rank`` of ``world_size``.
+
+    ``batch_size`` is this rank's micro-batch; the global batch is ``batch_size *
+    world_size`` and each rank takes its contiguous slice. ``rank`` and ``world_size``
+    default to ``$RANK`` / ``$WORLD_SIZE`` (as torchrun sets them), else 0 and 1.
+    ``num_prefetch`` bounds the batches built ahead per channel (0: build on demand);
+    ``num_threads`` producer threads build consecutive steps. ``max_rows`` (keyword) is ``R``,
+    the row budget of a sequence and the size of ``fk_adj``.
+    """
+
+    def __init__(self, db_path: Any, rank: int | None = None, world_size: int | None = None,
+                 split_ratios: SplitRatios | Sequence[float] | str = (0.8, 0.1, 0.1),
+                 split_seed: int = 0, seed: int = 0, num_prefetch: int = 3,
+                 batch_size: int = 32, sequence_length: int = 1024, bfs_child_width: int = 16,
+                 task_weights: Sequence[float] | Mapping[str, float] | None = None,
+                 num_threads: int = 1, *, max_rows: int = 256):
+        self._db, self._owns_db = open_db(db_path)
+        try:
+            self._setup(rank, world_size, split_ratios, split_seed, seed, num_prefetch,
+                        batch_size, sequence_length, bfs_child_width, task_weights,
+                        num_threads, max_rows)
+        except BaseException:
+            if self._owns_db:
+                self._db.close()
+            raise
+
+    def _setup(self, rank: Any, world_size: Any, split_ratios: Any, split_seed: Any, seed: Any,
+               num_prefetch: Any, batch_size: Any, sequence_length: Any, bfs_child_width: Any,
+               task_weights: Any, num_threads: Any, max_rows: Any) -> None:
+        batch_config = BatchConfig(sequence_length, max_rows, bfs_child_width)
+        builder = BatchBuilder(self._db, batch_config, check_seed(seed, "seed"))
+        self.config = SamplerConfig(
+            rank=_from_env(rank, "RANK", 0, "rank"),
+            world_size=_from_env(world_size, "WORLD_SIZE", 1, "world_size"),
+            split_ratios=SplitRatios.parse(split_ratios),
+            split_seed=check_seed(split_seed, "split_seed"),
+            seed=int(seed),
+            num_prefetch=_positive(num_prefetch, "num_prefetch", 0),
+            batch_size=_positive(batch_size, "batch_size"),
+            sequence_length=sequence_length,
+            max_rows=max_rows,
+            bfs_child_width=bfs_child_width,
+            task_weights=task_weights_for(builder, task_weights),
+            num_threads=_positive(num_threads, "num_threads"),
+        )
+        cfg = self.config
+        self.builder = builder
+        self.splits: tuple[TaskSplits, ...] = compute_splits(builder.tasks, cfg.split_seed,
+                                                             cfg.split_ratios)
+        self.manifest: RunManifest = build_run_manifest(
+            self._db.database_id, self._db.database_hash, self.splits, seed=cfg.seed,
+            global_batch_size=cfg.global_batch_size, split_seed=cfg.split_seed,
+            ratios=cfg.split_ratios)
+        weights = dict(zip((t.name for t in builder.tasks), cfg.task_weights))
+        train = open_streams(self.manifest, self._datasets("train", weights), cfg.world_size,
+                             cfg.rank, Stage.TRAIN)
+        val = open_streams(self.manifest, self._datasets("val", None), cfg.world_size,
+                           cfg.rank, Stage.EVAL)
+        self.train_streams: tuple[SplitStream, ...] = tuple(train)
+        self.val_streams: tuple[SplitStream, ...] = tuple(val)
+        self._train_weights = [weights[s.task.name] for s in train]
+        self._train = BatchChannel("train", builder, self._train_schedule,
+                                   self._initial_state(train), cfg.num_prefetch, cfg.num_threads)
+        self._val = BatchChannel("val", builder, self._val_schedule,
+                                 {**self._initial_state(val),
+                                  "current": val[0].key if val else None},
+                                 cfg.num_prefetch, cfg.num_threads)
+        self._shut = False
+
+    def _datasets(self, split: str, weights: dict[str, float] | None) -> list[Any]:
+        out = []
+        for view, task_splits in zip(self.builder.tasks, self.splits):
+            if weights is not None and weights[view.name] == 0:
+                continue  # weight 0: the user excluded the task from training
+            out.append((dataset_key(self._db.database_id, view.name, split), view,
+                        task_splits.of(split)))
+        return out
+
+    @staticmethod
+    def _initial_state(streams: Sequence[SplitStream]) -> dict[str, Any]:
+        return {"step": 0, "cursors": {s.key: Cursor() for s in streams}}
+
+    def _train_schedule(self, state: dict[str, Any] | None) -> TrainSchedule:
+        if not self.train_streams:
+            raise InvalidArgumentError(
+                f"no task has a full global batch ({self.config.global_batch_size}) of train "
+                "seeds on this rank: lower batch_size or use a larger database")
+        if state is None:
+            return TrainSchedule(self.train_streams, self._train_weights, self.config.seed)
+        return TrainSchedule(self.train_streams, self._train_weights, self.config.seed,
+                             state["step"], _cursors(state))
+
+    def _val_schedule(self, state: dict[str, Any] | None) -> ValSchedule:
+        if not self.val_streams:
+            raise InvalidArgumentError("no task has val seeds on this rank")
+        if state is None:
+            return ValSchedule(self.val_streams)
+        return ValSchedule(self.val_streams, state["step"], state["current"], _cursors(state))
+
+    # --- batches ----------------------------------------------------------------------------
+
+    def next_train_batch(self) -> dict[str, np.ndarray]:
+        """The next train batch (blocks until it is ready); ``SamplerShutdown`` after shutdown."""
+        return self._channel("train").next_built().arrays
+
+    def next_val_batch(self) -> dict[str, np.ndarray]:
+        """The next val batch, from a channel independent of the train channel."""
+        return self._channel("val").next_built().arrays
+
+    def next_built_batch(self, split: str = "train") -> BuiltBatch:
+        """The next batch of ``split`` ("train" or "val") with what produced it (task, epoch,
+        seeds, visited rows): for inspection and tests. It consumes from the same channel."""
+        if split not in ("train", "val"):
+            raise InvalidArgumentError(f"split must be train or val, got {split!r}")
+        return self._channel(split).next_built()
+
+    def _channel(self, name: str) -> BatchChannel:
+        if self._shut:
+            raise SamplerShutdown(f"the sampler was shut down: no more {name} batches")
+        channel = self._train if name == "train" else self._val
+        if name == "train" and not self.train_streams:
+            self._train_schedule(None)  # raises the explanation
+        if name == "val" and not self.val_streams:
+            self._val_schedule(None)
+        return channel
+
+    # --- tables and metadata ------------------------------------------------------------------
+
+    def column_embeddings(self) -> np.ndarray:
+        """``[C, D]`` float16 column-name embeddings (a copy, to upload once)."""
+        self._check_open()
+        return np.array(self._db.column_embeddings(), dtype=np.float16)
+
+    def categorical_embeddings(self) -> np.ndarray:
+        """``[Vc, D]`` float16 category embeddings (a copy, to upload once)."""
+        self._check_open()
+        return np.array(self._db.categorical_embeddings(), dtype=np.float16)
+
+    def database_metadata(self) -> dict[str, Any]:
+        """The database's ``metadata.json`` content (a deep copy)."""
+        self._check_open()
+        return copy.deepcopy(dict(self._db.metadata))
+
+    # --- checkpointing ------------------------------------------------------------------------
+
+    def _fingerprint(self) -> dict[str, Any]:
+        cfg = self.config
+        return {"manifest_hash": self.manifest.manifest_hash.hex(),
+                "global_batch_size": cfg.global_batch_size,
+                "sequence_length": cfg.sequence_length, "max_rows": cfg.max_rows,
+                "bfs_child_width": cfg.bfs_child_width,
+                "task_weights": list(cfg.task_weights or ())}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where both channels stand after the last batch *consumed* (JSON-serialisable).
+
+        Valid on any rank and world size with the same global batch size: the global order
+        does not depend on the world size.
+        """
+        self._check_open()
+        return {"format": STATE_FORMAT, "config": self._fingerprint(),
+                "train": self._train.state(), "val": self._val.state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue exactly after the batches consumed when ``state`` was taken."""
+        self._check_open()
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise CheckpointError(f"not a dlkit sampler state (expected format {STATE_FORMAT!r})")
+        mine = self._fingerprint()
+        theirs = state.get("config")
+        if theirs != mine:
+            diffs = [f"{k}: state has {theirs.get(k)!r}, sampler has {v!r}" for k, v in
+                     mine.items() if not isinstance(theirs, Mapping) or theirs.get(k) != v]
+            raise CheckpointError("the state was taken from a different configuration: "
+                                  + "; ".join(diffs or ["config is malformed"]))
+        for name, channel in (("train", self._train), ("val", self._val)):
+            part = state.get(name)
+            _check_channel_state(part, name, with_current=name == "val")
+            if name == "train" and not self.train_streams or name == "val" and \
+                    not self.val_streams:
+                continue
+            channel.restore(part)
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._shut:
+            raise SamplerShutdown("the sampler was shut down")
+
+    def shutdown(self) -> None:
+        """Stop and join every producer thread and close the database (idempotent)."""
+        if getattr(self, "_shut", True):
+            return
+        self._shut = True
+        try:
+            self._train.close()
+            self._val.close()
+        finally:
+            if self._owns_db:
+                self._db.close()
+
+    def __enter__(self) -> Sampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        cfg = asdict(self.config)
+        cfg["split_ratios"] = str(self.config.split_ratios)
+        return f"Sampler({self._db.path!s}, " + ", ".join(f"{k}={v!r}" for k, v in
+                                                         cfg.items()) + ")"
+
+
+def _cursors(state: Mapping[str, Any]) -> dict[str, Cursor]:
+    return {key: Cursor(int(v["epoch"]), int(v["global_index"]))
+            for key, v in state["cursors"].items()}
+
+
+def _check_channel_state(part: Any, name: str, with_current: bool) -> None:
+    def bad(why: str) -> CheckpointError:
+        return CheckpointError(f"sampler state {name!r}: {why}")
+
+    if not isinstance(part, Mapping):
+        raise bad("missing or not a mapping")
+    step = part.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise bad(f"step must be an integer >= 0, got {step!r}")
+    cursors = part.get("cursors")
+    if not isinstance(cursors, Mapping):
+        raise bad("cursors must be a mapping of dataset key to cursor")
+    for key, value in cursors.items():
+        if not isinstance(value, Mapping) or set(value) != {"epoch", "global_index"} or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value.values()):
+            raise bad(f"cursor of {key!r} must be {{epoch, global_index}} integers >= 0")
+    if with_current:
+        current = part.get("current")
+        if current is not None and not isinstance(current, str):
+            raise bad(f"current must be a dataset key or null, got {current!r}")

@@ -1,0 +1,232 @@
+"""Batch construction: seeds of one task to the §3b batch dict (docs/batch_format.md).
+
+``BatchBuilder`` holds read-only views of an open database and its column catalog; ``build``
+is a pure function of (task, seed indices, epoch) and the sampler configuration, safe to call
+from several threads at once (each call allocates its own outputs and scratch, and the
+kernels release the GIL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlkit.core.collate import build_sequences, dedup_text, gather_rows
+from dlkit.errors import DatabaseError, InvalidArgumentError
+from dlkit.sampler.catalog import ColumnCatalog, build_catalog, readonly_view
+
+MAX_U16_EXTENT = 1 << 16
+
+# key -> (dtype, shape in terms of B, S, R, U, D): exactly the seed's §3b layout.
+BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
+    "semantic_types": (np.dtype(np.int8), "B,S"),
+    "column_ids": (np.dtype(np.int32), "B,S"),
+    "seq_row_ids": (np.dtype(np.uint16), "B,S"),
+    "numeric_values": (np.dtype(np.float32), "B,S"),
+    "timestamp_values": (np.dtype(np.float32), "B,S,15"),
+    "bool_values": (np.dtype(np.uint8), "B,S"),
+    "categorical_embed_ids": (np.dtype(np.uint32), "B,S"),
+    "text_embed_ids": (np.dtype(np.uint32), "B,S"),
+    "is_null": (np.dtype(np.uint8), "B,S"),
+    "is_target": (np.dtype(np.uint8), "B,S"),
+    "is_padding": (np.dtype(np.uint8), "B,S"),
+    "fk_adj": (np.dtype(np.uint8), "B,R,R"),
+    "col_perm": (np.dtype(np.uint16), "B,S"),
+    "out_perm": (np.dtype(np.uint16), "B,S"),
+    "in_perm": (np.dtype(np.uint16), "B,S"),
+    "text_batch_embeddings": (np.dtype(np.float16), "U,D"),
+    "target_stype": (np.dtype(np.uint8), "1"),
+    "task_idx": (np.dtype(np.uint32), "1"),
+    "cat_emb_start": (np.dtype(np.uint32), "1"),
+    "cat_emb_count": (np.dtype(np.uint32), "1"),
+}
+BATCH_KEYS = tuple(BATCH_LAYOUT)
+
+
+@dataclass(frozen=True)
+class GraphArrays:
+    """The CSR of ``graph.bin`` as read-only int64 views (lengths checked here; ids and
+    offsets were range-checked by the database reader on open)."""
+
+    parent_offsets: np.ndarray
+    parent_ids: np.ndarray
+    child_offsets: np.ndarray
+    child_ids: np.ndarray
+    child_times: np.ndarray
+    row_times: np.ndarray
+    row_table: np.ndarray
+
+    @classmethod
+    def from_database(cls, db: Any) -> GraphArrays:
+        g, n, path = db.graph, int(db.num_rows), getattr(db, "path", None)
+        num_parents = int(np.asarray(g.parent_offsets)[-1]) if n >= 0 else 0
+        num_children = int(np.asarray(g.child_offsets)[-1]) if n >= 0 else 0
+        return cls(
+            parent_offsets=readonly_view(g.parent_offsets, np.int64, n + 1, "parent_offsets", path),
+            parent_ids=readonly_view(g.parent_ids, np.int64, num_parents, "parent_ids", path),
+            child_offsets=readonly_view(g.child_offsets, np.int64, n + 1, "child_offsets", path),
+            child_ids=readonly_view(g.child_ids, np.int64, num_children, "child_ids", path),
+            child_times=readonly_view(g.child_times, np.int64, num_children, "child_times", path),
+            row_times=readonly_view(g.row_times, np.int64, n, "row_times", path),
+            row_table=readonly_view(g.row_table, np.int32, n, "row_table", path),
+        )
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """Shape and BFS knobs of every batch (validated)."""
+
+    sequence_length: int = 1024
+    max_rows: int = 256
+    bfs_child_width: int = 16
+
+    def __post_init__(self) -> None:
+        for name, low, high in (("sequence_length", 1, MAX_U16_EXTENT),
+                                ("max_rows", 1, MAX_U16_EXTENT),
+                                ("bfs_child_width", 0, 1 << 30)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], "
+                                           f"got {value!r}")
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task's seeds as global rows, plus what every batch of it carries."""
+
+    name: str
+    index: int
+    table_index: int
+    anchor_row: np.ndarray
+    seed_rows: np.ndarray
+    obs_time: np.ndarray
+    target_col: int
+    target_stype: int
+    cat_emb_start: int
+    cat_emb_count: int
+
+    @property
+    def num_seeds(self) -> int:
+        return int(self.anchor_row.shape[0])
+
+
+@dataclass(frozen=True)
+class BuiltBatch:
+    """A batch plus what produced it (for inspection and tests; never sent to training)."""
+
+    arrays: dict[str, np.ndarray]
+    task: str
+    epoch: int
+    seed_indices: np.ndarray
+    anchor_rows: np.ndarray
+    obs_times: np.ndarray
+    visited_rows: np.ndarray
+    visited_depth: np.ndarray
+    visited_source: np.ndarray
+    visited_via: np.ndarray
+    visited_counts: np.ndarray
+    cell_counts: np.ndarray
+    text_ids: np.ndarray
+
+
+class BatchBuilder:
+    """Builds batches from an open database (anything with the ``dlkit.db`` reader API)."""
+
+    def __init__(self, db: Any, config: BatchConfig, seed: int):
+        self.db = db
+        self.config = config
+        self.seed = int(seed)
+        self.path = getattr(db, "path", None)
+        self.graph = GraphArrays.from_database(db)
+        self.catalog: ColumnCatalog = build_catalog(db)
+        text = np.asarray(db.text_embeddings())
+        if text.ndim != 2 or text.dtype != np.float16:
+            raise DatabaseError(f"text embeddings have shape {text.shape} and dtype {text.dtype}, "
+                                "expected a 2-D float16 array", path=self.path)
+        self.text_bits = text.view(np.uint16)
+        self.tasks = tuple(self._task_view(task) for task in db.tasks)
+        for view in self.tasks:
+            cells = int(self.catalog.table_num_cells[view.table_index])
+            if config.sequence_length < cells:
+                raise InvalidArgumentError(
+                    f"sequence_length {config.sequence_length} is shorter than the {cells} cells "
+                    f"of a row of task {view.name!r}'s table: the seed's target could be cut off")
+
+    def _task_view(self, task: Any) -> TaskView:
+        table = self.db.table(task.table)
+        target_col = self.catalog.index(table.name, task.target_column)
+        if target_col < 0:
+            raise DatabaseError(f"task {task.name}: target column {task.target_column!r} is not "
+                                f"a non-key column of table {table.name}", path=self.path)
+        n = int(task.num_seeds)
+        anchor = readonly_view(task.anchor_row, np.int64, n, f"task {task.name} anchor_row",
+                               self.path)
+        obs = readonly_view(task.obs_time, np.int64, n, f"task {task.name} obs_time", self.path)
+        if n and (int(anchor.min()) < 0 or int(anchor.max()) >= int(table.num_rows)):
+            raise DatabaseError(f"task {task.name}: anchor rows outside table {table.name}'s "
+                                f"{table.num_rows} rows", path=self.path)
+        if n > 1 and bool(np.any(anchor[1:] <= anchor[:-1])):
+            raise DatabaseError(f"task {task.name}: anchor rows are not strictly ascending",
+                                path=self.path)
+        seed_rows = anchor + np.int64(table.row_offset)
+        seed_rows.setflags(write=False)
+        return TaskView(task.name, int(task.index), int(table.index), anchor, seed_rows, obs,
+                        target_col, int(task.target_stype),
+                        int(self.catalog.col_cat_start[target_col]),
+                        int(self.catalog.col_cat_count[target_col]))
+
+    def task(self, name_or_index: str | int) -> TaskView:
+        for view in self.tasks:
+            if name_or_index in (view.name, view.index):
+                return view
+        known = ", ".join(v.name for v in self.tasks) or "none"
+        raise InvalidArgumentError(f"no task {name_or_index!r} in the database (tasks: {known})")
+
+    def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int) -> BuiltBatch:
+        """The batch of ``task``'s seeds ``seed_indices`` (positions in its seed list)."""
+        cfg = self.config
+        idx = np.asarray(seed_indices, dtype=np.int64)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= task.num_seeds):
+            raise InvalidArgumentError(f"seed indices outside task {task.name}'s "
+                                       f"{task.num_seeds} seeds")
+        B, S, R = idx.shape[0], cfg.sequence_length, cfg.max_rows
+        arrays = {key: np.zeros(_shape(spec, B, S, R), dtype=dtype)
+                  for key, (dtype, spec) in BATCH_LAYOUT.items() if key != "text_batch_embeddings"}
+        arrays["is_padding"].fill(1)
+        text_global = np.full((B, S), -1, dtype=np.int64)
+        visited = np.zeros((B, R), dtype=np.int64)
+        depth = np.zeros((B, R), dtype=np.int64)
+        source = np.zeros((B, R), dtype=np.int64)
+        via = np.zeros((B, R), dtype=np.int8)
+        counts = np.zeros(B, dtype=np.int64)
+        anchors = task.anchor_row[idx]
+        obs = task.obs_time[idx]
+        g = self.graph
+        cells = build_sequences(
+            task.seed_rows[idx], obs, anchors, np.uint64(self.seed), np.uint64(epoch),
+            task.index, cfg.bfs_child_width, R, g.parent_offsets, g.parent_ids,
+            g.child_offsets, g.child_ids, g.child_times, g.row_times,
+            *self.catalog.kernel_args(), task.target_col, arrays["semantic_types"],
+            arrays["column_ids"], arrays["seq_row_ids"], arrays["numeric_values"],
+            arrays["timestamp_values"], arrays["bool_values"], arrays["categorical_embed_ids"],
+            text_global, arrays["is_null"], arrays["is_target"], arrays["is_padding"],
+            arrays["fk_adj"], arrays["col_perm"], arrays["out_perm"], arrays["in_perm"],
+            visited, depth, source, via, counts)
+        unique = dedup_text(text_global, arrays["text_embed_ids"])
+        D = self.text_bits.shape[1]
+        bits = gather_rows(self.text_bits, unique, np.empty((unique.shape[0], D), np.uint16))
+        arrays["text_batch_embeddings"] = bits.view(np.float16)
+        arrays["target_stype"][0] = task.target_stype
+        arrays["task_idx"][0] = task.index
+        arrays["cat_emb_start"][0] = task.cat_emb_start
+        arrays["cat_emb_count"][0] = task.cat_emb_count
+        ordered = {key: arrays[key] for key in BATCH_KEYS}
+        return BuiltBatch(ordered, task.name, int(epoch), idx, anchors, obs, visited, depth,
+                          source, via, counts, cells, unique)
+
+
+def _shape(spec: str, B: int, S: int, R: int) -> tuple[int, ...]:
+    sizes = {"B": B, "S": S, "R": R}
+    return tuple(sizes[p] if p in sizes else int(p) for p in spec.split(","))

@@ -1,0 +1,194 @@
+"""The column catalog: an open database's columns as flat arrays the kernels can index.
+
+Built once per sampler. Every column array is wrapped (no copy) as a read-only, C-contiguous
+1-D view in a per-dtype typed list (validity as bitmaps), and every id a kernel will use to
+index another table
+(categorical ids into the categorical embeddings, text ids into the text embeddings) is
+range-checked here, so a corrupt database is a ``DatabaseError`` naming the column, never an
+out-of-bounds read in a kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+from numba.typed import List
+
+from dlkit.errors import DatabaseError
+
+NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
+STYPE_NAMES = ("numeric", "boolean", "timestamp", "categorical", "text")
+_VALUE_DTYPES = {NUMERIC: np.float64, BOOLEAN: np.uint8, TIMESTAMP: np.int64,
+                 CATEGORICAL: np.int32, TEXT: np.int64}
+
+
+def _typed_list(arrays: list[np.ndarray], dtype: Any) -> Any:
+    item_type = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=True)
+    typed = List.empty_list(item_type)
+    for array in arrays:
+        typed.append(array)
+    return typed
+
+
+def readonly_view(array: Any, dtype: Any, length: int, what: str, path: Any) -> np.ndarray:
+    """``array`` as a read-only C-contiguous 1-D ndarray of ``dtype`` and ``length``."""
+    base = np.asarray(array)
+    if base.ndim != 1 or base.shape[0] != length:
+        raise DatabaseError(f"{what} has shape {base.shape}, expected ({length},)", path=path)
+    if base.dtype != np.dtype(dtype):
+        if np.dtype(dtype) == np.uint8 and base.dtype == np.bool_:
+            base = base.view(np.uint8)
+        else:
+            raise DatabaseError(f"{what} has dtype {base.dtype}, expected {np.dtype(dtype)}",
+                                path=path)
+    if not base.flags.c_contiguous:
+        base = np.ascontiguousarray(base)
+    view = base.view()
+    view.setflags(write=False)
+    return view
+
+
+@dataclass(frozen=True, eq=False)
+class ColumnCatalog:
+    """Flat per-column arrays (catalog order: tables in order, each table's columns in order)."""
+
+    names: tuple[tuple[str, str], ...]
+    table_offsets: np.ndarray
+    table_col_start: np.ndarray
+    table_num_cells: np.ndarray
+    col_stype: np.ndarray
+    col_column_id: np.ndarray
+    col_sort_rank: np.ndarray
+    col_value_slot: np.ndarray
+    col_valid_slot: np.ndarray
+    col_mean: np.ndarray
+    col_std: np.ndarray
+    col_cat_start: np.ndarray
+    col_cat_count: np.ndarray
+    f64_cols: Any
+    u8_cols: Any
+    i64_cols: Any
+    i32_cols: Any
+
+    @property
+    def num_columns(self) -> int:
+        return int(self.col_stype.shape[0])
+
+    def index(self, table: str, column: str) -> int:
+        """Catalog index of ``table.column``; -1 when it is not a non-key column."""
+        try:
+            return self.names.index((table, column))
+        except ValueError:
+            return -1
+
+    def kernel_args(self) -> tuple[Any, ...]:
+        """The catalog arguments of ``build_sequences``, in its order."""
+        return (self.table_num_cells, self.table_offsets, self.table_col_start, self.col_stype,
+                self.col_column_id, self.col_sort_rank, self.col_value_slot, self.col_valid_slot,
+                self.col_mean, self.col_std, self.col_cat_start, self.f64_cols, self.u8_cols,
+                self.i64_cols, self.i32_cols)
+
+
+def _statistics(column: Any, path: Any) -> tuple[float, float]:
+    if column.stype not in (NUMERIC, TIMESTAMP):
+        return 0.0, 1.0
+    mean, std = float(column.mean), float(column.std)
+    if not np.isfinite(mean) or not np.isfinite(std) or std <= 0:
+        raise DatabaseError(f"column {column.table}.{column.name}: mean {mean} / std {std} "
+                            "cannot z-score (expected finite values and std > 0)", path=path)
+    return mean, std
+
+
+def _check_ids(values: np.ndarray, limit: int, what: str, path: Any) -> None:
+    # Null cells hold 0 in a dlkit database, so the whole array must lie in [0, max(limit, 1)).
+    if values.size and (int(values.min()) < 0 or int(values.max()) >= max(limit, 1)):
+        raise DatabaseError(f"{what} holds ids in [{int(values.min())}, {int(values.max())}], "
+                            f"expected [0, {limit})", path=path)
+
+
+def validity_bitmap(column: Any, n: int, what: str, path: Any) -> np.ndarray:
+    """The column's validity as a little-endian bitmap (bit ``r`` set = row ``r`` not null).
+
+    A bitmap is an eighth of a bool array, so it stays in cache during random access; the
+    database stores one (``valid_bitmap``), an in-memory double may only have ``valid``.
+    """
+    bitmap = getattr(column, "valid_bitmap", None)
+    if bitmap is None:
+        valid = readonly_view(column.valid, np.uint8, n, f"{what} validity", path)
+        bitmap = np.packbits(valid.astype(bool), bitorder="little")
+    return readonly_view(bitmap, np.uint8, (n + 7) // 8, f"{what} validity bitmap", path)
+
+
+def build_catalog(db: Any) -> ColumnCatalog:
+    """Validate and index every non-key column of ``db`` (the reader API of database_format)."""
+    path = getattr(db, "path", None)
+    num_texts = int(db.text_embeddings().shape[0])
+    table_offsets = np.asarray(db.table_offsets, dtype=np.int64)
+    if table_offsets.shape[0] != len(db.tables) + 1 or table_offsets[-1] != db.num_rows:
+        raise DatabaseError("table_offsets disagree with the tables and num_rows", path=path)
+    lists: dict[Any, list[np.ndarray]] = {np.float64: [], np.uint8: [], np.int64: [], np.int32: []}
+    names, starts, stypes, column_ids, value_slots, valid_slots = [], [0], [], [], [], []
+    means, stds, cat_starts, cat_counts = [], [], [], []
+    for table in db.tables:
+        n = int(table.num_rows)
+        if int(table_offsets[table.index + 1] - table_offsets[table.index]) != n:
+            raise DatabaseError(f"table {table.name}: {n} rows disagree with table_offsets",
+                                path=path)
+        for column in table.columns:
+            what = f"column {table.name}.{column.name}"
+            stype = int(column.stype)
+            if stype not in _VALUE_DTYPES:
+                raise DatabaseError(f"{what} has semantic type {stype}, expected 0-4", path=path)
+            dtype = _VALUE_DTYPES[stype]
+            values = readonly_view(column.values, dtype, n, f"{what} values", path)
+            valid = validity_bitmap(column, n, what, path)
+            cat_start = cat_count = 0
+            if stype == CATEGORICAL:
+                cat_start, cat_count = int(column.cat_emb_start), int(column.cat_emb_count)
+                num_categories = int(db.categorical_embeddings().shape[0])
+                if cat_start < 0 or cat_count < 0 or cat_start + cat_count > num_categories:
+                    raise DatabaseError(
+                        f"{what}: categorical embedding rows [{cat_start}, "
+                        f"{cat_start + cat_count}) exceed the {num_categories} rows", path=path)
+                _check_ids(values, cat_count, f"{what} categories", path)
+            elif stype == TEXT:
+                _check_ids(values, num_texts, f"{what} text ids", path)
+            mean, std = _statistics(column, path)
+            value_slots.append(len(lists[dtype]))
+            lists[dtype].append(values)
+            valid_slots.append(len(lists[np.uint8]))
+            lists[np.uint8].append(valid)
+            names.append((table.name, column.name))
+            stypes.append(stype)
+            column_ids.append(int(column.column_id))
+            means.append(mean)
+            stds.append(std)
+            cat_starts.append(cat_start)
+            cat_counts.append(cat_count)
+        starts.append(len(names))
+    column_id_array = np.asarray(column_ids, dtype=np.int32)
+    # Dense rank of each column id: a counting sort by rank is a stable sort by column id.
+    sort_rank = np.searchsorted(np.unique(column_id_array), column_id_array).astype(np.int64)
+    table_col_start = np.asarray(starts, dtype=np.int64)
+    return ColumnCatalog(
+        names=tuple(names),
+        table_offsets=table_offsets,
+        table_col_start=table_col_start,
+        table_num_cells=np.diff(table_col_start),
+        col_stype=np.asarray(stypes, dtype=np.int8),
+        col_column_id=column_id_array,
+        col_sort_rank=sort_rank,
+        col_value_slot=np.asarray(value_slots, dtype=np.int64),
+        col_valid_slot=np.asarray(valid_slots, dtype=np.int64),
+        col_mean=np.asarray(means, dtype=np.float64),
+        col_std=np.asarray(stds, dtype=np.float64),
+        col_cat_start=np.asarray(cat_starts, dtype=np.int64),
+        col_cat_count=np.asarray(cat_counts, dtype=np.int64),
+        f64_cols=_typed_list(lists[np.float64], np.float64),
+        u8_cols=_typed_list(lists[np.uint8], np.uint8),
+        i64_cols=_typed_list(lists[np.int64], np.int64),
+        i32_cols=_typed_list(lists[np.int32], np.int32),
+    )

@@ -1,0 +1,180 @@
+"""One sequence made readable: the rows a seed's BFS visited and the cells it linearised.
+
+``describe_sequence`` builds the seed's sequence exactly as a batch would (same stream, same
+linearisation) and decodes every cell back to the database's own value (category labels,
+text, ISO timestamps), so ``dlkit show`` can print what the model sees -- the masked target
+included -- without anyone decoding arrays by hand.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
+from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.api import open_db
+from dlkit.sampler.batch import BatchBuilder, BatchConfig
+from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
+from dlkit.sampler.splits import check_seed
+
+NO_TIME = np.iinfo(np.int64).min
+MASKED = "[MASKED]"
+NULL = "null"
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class CellView:
+    position: int
+    column: str
+    stype: str
+    value: str
+    is_null: bool
+    is_target: bool
+
+
+@dataclass(frozen=True)
+class RowView:
+    index: int
+    table: str
+    local_row: int
+    key: str
+    time: str
+    depth: int
+    reached: str
+    cells: tuple[CellView, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class SequenceView:
+    task: str
+    anchor_row: int
+    obs_time: str
+    target: str
+    epoch: int
+    sequence_length: int
+    max_rows: int
+    num_cells: int
+    rows: tuple[RowView, ...]
+
+    def to_json_value(self) -> dict[str, Any]:
+        value = dict(self.__dict__)
+        value["rows"] = [dict(r.__dict__, cells=[dict(c.__dict__) for c in r.cells])
+                         for r in self.rows]
+        return value
+
+
+def format_time(t: int, compact: bool = False) -> str:
+    """ISO 8601 UTC (``compact``: to the second, for a narrow column); ``-`` for no time."""
+    if t == NO_TIME:
+        return "-"
+    try:
+        moment = _EPOCH + dt.timedelta(microseconds=int(t))
+    except OverflowError:
+        return f"{t} us"
+    if compact:
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def format_value(db: Any, column: Any, local: int) -> str:
+    """A cell's value as the database holds it (not normalised)."""
+    if not bool(column.valid[local]):
+        return NULL
+    v = column.values[local]
+    stype = int(column.stype)
+    if stype == NUMERIC:
+        return f"{float(v):.6g}"
+    if stype == BOOLEAN:
+        return "true" if v else "false"
+    if stype == TIMESTAMP:
+        return format_time(int(v))
+    if stype == CATEGORICAL:
+        categories = getattr(column, "categories", None)
+        return str(categories[int(v)]) if categories else f"category {int(v)}"
+    text_of = getattr(db, "text", None)
+    text = text_of(int(v)) if text_of is not None else f"text {int(v)}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _key_of(table: Any, local: int) -> str:
+    key = getattr(table, "key", None)
+    try:
+        return str(key(local)) if key is not None else str(local)
+    except (KeyError, IndexError):
+        return str(local)
+
+
+def describe_sequence(db_path: Any, task: str, anchor_row: int, *, seed: int = 0,
+                      epoch: int = 0, sequence_length: int = 1024, max_rows: int = 256,
+                      bfs_child_width: int = 16) -> SequenceView:
+    """The sequence of task ``task``'s seed at ``anchor_row`` (a local row of its table)."""
+    db, owned = open_db(db_path)
+    try:
+        builder = BatchBuilder(db, BatchConfig(sequence_length, max_rows, bfs_child_width),
+                               check_seed(seed, "seed"))
+        view = builder.task(task)
+        matches = np.flatnonzero(view.anchor_row == anchor_row)
+        if matches.size == 0:
+            raise InvalidArgumentError(
+                f"row {anchor_row} of table {db.tables[view.table_index].name!r} is not a seed of "
+                f"task {view.name!r} (its target is null or the row does not exist; seeds are "
+                f"rows {', '.join(str(int(a)) for a in view.anchor_row[:5])}...)")
+        built = builder.build(view, matches[:1], check_seed(epoch, "epoch"))
+        return _decode(db, builder, built)
+    finally:
+        if owned:
+            db.close()
+
+
+def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
+    a = built.arrays
+    n_rows = int(built.visited_counts[0])
+    n_cells = int(built.cell_counts[0])
+    rows_cells: list[list[CellView]] = [[] for _ in range(n_rows)]
+    catalog = builder.catalog
+    by_id = {int(cid): c for c, cid in enumerate(catalog.col_column_id)}
+    for p in range(n_cells):
+        i = int(a["seq_row_ids"][0, p])
+        c = by_id[int(a["column_ids"][0, p])]
+        table_name, column_name = catalog.names[c]
+        row = int(built.visited_rows[0, i])
+        table = db.tables[int(db.graph.row_table[row])]
+        column = next(col for col in table.columns if col.name == column_name)
+        local = row - int(table.row_offset)
+        target = bool(a["is_target"][0, p])
+        rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)],
+                                      MASKED if target else format_value(db, column, local),
+                                      bool(a["is_null"][0, p]), target))
+    rows = []
+    for i in range(n_rows):
+        row = int(built.visited_rows[0, i])
+        table = db.tables[int(db.graph.row_table[row])]
+        local = row - int(table.row_offset)
+        source, via = int(built.visited_source[0, i]), int(built.visited_via[0, i])
+        reached = ("seed" if source < 0 else
+                   f"parent of #{source}" if via == VIA_PARENT else
+                   f"child of #{source}" if via == VIA_CHILD else "?")
+        rows.append(RowView(i, table.name, local, _key_of(table, local),
+                            format_time(int(db.graph.row_times[row]), compact=True),
+                            int(built.visited_depth[0, i]), reached, tuple(rows_cells[i]),
+                            len(rows_cells[i]) < len(table.columns)))
+    task = builder.task(built.task)
+    seed_table = db.tables[task.table_index]
+    target_name = catalog.names[task.target_col][1]
+    target_column = next(c for c in seed_table.columns if c.name == target_name)
+    return SequenceView(
+        task=built.task, anchor_row=int(built.anchor_rows[0]),
+        obs_time=format_time(int(built.obs_times[0])),
+        target=format_value(db, target_column, int(built.anchor_rows[0])),
+        epoch=built.epoch, sequence_length=builder.config.sequence_length,
+        max_rows=builder.config.max_rows, num_cells=n_cells, rows=tuple(rows))
+
+
+__all__ = ["CellView", "RowView", "SequenceView", "TEXT", "describe_sequence", "format_time",
+           "format_value"]

@@ -1,0 +1,187 @@
+"""The work behind ``dlkit manifest`` and ``dlkit batches``: library calls the CLI renders.
+
+``write_run_manifest`` hash-splits every task and writes the run manifest for ``dlkit sample``.
+``write_batches`` streams one (task, split) dataset through the same schedules the
+``Sampler`` uses (so a task's train batches here are that task's batches in a multi-task
+run, in order) and writes each batch as ``.npz``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlkit.atomic import atomic_write_bytes
+from dlkit.errors import InvalidArgumentError, OutputError
+from dlkit.nextbatch import RunManifest, Stage
+from dlkit.sampler.api import open_db
+from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
+from dlkit.sampler.schedule import Job, TrainSchedule, ValSchedule, open_streams
+from dlkit.sampler.splits import (
+    SPLITS,
+    SplitRatios,
+    build_run_manifest,
+    check_seed,
+    compute_splits,
+    dataset_key,
+    split_index,
+)
+
+
+@dataclass(frozen=True)
+class ManifestSummary:
+    path: str
+    database_id: str
+    manifest_hash: str
+    global_batch_size: int
+    datasets: dict[str, int] = field(default_factory=dict)
+
+
+def make_run_manifest(db: Any, *, seed: int, global_batch_size: int, split_seed: int = 0,
+                      split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
+                      sampler_block_size: int | None = None) -> RunManifest:
+    """The run manifest of every task and split of an open database."""
+    ratios = SplitRatios.parse(split_ratios)
+    builder_tasks = db.tasks
+    splits = compute_splits(builder_tasks, check_seed(split_seed, "split_seed"), ratios)
+    return build_run_manifest(db.database_id, db.database_hash, splits, seed=seed,
+                              global_batch_size=global_batch_size, split_seed=split_seed,
+                              ratios=ratios, sampler_block_size=sampler_block_size)
+
+
+def write_run_manifest(db_path: Any, out: str | Path, *, seed: int, global_batch_size: int,
+                       split_seed: int = 0,
+                       split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
+                       sampler_block_size: int | None = None) -> ManifestSummary:
+    """Write the run manifest (atomically) and summarise it."""
+    db, owned = open_db(db_path)
+    try:
+        manifest = make_run_manifest(db, seed=seed, global_batch_size=global_batch_size,
+                                     split_seed=split_seed, split_ratios=split_ratios,
+                                     sampler_block_size=sampler_block_size)
+        atomic_write_bytes(out, manifest.to_json().encode())
+        return ManifestSummary(str(out), db.database_id, manifest.manifest_hash.hex(),
+                               manifest.global_batch_size,
+                               {key: e.cardinality for key, e in manifest.datasets.items()})
+    finally:
+        if owned:
+            db.close()
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One (task, split) stream of batches, as ``dlkit batches`` asks for it."""
+
+    task: str
+    split: str
+    steps: int
+    seed: int = 0
+    split_seed: int = 0
+    split_ratios: str | tuple[float, ...] | SplitRatios = (0.8, 0.1, 0.1)
+    batch_size: int = 32
+    rank: int = 0
+    world_size: int = 1
+    sequence_length: int = 1024
+    max_rows: int = 256
+    bfs_child_width: int = 16
+
+    def __post_init__(self) -> None:
+        split_index(self.split)
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise InvalidArgumentError(f"steps must be a positive integer, got {self.steps!r}")
+        if self.batch_size < 1 or self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise InvalidArgumentError(
+                f"need batch_size >= 1 and 0 <= rank < world_size, got batch_size "
+                f"{self.batch_size}, rank {self.rank}, world_size {self.world_size}")
+
+
+def iter_batches(db: Any, request: BatchRequest) -> Iterator[tuple[Job, BuiltBatch]]:
+    """The first ``request.steps`` batches of one (task, split) stream on one rank."""
+    ratios = SplitRatios.parse(request.split_ratios)
+    config = BatchConfig(request.sequence_length, request.max_rows, request.bfs_child_width)
+    builder = BatchBuilder(db, config, check_seed(request.seed, "seed"))
+    view = builder.task(request.task)
+    splits = compute_splits(builder.tasks, check_seed(request.split_seed, "split_seed"), ratios)
+    manifest = build_run_manifest(db.database_id, db.database_hash, splits, seed=request.seed,
+                                  global_batch_size=request.batch_size * request.world_size,
+                                  split_seed=request.split_seed, ratios=ratios)
+    key = dataset_key(db.database_id, view.name, request.split)
+    stage = Stage.TRAIN if request.split == "train" else Stage.EVAL
+    streams = open_streams(manifest, [(key, view, splits[view.index].of(request.split))],
+                           request.world_size, request.rank, stage)
+    if not streams:
+        raise InvalidArgumentError(f"task {view.name!r} has no {request.split} batch on rank "
+                                   f"{request.rank} of {request.world_size} (see the warning)")
+    schedule: TrainSchedule | ValSchedule = (
+        TrainSchedule(streams, [1.0], request.seed) if stage is Stage.TRAIN
+        else ValSchedule(streams))
+    for step in range(request.steps):
+        result = schedule.job(step)
+        job = result[0] if isinstance(result, tuple) else result
+        yield job, builder.build(view, job.stream.seed_indices(job.cursor), job.cursor.epoch)
+
+
+@dataclass(frozen=True)
+class BatchesSummary:
+    out_dir: str
+    files: list[str]
+    steps: int
+    sequences: int
+    cells: int
+    index_file: str
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
+                  on_batch: Callable[[int], None] | None = None) -> BatchesSummary:
+    """Write ``step_NNNNNN.npz`` (exactly the batch keys) per step and ``index.json``
+    (per step: file, task, epoch, cursor, anchor rows), each file atomically."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the output directory: {exc.strerror or exc}",
+                          path=out) from None
+    db, owned = open_db(db_path)
+    files, entries, sequences, cells = [], [], 0, 0
+    try:
+        for job, built in iter_batches(db, request):
+            name = f"step_{job.step:06d}.npz"
+            atomic_write_bytes(out / name, npz_bytes(built.arrays))
+            files.append(name)
+            sequences += int(built.seed_indices.shape[0])
+            cells += int(built.cell_counts.sum())
+            entries.append({"step": job.step, "file": name, "task": built.task,
+                            "dataset": job.stream.key, "epoch": job.cursor.epoch,
+                            "global_index": job.cursor.global_index,
+                            "anchor_rows": built.anchor_rows.tolist()})
+            if on_batch is not None:
+                on_batch(1)
+        index = {"database_id": db.database_id, "request": _request_json(request),
+                 "batches": entries}
+        atomic_write_bytes(out / "index.json", (json.dumps(index, indent=1) + "\n").encode())
+    finally:
+        if owned:
+            db.close()
+    return BatchesSummary(str(out), files, len(files), sequences, cells, str(out / "index.json"))
+
+
+def _request_json(request: BatchRequest) -> dict[str, Any]:
+    value = dict(request.__dict__)
+    value["split_ratios"] = str(SplitRatios.parse(request.split_ratios))
+    return value
+
+
+__all__ = ["SPLITS", "BatchRequest", "BatchesSummary", "ManifestSummary", "iter_batches",
+           "make_run_manifest", "write_batches", "write_run_manifest"]

@@ -1,0 +1,167 @@
+"""Which seeds each step of the train and val streams uses, as pure functions of the state.
+
+A *stream* is one (task, split) NextBatch_v2 dataset seen from one rank. The train schedule
+picks the task of step ``k`` by a weighted Philox draw of ``(seed, k)`` (the same on every
+rank) and advances that task's cursor by one NextBatch call; with ``drop_last`` every train
+step gives every rank a full micro-batch, its contiguous slice of the global batch. The val
+schedule walks the val streams one eval epoch each, in task order, round and round; a step
+whose slice is empty on this rank (the tail of an epoch) is skipped.
+
+Schedules are advanced under a lock by whichever producer thread needs a later step first;
+each step's job is handed out exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlkit.core.streams import pick_tasks, task_draws
+from dlkit.errors import CheckpointError
+from dlkit.nextbatch import Cursor, RunManifest, SamplingPlan, Stage
+from dlkit.sampler.batch import TaskView
+
+
+class SamplerWarning(UserWarning):
+    """A task is skipped because this rank has no seed of it (design §9)."""
+
+
+@dataclass(frozen=True)
+class SplitStream:
+    """One rank's view of a (task, split) dataset."""
+
+    key: str
+    task: TaskView
+    positions: np.ndarray
+    plan: SamplingPlan
+
+    def seed_indices(self, cursor: Cursor) -> np.ndarray:
+        """Positions in the task's seed list of this rank's micro-batch at ``cursor``."""
+        start, count = self.plan.slice_of(cursor)
+        order = self.plan.resolve(cursor.epoch, np.asarray([start if count else 0], np.uint64),
+                                  np.asarray([count], np.uint64))
+        return self.positions[order.astype(np.int64)]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What step ``step`` builds: ``stream``'s micro-batch at ``cursor``."""
+
+    step: int
+    stream: SplitStream
+    cursor: Cursor
+    cursor_after: Cursor
+
+
+def open_streams(manifest: RunManifest, keys: Sequence[tuple[str, TaskView, np.ndarray]],
+                 world_size: int, rank: int, stage: Stage) -> list[SplitStream]:
+    """Streams of the datasets that give this rank seeds; the others are skipped with a
+    ``SamplerWarning`` saying why."""
+    streams = []
+    gbs = manifest.global_batch_size
+    for key, task, positions in keys:
+        n = int(positions.shape[0])
+        reason = None
+        if n == 0:
+            reason = "has no seed"
+        elif stage is Stage.TRAIN and n < gbs:
+            reason = f"has {n} seeds, fewer than the global batch of {gbs}"
+        else:
+            plan = SamplingPlan.create(manifest, key, world_size, rank, stage,
+                                       actual_cardinality=n)
+            if plan.slice_of(Cursor(0, 0))[1] == 0:
+                reason = f"has {n} seeds, none in the slice of rank {rank} of {world_size}"
+        if reason is not None:
+            warnings.warn(f"task {task.name!r} is skipped on rank {rank}: dataset {key!r} "
+                          f"{reason}", SamplerWarning, stacklevel=4)
+            continue
+        streams.append(SplitStream(key, task, positions, plan))
+    return streams
+
+
+class TrainSchedule:
+    """Train steps from ``step`` on, given every stream's cursor before that step."""
+
+    def __init__(self, streams: Sequence[SplitStream], weights: Sequence[float], seed: int,
+                 step: int = 0, cursors: Mapping[str, Cursor] | None = None):
+        self.streams = tuple(streams)
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.cumulative = np.cumsum(self.weights)
+        self.seed = seed
+        self._lock = threading.Lock()
+        self._next_step = step
+        self._cursors = {s.key: Cursor() for s in self.streams}
+        if cursors is not None:
+            if set(cursors) != set(self._cursors):
+                raise CheckpointError(f"train state names datasets {sorted(cursors)}, the "
+                                      f"sampler has {sorted(self._cursors)}")
+            for stream in self.streams:
+                stream.plan.check_cursor(cursors[stream.key])
+            self._cursors.update(cursors)
+        self._pending: dict[int, Job] = {}
+
+    def _advance(self, count: int) -> None:
+        picks = pick_tasks(task_draws(np.uint64(self.seed), np.uint64(self._next_step), count),
+                           self.cumulative)
+        for pick in picks.tolist():
+            stream = self.streams[pick]
+            cursor = self._cursors[stream.key]
+            after = stream.plan.advance(cursor)
+            self._pending[self._next_step] = Job(self._next_step, stream, cursor, after)
+            self._cursors[stream.key] = after
+            self._next_step += 1
+
+    def job(self, step: int) -> Job:
+        """The job of ``step`` (each step is handed out once)."""
+        with self._lock:
+            if step >= self._next_step:
+                self._advance(step - self._next_step + 1)
+            return self._pending.pop(step)
+
+
+class ValSchedule:
+    """Val steps from ``step`` on: the stream keyed ``current`` at its cursor, then onwards.
+
+    Val streams are rank-local (a rank skips datasets without seeds in its slice), so a state
+    from another world size is taken leniently: cursors of datasets this rank does not walk
+    are ignored, and datasets the state does not name start at epoch 0.
+    """
+
+    def __init__(self, streams: Sequence[SplitStream], step: int = 0, current: str | None = None,
+                 cursors: Mapping[str, Cursor] | None = None):
+        self.streams = tuple(streams)
+        self._lock = threading.Lock()
+        self._next_step = step
+        keys = [s.key for s in self.streams]
+        self._current = keys.index(current) if current in keys else 0
+        self._cursors = {key: Cursor() for key in keys}
+        for stream in self.streams:
+            if cursors is not None and stream.key in cursors:
+                stream.plan.check_cursor(cursors[stream.key])
+                self._cursors[stream.key] = cursors[stream.key]
+        self._pending: dict[int, tuple[Job, str]] = {}
+
+    def _advance_one(self) -> None:
+        while True:
+            stream = self.streams[self._current]
+            cursor = self._cursors[stream.key]
+            after = stream.plan.advance(cursor)
+            self._cursors[stream.key] = after
+            if after.epoch != cursor.epoch:
+                self._current = (self._current + 1) % len(self.streams)
+            if stream.plan.slice_of(cursor)[1]:
+                self._pending[self._next_step] = (Job(self._next_step, stream, cursor, after),
+                                                  self.streams[self._current].key)
+                self._next_step += 1
+                return
+
+    def job(self, step: int) -> tuple[Job, str]:
+        """The job of ``step`` and the key of the stream current after it."""
+        with self._lock:
+            while step >= self._next_step:
+                self._advance_one()
+            return self._pending.pop(step)

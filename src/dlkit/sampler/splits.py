@@ -1,0 +1,153 @@
+"""Hash splits of every task's seeds, their NextBatch_v2 datasets, and the run manifest.
+
+A seed's split is a pure function of (anchor row, task index, split seed, ratios) -- see
+``dlkit.core.streams`` -- so every rank agrees without communicating and the sampling seed
+never moves a seed between splits. A split's seeds, in ascending anchor order, form the
+dataset ``"<database id>/<task>/<split>"`` whose cardinality is their count and whose hash
+is the database hash.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlkit.core.streams import assign_splits, split_buckets
+from dlkit.errors import InvalidArgumentError
+from dlkit.nextbatch import DataConfig, DatasetEntry, RunManifest
+from dlkit.nextbatch.cbor import UINT64_MAX
+
+SPLITS = ("train", "val", "test")
+SPLIT_VERSION = "hash-split-v1"
+
+
+@dataclass(frozen=True)
+class SplitRatios:
+    """Train/val/test shares: non-negative, summing to 1 (to within 1e-6)."""
+
+    train: float = 0.8
+    val: float = 0.1
+    test: float = 0.1
+
+    def __post_init__(self) -> None:
+        values = (self.train, self.val, self.test)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+               or v < 0 for v in values):
+            raise InvalidArgumentError(f"split ratios must be three non-negative numbers, "
+                                       f"got {values!r}")
+        if abs(math.fsum(values) - 1.0) > 1e-6:
+            raise InvalidArgumentError(f"split ratios must sum to 1, got {values!r} "
+                                       f"(sum {math.fsum(values)!r})")
+
+    @classmethod
+    def parse(cls, value: SplitRatios | Sequence[float] | str) -> SplitRatios:
+        """From a ``SplitRatios``, a 3-sequence, or text like ``"0.8,0.1,0.1"``."""
+        if isinstance(value, SplitRatios):
+            return value
+        if isinstance(value, str):
+            try:
+                value = [float(part) for part in value.split(",")]
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"split ratios must look like 0.8,0.1,0.1, got {value!r}") from None
+        items = list(value)
+        if len(items) != 3:
+            raise InvalidArgumentError(f"split ratios need 3 values (train, val, test), "
+                                       f"got {items!r}")
+        return cls(*items)
+
+    @property
+    def cuts(self) -> tuple[int, int]:
+        """Bucket thresholds: train below the first, val below the second (Python round)."""
+        return round(1000 * self.train), round(1000 * (self.train + self.val))
+
+    def __str__(self) -> str:
+        return f"{self.train:g}/{self.val:g}/{self.test:g}"
+
+
+def check_seed(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not 0 <= int(value) <= UINT64_MAX:
+        raise InvalidArgumentError(f"{name} must be an integer in [0, 2^64-1], got {value!r}")
+    return int(value)
+
+
+def split_codes(anchor_rows: np.ndarray, task_idx: int, split_seed: int,
+                ratios: SplitRatios) -> np.ndarray:
+    """Split code per seed: 0 train, 1 val, 2 test."""
+    buckets = split_buckets(np.ascontiguousarray(anchor_rows, dtype=np.int64), int(task_idx),
+                            np.uint64(split_seed))
+    train_cut, val_cut = ratios.cuts
+    return assign_splits(buckets, train_cut, val_cut)
+
+
+def dataset_key(database_id: str, task: str, split: str) -> str:
+    return f"{database_id}/{task}/{split}"
+
+
+def split_version(split_seed: int, ratios: SplitRatios) -> str:
+    """The dataset version: it names the split rule so a different split is a new dataset."""
+    train_cut, val_cut = ratios.cuts
+    return f"{SPLIT_VERSION} split_seed={split_seed} buckets={train_cut}/{val_cut}/1000"
+
+
+@dataclass(frozen=True)
+class TaskSplits:
+    """Positions (into a task's ascending seed list) of each split's seeds."""
+
+    task: str
+    task_index: int
+    positions: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    def of(self, split: str) -> np.ndarray:
+        return self.positions[split_index(split)]
+
+
+def split_index(split: str) -> int:
+    try:
+        return SPLITS.index(split)
+    except ValueError:
+        raise InvalidArgumentError(f"split must be one of {', '.join(SPLITS)}, got {split!r}") \
+            from None
+
+
+def compute_splits(tasks: Iterable[Any], split_seed: int,
+                   ratios: SplitRatios) -> tuple[TaskSplits, ...]:
+    """``TaskSplits`` of every task (objects with ``name``, ``index``, ``anchor_row``)."""
+    out = []
+    for task in tasks:
+        codes = split_codes(np.asarray(task.anchor_row), task.index, split_seed, ratios)
+        positions = tuple(np.flatnonzero(codes == k).astype(np.int64) for k in range(3))
+        for p in positions:
+            p.setflags(write=False)
+        out.append(TaskSplits(task.name, int(task.index), positions))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def build_run_manifest(database_id: str, database_hash: bytes, splits: Sequence[TaskSplits], *,
+                       seed: int, global_batch_size: int, split_seed: int,
+                       ratios: SplitRatios, sampler_block_size: int | None = None) -> RunManifest:
+    """The run manifest over every task and split (``drop_last``: every train step is full)."""
+    check_seed(seed, "seed")
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) \
+            or global_batch_size < 1:
+        raise InvalidArgumentError(f"global batch size must be a positive integer, "
+                                   f"got {global_batch_size!r}")
+    version = split_version(split_seed, ratios)
+    datasets = {}
+    for task_splits in splits:
+        for k, split in enumerate(SPLITS):
+            key = dataset_key(database_id, task_splits.task, split)
+            datasets[key] = DatasetEntry(id=key, version=version,
+                                         cardinality=int(task_splits.positions[k].shape[0]),
+                                         hash=bytes(database_hash))
+    if not datasets:
+        raise InvalidArgumentError("the database defines no task: there is nothing to sample")
+    data = DataConfig(drop_last=True) if sampler_block_size is None else \
+        DataConfig(sampler_block_size=sampler_block_size, drop_last=True)
+    return RunManifest(seed=seed, global_batch_size=global_batch_size, datasets=datasets,
+                       data=data)

@@ -1,0 +1,183 @@
+"""The temporal BFS kernel against the plain-Python reference, and its invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dlkit.core.bfs import (
+    NO_TIME,
+    VIA_CHILD,
+    VIA_PARENT,
+    table_links_of,
+    temporal_bfs,
+    visible_prefix,
+)
+from dlkit.core.streams import sequence_key
+from tests import naive_sampler as naive
+from tests.sampler.fakedb import random_database
+
+INT64_MAX = np.iinfo(np.int64).max
+
+databases = st.builds(
+    random_database,
+    seed=st.integers(0, 2**32 - 1),
+    num_tables=st.integers(1, 4),
+    max_rows=st.integers(1, 40),
+    fk_prob=st.floats(0.3, 1.0),
+    null_prob=st.floats(0.0, 0.5),
+    temporal_prob=st.floats(0.0, 1.0),
+    num_tasks=st.just(1),
+    time_span=st.sampled_from([10, 1000, 10**9]),
+)
+
+
+def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, task, anchor,
+               table_offsets=None):
+    g = db.graph
+    offsets = np.asarray(db.table_offsets) if table_offsets is None else table_offsets
+    ncells = np.asarray([len(t.columns) for t in db.tables], dtype=np.int64)
+    k0, k1 = sequence_key(np.uint64(seed), np.uint64(epoch), task)
+    out = [np.zeros(max_rows, np.int64) for _ in range(3)] + [np.zeros(max_rows, np.int8)]
+    cutoff = INT64_MAX if obs_time == NO_TIME else obs_time
+    links = table_links_of(g.parent_offsets, g.child_offsets, offsets)
+    n = temporal_bfs(g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids, g.child_times,
+                     g.row_times, offsets, ncells, links, seed_row, cutoff, width, max_cells,
+                     max_rows, k0, k1, anchor, *out)
+    return [tuple(int(a[i]) for a in out) for i in range(n)]
+
+
+def any_seed(db, draw):
+    """A seed row of any table (not only task seeds): observation time = its row time."""
+    row = draw(st.integers(0, db.num_rows - 1))
+    return row, int(db.graph.row_times[row])
+
+
+@given(db=databases, data=st.data(), width=st.integers(0, 6), max_cells=st.integers(1, 80),
+       max_rows=st.integers(1, 40), seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 2**64 - 1))
+def test_kernel_matches_reference(db, data, width, max_cells, max_rows, seed, epoch):
+    row, obs = any_seed(db, data.draw)
+    task = data.draw(st.integers(0, 2**32 - 1))
+    anchor = data.draw(st.integers(0, 2**63 - 1))
+    got = run_kernel(db, row, obs, width, max_cells, max_rows, seed, epoch, task, anchor)
+    want = naive.bfs(db, row, obs, width, max_cells, max_rows,
+                     naive.Stream(seed, epoch, task, anchor))
+    assert got == want
+
+
+@given(db=databases, data=st.data(), width=st.integers(0, 4), max_rows=st.integers(1, 60))
+def test_invariants(db, data, width, max_rows):
+    """Seed first, each row once, nothing after the cut-off, child cap, provenance edges real."""
+    row, obs = any_seed(db, data.draw)
+    # An arbitrary observation time too: the rule must hold for any cut-off.
+    obs = data.draw(st.sampled_from([obs, NO_TIME, obs // 2 if obs != NO_TIME else 0]))
+    visits = run_kernel(db, row, obs, width, 10**6, max_rows, 1, 2, 3, row)
+    g = db.graph
+    rows = [v[0] for v in visits]
+    assert rows[0] == row and visits[0][1:] == (0, -1, 0)
+    assert len(set(rows)) == len(rows) <= max_rows
+    for r in rows[1:]:
+        t = int(g.row_times[r])
+        assert t == NO_TIME or obs == NO_TIME or t <= obs, "visited a row after the cut-off"
+    per_source_children: dict[int, int] = {}
+    for i, (r, depth, source, via) in enumerate(visits[1:], start=1):
+        assert 0 <= source < i
+        src_row = rows[source]
+        if via == VIA_PARENT:
+            assert r in g.parent_ids[g.parent_offsets[src_row]:g.parent_offsets[src_row + 1]]
+            assert depth == visits[source][1] + 1
+        else:
+            assert via == VIA_CHILD
+            assert r in g.child_ids[g.child_offsets[src_row]:g.child_offsets[src_row + 1]]
+            per_source_children[source] = per_source_children.get(source, 0) + 1
+    assert all(count <= width for count in per_source_children.values()), "child cap exceeded"
+
+
+@given(db=databases, data=st.data())
+def test_parents_before_children_in_depth_first_order(db, data):
+    """Parents are a stack: until the first child is drawn, the visits are the depth-first
+    preorder of the seed's visible ancestors, foreign keys in column order."""
+    row, obs = any_seed(db, data.draw)
+    visits = run_kernel(db, row, obs, 3, 10**6, 10**4, 5, 0, 0, row)
+    g = db.graph
+    seen, expected = {row}, [row]
+
+    def ancestors(r):
+        for p in g.parent_ids[g.parent_offsets[r]:g.parent_offsets[r + 1]]:
+            p = int(p)
+            t = int(g.row_times[p])
+            if p not in seen and (t == NO_TIME or obs == NO_TIME or t <= obs):
+                seen.add(p)
+                expected.append(p)
+                ancestors(p)
+
+    ancestors(row)
+    first_child = next((i for i, v in enumerate(visits) if v[3] == VIA_CHILD), len(visits))
+    assert [v[0] for v in visits[:first_child]] == expected
+
+
+@given(times=st.lists(st.integers(-5, 5), max_size=30).map(sorted), cutoff=st.integers(-7, 7))
+def test_visible_prefix_is_a_binary_search(times, cutoff):
+    arr = np.asarray([NO_TIME] + times, dtype=np.int64)
+    assert visible_prefix(arr, 1, arr.shape[0], cutoff) == sum(t <= cutoff for t in times)
+
+
+def test_child_cap_draws_each_subset_uniformly():
+    """A star: one parent with 6 children, width 2 -> each child is chosen equally often."""
+    db = random_database(0, num_tables=1, max_rows=1)
+    parent_offsets = np.asarray([0, 0, 1, 1, 1, 1, 1, 1], np.int64)
+    g = db.graph
+    g.parent_offsets = parent_offsets
+    g.parent_ids = np.asarray([0], np.int64)  # row 1 -> parent 0
+    g.child_offsets = np.asarray([0, 6, 6, 6, 6, 6, 6, 6], np.int64)
+    g.child_ids = np.arange(1, 7, dtype=np.int64)
+    g.child_times = np.zeros(6, np.int64)
+    g.row_times = np.zeros(7, np.int64)
+    g.row_table = np.zeros(7, np.int32)
+    counts = np.zeros(7, int)
+    for anchor in range(3000):
+        visits = run_kernel(db, 0, 0, 2, 10**6, 10, 9, 0, 0, anchor,
+                            table_offsets=np.asarray([0, 7], np.int64))
+        assert len(visits) == 3
+        for r, _, _, _ in visits[1:]:
+            counts[r] += 1
+    expected = 3000 * 2 / 6
+    assert all(abs(c - expected) < 5 * np.sqrt(expected) for c in counts[1:])
+
+
+def _shop_graph():
+    """3 users (rows 0-2, no time), 2 products (3-4, no time), 8 orders (5-12, times 10..80),
+    order k -> user k % 3, product 3 + k % 2."""
+    db = random_database(0, num_tables=1, max_rows=1)
+    parents = {5 + k: [k % 3, 3 + k % 2] for k in range(8)}
+    times = [naive.NO_TIME] * 5 + [10 * (k + 1) for k in range(8)]
+    children = {r: sorted((c for c, ps in parents.items() if r in ps), key=lambda c: (times[c], c))
+                for r in range(13)}
+    g = db.graph
+    counts = [len(parents.get(r, [])) for r in range(13)]
+    g.parent_offsets = np.cumsum([0] + counts).astype(np.int64)
+    g.parent_ids = np.asarray([p for r in range(13) for p in parents.get(r, [])], np.int64)
+    g.child_offsets = np.cumsum([0] + [len(children[r]) for r in range(13)]).astype(np.int64)
+    g.child_ids = np.asarray([c for r in range(13) for c in children[r]], np.int64)
+    g.child_times = np.asarray([times[c] for r in range(13) for c in children[r]], np.int64)
+    g.row_times = np.asarray(times, np.int64)
+    g.row_table = np.zeros(13, np.int32)
+    return db
+
+
+def test_golden_visit_order():
+    """Pins the semantics across versions (and is re-derived by the reference every run)."""
+    db = _shop_graph()
+    offsets = np.asarray([0, 13], np.int64)
+    got = run_kernel(db, 9, 50, 2, 10**6, 10, 42, 0, 1, 4, table_offsets=offsets)
+    want = naive.bfs(db, 9, 50, 2, 10**6, 10, naive.Stream(42, 0, 1, 4))
+    assert got == want
+    assert got == GOLDEN_VISITS
+    assert all(int(db.graph.row_times[r]) <= 50 for r, *_ in got if r >= 5)
+
+
+# (row, depth, source visit, via): seed order 9, its user 1 and product 3 (parents, in
+# foreign-key order), then children drawn from the shallowest level and their parents.
+GOLDEN_VISITS = [(9, 0, -1, 0), (1, 1, 0, 1), (3, 1, 0, 1), (5, 2, 2, 2), (0, 3, 3, 1),
+                 (6, 2, 1, 2), (4, 3, 5, 1), (8, 4, 4, 2)]

@@ -1,0 +1,92 @@
+"""Key index kernels: dense and hash indexes, string keys, forced hash collisions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dlkit.core import keys as kk
+from dlkit.db.keys import KeyIndex
+from dlkit.errors import DataError
+
+
+def _buffers(strings):
+    arr = pa.array(strings, type=pa.large_string())
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[: len(arr) + 1]
+    buf = arr.buffers()[2]
+    data = np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
+    return arr, data, offsets
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), unique=True, max_size=50),
+       st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
+def test_int_index_lookup_matches_dict(pk, fk):
+    keys = np.array(pk, dtype=np.int64)
+    index = KeyIndex.build_int(keys, "t")
+    probe = pk[: len(pk) // 2] + fk
+    out = np.empty(len(probe), dtype=np.int64)
+    valid, dangling, first = index.lookup(pa.array(probe, pa.int64()), 100, out, "t")
+    where = {k: i for i, k in enumerate(pk)}
+    expect = [100 + where[k] if k in where else -1 for k in probe]
+    assert out.tolist() == expect
+    assert dangling == expect.count(-1) and valid == len(probe)
+
+
+@pytest.mark.parametrize("keys", [list(range(10)), [10**15, 3, -7, 2**62]])
+def test_int_duplicate_named(keys):
+    with pytest.raises(DataError, match=r"duplicate primary key 3 \(rows 1 and 4\)|duplicate primary key 1 \(rows 1 and 4\)"):
+        k = list(keys)
+        k.insert(4, k[1])
+        KeyIndex.build_int(np.array(k, dtype=np.int64), "t")
+
+
+@given(st.lists(st.text(max_size=6), unique=True, max_size=40), st.lists(st.text(max_size=6), max_size=40))
+def test_string_index_lookup_matches_dict(pk, fk):
+    index = KeyIndex.build_str(pa.array(pk, pa.string()), "t")
+    probe = pk[::2] + fk + [None]
+    out = np.empty(len(probe), dtype=np.int64)
+    valid, dangling, _ = index.lookup(pa.array(probe, pa.string()), 0, out, "t")
+    where = {k: i for i, k in enumerate(pk)}
+    expect = [where.get(k, -1) if k is not None else -1 for k in probe]
+    assert out.tolist() == expect
+    assert valid == len(probe) - 1
+    assert dangling == sum(1 for k in probe if k is not None and k not in where)
+
+
+def test_forced_hash_collisions_never_link_wrong_rows():
+    pk = ["alpha", "beta", "gamma", "delta"]
+    _, data, offsets = _buffers(pk)
+    hashes = np.zeros(len(pk), dtype=np.int64)  # every key collides
+    slots, dup, _ = kk.hash_index_strings(hashes, data, offsets, kk.table_size(len(pk)))
+    assert dup == -1
+    probe = ["gamma", "epsilon", "alpha", "delta"]
+    _, pdata, poffsets = _buffers(probe)
+    out = np.empty(len(probe), dtype=np.int64)
+    dangling, first = kk.hash_lookup_strings(np.zeros(4, np.int64), np.ones(4, bool), pdata,
+                                             poffsets, slots, data, 0, out)
+    assert out.tolist() == [2, -1, 0, 3]
+    assert (dangling, first) == (1, 1)
+
+
+def test_forced_collision_duplicate_detected():
+    pk = ["x", "y", "x"]
+    _, data, offsets = _buffers(pk)
+    _slots, dup, first = kk.hash_index_strings(np.zeros(3, np.int64), data, offsets, 16)
+    assert (dup, first) == (2, 0)
+
+
+def test_string_duplicate_error_names_value():
+    with pytest.raises(DataError, match=r"duplicate primary key 'b' \(rows 1 and 3\)"):
+        KeyIndex.build_str(pa.array(["a", "b", "c", "b"]), "table 't', column 'k'")
+
+
+def test_sparse_int_keys_use_hash_index():
+    keys = np.array([0, 2**40, -(2**50), 17], dtype=np.int64)
+    index = KeyIndex.build_int(keys, "t")
+    assert index.kmin is None
+    out = np.empty(3, dtype=np.int64)
+    index.lookup(pa.array([17, 2**40, 5]), 10, out, "t")
+    assert out.tolist() == [13, 11, -1]

@@ -1,0 +1,153 @@
+"""`dlkit preprocess`, `dlkit verify`, `dlkit schema infer` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pytest
+
+from dlkit.db import load_schema, open_database, preprocess
+
+from .conftest import EXAMPLE, write_db
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def dlkit(capsys):
+    from dlkit.cli.app import main
+
+    def run(*args: object) -> Result:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
+
+
+def test_preprocess_json_and_verify(dlkit, tmp_path):
+    r = dlkit("preprocess", EXAMPLE, tmp_path / "db", "--json", "--no-fsync")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["database_id"] == "example-shop"
+    assert report["num_tables"] == 4 and report["num_edges"] == 958
+    assert report["dangling"]["orders.user_id"] == 1
+    assert [s["name"] for s in report["stages"]] == [
+        "scan", "keys", "tables", "graph", "embeddings", "manifest", "commit"]
+    for stage in report["stages"]:
+        assert set(stage) == {"name", "seconds", "rows", "edges", "columns", "bytes"}
+    v = dlkit("verify", tmp_path / "db", "--json")
+    assert v.returncode == 0
+    verdict = json.loads(v.stdout)
+    assert verdict["ok"] and verdict["database_hash"] == report["database_hash"]
+
+
+def test_preprocess_human_summary(dlkit, tmp_path):
+    r = dlkit("preprocess", EXAMPLE, tmp_path / "db", "--quiet")
+    assert r.returncode == 0, r.stderr
+    for word in ("stages", "keys", "graph", "manifest", "total", "database hash", "dangling"):
+        assert word in r.stdout
+    v = dlkit("verify", tmp_path / "db")
+    assert v.returncode == 0 and "OK" in v.stdout
+
+
+def test_verify_failure_names_file_and_check(dlkit, tmp_path, example_db):
+    db = tmp_path / "db"
+    shutil.copytree(example_db, db)
+    path = db / "tables" / "orders" / "1.values"
+    data = bytearray(path.read_bytes())
+    data[3] ^= 0x10
+    path.write_bytes(bytes(data))
+    r = dlkit("verify", db)
+    assert r.returncode == 3
+    assert "tables/orders/1.values" in r.stdout and "file.sha256" in r.stdout
+    assert "VERIFICATION_FAILED" in r.stderr
+    j = dlkit("verify", db, "--json")
+    assert j.returncode == 3
+    failures = json.loads(j.stdout)["failures"]
+    assert failures[0] == {"file": "tables/orders/1.values", "check": "file.sha256",
+                           "message": failures[0]["message"]}
+
+
+def test_preprocess_errors_are_one_line(dlkit, tmp_path):
+    src = write_db(tmp_path / "in", {"a": pa.table({"k": [1, 1]})}, '[tables.a]\nprimary_key = "k"\n')
+    r = dlkit("preprocess", src, tmp_path / "db", "-q")
+    assert r.returncode == 5
+    assert "DATA_INVALID" in r.stderr and "table 'a', column 'k'" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "db").exists()
+    r = dlkit("preprocess", EXAMPLE, tmp_path / "db2", "--on-dangling", "error", "-q")
+    assert r.returncode == 5 and "dangling" in r.stderr
+    assert dlkit("preprocess", EXAMPLE, tmp_path / "db3", "--on-dangling", "maybe").returncode == 2
+    ok = dlkit("preprocess", EXAMPLE, tmp_path / "db4", "-q")
+    assert ok.returncode == 0
+    again = dlkit("preprocess", EXAMPLE, tmp_path / "db4", "-q")
+    assert again.returncode == 6 and "--overwrite" in again.stderr
+    assert dlkit("preprocess", EXAMPLE, tmp_path / "db4", "-q", "--overwrite").returncode == 0
+
+
+def test_schema_infer_drafts_a_working_schema(dlkit, tmp_path):
+    r = dlkit("schema", "infer", EXAMPLE)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    assert '[tables.users]' in text and 'primary_key = "user_id"' in text
+    assert 'primary_key = "product_id"' in text
+    assert 'user_id = "users"' in text and 'product_id = "products"' in text
+    assert 'time_column = "ordered_at"' in text and 'time_column = "signup_time"' in text
+    assert 'review_text = "text"' in text and 'status = "categorical"' in text
+    draft = tmp_path / "in" / "dlkit.toml"
+    shutil.copytree(EXAMPLE, tmp_path / "in")
+    draft.unlink()
+    w = dlkit("schema", "infer", tmp_path / "in", "--out", draft)
+    assert w.returncode == 0 and draft.exists()
+    assert dlkit("schema", "infer", tmp_path / "in", "--out", draft).returncode == 6
+    schema = load_schema(draft)
+    assert {t.name for t in schema.tables} == {"orders", "products", "reviews", "users"}
+    preprocess(tmp_path / "in", tmp_path / "db", fsync=False)
+    with open_database(tmp_path / "db") as db:
+        assert db.graph.num_edges == 958
+
+
+def test_custom_embedder_plugin(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    import numpy as np
+
+    module = types.ModuleType("toy_embedder")
+
+    class Toy:
+        name = "toy"
+
+        def __init__(self, dim):
+            self.dim = dim
+
+        def config(self):
+            return {"dim": self.dim}
+
+        def embed(self, texts):
+            return np.array([[len(t)] * self.dim for t in texts], dtype=np.float32)
+
+    module.make = lambda dim: Toy(dim)
+    monkeypatch.setitem(sys.modules, "toy_embedder", module)
+    from dlkit.db import load_embedder
+
+    emb = load_embedder("toy_embedder:make", dim=3)
+    preprocess(EXAMPLE, tmp_path / "db", fsync=False, embedder=emb)
+    with open_database(tmp_path / "db") as db:
+        assert db.text_embeddings().shape == (db.num_texts, 3)
+        assert db.text_embeddings()[0, 0] == len(db.text(0))
+        assert db.metadata["embeddings"]["embedder"] == "toy"

@@ -1,0 +1,234 @@
+"""A plain-Python reference of the relational sampler's semantics (docs/batch_format.md).
+
+Written from the specification, not from the kernels: its own Philox4x32-10, dicts and lists
+instead of CSR scans and hash tables, Python's ``datetime`` for the calendar features. Tests
+compare the Numba kernels against it, value for value.
+
+``db`` is anything with the reader API of ``docs/database_format.md`` (the real database or
+the in-memory double of ``tests/sampler/fakedb.py``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import math
+
+import numpy as np
+
+NO_TIME = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+M32 = 0xFFFFFFFF
+M64 = (1 << 64) - 1
+SEQUENCE_TAG = 0x53455131
+TASK_TAG = 0x5441534B
+NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
+
+
+# --- Philox4x32-10 (Random123) ------------------------------------------------------------
+
+
+def philox(c0: int, c1: int, c2: int, c3: int, k0: int, k1: int) -> tuple[int, int, int, int]:
+    for _ in range(10):
+        p0 = 0xD2511F53 * c0
+        p1 = 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (((p1 >> 32) ^ c1 ^ k0) & M32, p1 & M32,
+                          ((p0 >> 32) ^ c3 ^ k1) & M32, p0 & M32)
+        k0 = (k0 + 0x9E3779B9) & M32
+        k1 = (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+def split_of(anchor: int, task: int, split_seed: int, ratios: tuple[float, float, float]) -> int:
+    r = philox(anchor & M32, anchor >> 32, task, 0, split_seed & M32, split_seed >> 32)
+    bucket = r[0] % 1000
+    if bucket < round(1000 * ratios[0]):
+        return 0
+    if bucket < round(1000 * (ratios[0] + ratios[1])):
+        return 1
+    return 2
+
+
+class Stream:
+    """The draws of one sequence: key from (seed, epoch, task); draw i is half i % 2 of block
+    i // 2, counter (block, anchor)."""
+
+    def __init__(self, seed: int, epoch: int, task: int, anchor: int):
+        r = philox(epoch & M32, epoch >> 32, task, SEQUENCE_TAG, seed & M32, seed >> 32)
+        self.key = (r[0], r[1])
+        self.anchor = anchor
+        self.draw = 0
+
+    def next_u64(self) -> int:
+        j, a = self.draw // 2, self.anchor
+        r = philox(j & M32, j >> 32, a & M32, a >> 32, *self.key)
+        half = self.draw % 2
+        self.draw += 1
+        return r[2 * half] | (r[2 * half + 1] << 32)
+
+    def below(self, n: int) -> int:
+        limit = (1 << 64) - ((1 << 64) % n)
+        while True:
+            x = self.next_u64()
+            if x < limit:
+                return x % n
+
+
+def task_pick(seed: int, step: int, weights: list[float]) -> int:
+    """Index into ``weights`` (tasks of weight 0 already removed) of train step ``step``."""
+    r = philox(step & M32, step >> 32, 0, TASK_TAG, seed & M32, seed >> 32)
+    u = ((r[0] | (r[1] << 32)) >> 11) / float(1 << 53)
+    cumulative = [float(c) for c in np.cumsum(np.asarray(weights, dtype=np.float64))]
+    x = u * cumulative[-1]
+    for t, c in enumerate(cumulative):
+        if x < c:
+            return t
+    return len(weights) - 1
+
+
+# --- temporal BFS -------------------------------------------------------------------------
+
+
+def visible(t: int, cutoff: int) -> bool:
+    return t == NO_TIME or t <= cutoff
+
+
+def bfs(db, seed_row: int, obs_time: int, width: int, max_cells: int, max_rows: int,
+        stream: Stream) -> list[tuple[int, int, int, int]]:
+    """Visited rows as (row, depth, source visit index, via) with via 0 seed, 1 parent, 2 child."""
+    g = db.graph
+    cutoff = INT64_MAX if obs_time == NO_TIME else obs_time
+    ncells = {t.index: len(t.columns) for t in db.tables}
+    stack: list[tuple[int, int, int]] = []
+    levels: dict[int, list[tuple[int, int]]] = {}
+    seen: set[int] = set()
+    out: list[tuple[int, int, int, int]] = []
+    cells = 0
+    pending: tuple[int, int, int, int] | None = (seed_row, 0, -1, 0)
+    while True:
+        if pending is None:
+            if stack:
+                row, depth, source = stack.pop()
+                pending = (row, depth, source, 1)
+            else:
+                nonempty = sorted(d for d, items in levels.items() if items)
+                if not nonempty:
+                    break
+                depth = nonempty[0]
+                items = levels[depth]
+                r = stream.below(len(items))
+                items[r], items[-1] = items[-1], items[r]
+                row, source = items.pop()
+                pending = (row, depth, source, 2)
+        row, depth, source, via = pending
+        pending = None
+        if row in seen:
+            continue
+        seen.add(row)
+        me = len(out)
+        out.append((row, depth, source, via))
+        cells += ncells[int(g.row_table[row])]
+        if cells >= max_cells or len(out) >= max_rows:
+            break
+        parents = [int(p) for p in g.parent_ids[g.parent_offsets[row]:g.parent_offsets[row + 1]]]
+        for p in reversed(parents):
+            if visible(int(g.row_times[p]), cutoff):
+                stack.append((p, depth + 1, me))
+        lo, hi = int(g.child_offsets[row]), int(g.child_offsets[row + 1])
+        times = [int(t) for t in g.child_times[lo:hi]]
+        k = bisect.bisect_right(times, cutoff)
+        if k == 0:
+            continue
+        if k <= width:
+            chosen = list(range(k))
+        else:
+            chosen = []
+            for j in range(k - width, k):
+                t = stream.below(j + 1)
+                chosen.append(j if t in chosen else t)
+            chosen.sort()
+        level = levels.setdefault(depth + 1, [])
+        for q in chosen:
+            level.append((int(g.child_ids[lo + q]), me))
+    return out
+
+
+# --- linearisation and collation ----------------------------------------------------------
+
+
+def time_features(t: int, mean: float, std: float) -> list[float]:
+    moment = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=t)
+    phases = [moment.second / 60, moment.minute / 60, moment.hour / 24, moment.weekday() / 7,
+              (moment.day - 1) / 31, (moment.month - 1) / 12,
+              (moment.timetuple().tm_yday - 1) / 366]
+    feats = []
+    for p in phases:
+        feats += [math.sin(2 * math.pi * p), math.cos(2 * math.pi * p)]
+    return feats + [(float(t) - mean) / std]
+
+
+def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S: int, R: int):
+    """One sequence: (visited rows, cells), each cell a dict of the values of every key."""
+    table = db.table(task.table)
+    anchor = int(task.anchor_row[seed_index])
+    seed_row = int(table.row_offset) + anchor
+    stream = Stream(seed, epoch, task.index, anchor)
+    visits = bfs(db, seed_row, int(task.obs_time[seed_index]), width, S, R, stream)
+    cells = []
+    for i, (row, _, _, _) in enumerate(visits):
+        t = db.tables[int(db.graph.row_table[row])]
+        local = row - int(t.row_offset)
+        for column in t.columns:
+            if len(cells) == S:
+                break
+            cell = {"stype": column.stype, "column_id": column.column_id, "row": i,
+                    "numeric": 0.0, "ts": [0.0] * 15, "bool": 0, "cat": 0, "text": None,
+                    "null": 0, "target": 0}
+            if i == 0 and t.name == task.table and column.name == task.target_column:
+                cell["target"] = 1
+            elif not bool(column.valid[local]):
+                cell["null"] = 1
+            else:
+                v = column.values[local]
+                if column.stype == NUMERIC:
+                    cell["numeric"] = float(np.float32((float(v) - column.mean) / column.std))
+                elif column.stype == BOOLEAN:
+                    cell["bool"] = 1 if v else 0
+                elif column.stype == TIMESTAMP:
+                    cell["ts"] = time_features(int(v), column.mean, column.std)
+                elif column.stype == CATEGORICAL:
+                    cell["cat"] = int(column.cat_emb_start) + int(v)
+                else:
+                    cell["text"] = int(v)
+            cells.append(cell)
+    return visits, cells
+
+
+def fk_adjacency(db, visits) -> set[tuple[int, int]]:
+    """(i, j) for every visited row j that is a foreign-key parent of visited row i."""
+    g = db.graph
+    index = {row: i for i, (row, _, _, _) in enumerate(visits)}
+    pairs = set()
+    for i, (row, _, _, _) in enumerate(visits):
+        for p in g.parent_ids[g.parent_offsets[row]:g.parent_offsets[row + 1]]:
+            if int(p) in index:
+                pairs.add((i, index[int(p)]))
+    return pairs
+
+
+def permutations(db, visits, cells, S: int) -> tuple[list[int], list[int], list[int]]:
+    """col_perm, out_perm, in_perm: stable sorts of the cell positions, padding last."""
+    g = db.graph
+    index = {row: i for i, (row, _, _, _) in enumerate(visits)}
+    first_parent = []
+    for row, _, _, _ in visits:
+        parent_rows = g.parent_ids[g.parent_offsets[row]:g.parent_offsets[row + 1]]
+        parents = [index[int(p)] for p in parent_rows
+                   if int(p) in index]
+        first_parent.append(parents[0] if parents else len(visits))
+    n = len(cells)
+    padding = list(range(n, S))
+    col = sorted(range(n), key=lambda p: cells[p]["column_id"]) + padding
+    out = sorted(range(n), key=lambda p: cells[p]["row"]) + padding
+    inn = sorted(range(n), key=lambda p: first_parent[cells[p]["row"]]) + padding
+    return col, out, inn

@@ -1,0 +1,131 @@
+"""Whole batches from the kernels against the plain-Python reference, key by key."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.batch import BATCH_KEYS, BATCH_LAYOUT, BatchBuilder, BatchConfig
+from tests import naive_sampler as naive
+from tests.sampler.fakedb import random_database
+
+SEED_DB = st.integers(0, 2**32 - 1)
+
+
+def build(db, *, S, R, width, seed, epoch, task=0, indices=None):
+    builder = BatchBuilder(db, BatchConfig(sequence_length=S, max_rows=R, bfs_child_width=width),
+                           seed=seed)
+    view = builder.tasks[task]
+    idx = np.arange(view.num_seeds) if indices is None else np.asarray(indices)
+    return builder, view, builder.build(view, idx, epoch)
+
+
+def expected_shape(key, B, S, R, U, D):
+    sizes = {"B": B, "S": S, "R": R, "U": U, "D": D}
+    return tuple(sizes[p] if p in sizes else int(p) for p in BATCH_LAYOUT[key][1].split(","))
+
+
+def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch):
+    a = built.arrays
+    assert tuple(a) == BATCH_KEYS
+    B = built.seed_indices.shape[0]
+    U, D = a["text_batch_embeddings"].shape
+    for key in BATCH_KEYS:
+        assert a[key].dtype == BATCH_LAYOUT[key][0], key
+        assert a[key].shape == expected_shape(key, B, S, R, U, D), key
+    text = db.text_embeddings()
+    for b, seed_index in enumerate(built.seed_indices):
+        visits, cells = naive.sequence(db, task, int(seed_index), seed=seed, epoch=epoch,
+                                       width=width, S=S, R=R)
+        n = len(cells)
+        k = built.visited_counts[b]
+        assert list(zip(built.visited_rows[b, :k].tolist(), built.visited_depth[b, :k].tolist(),
+                        built.visited_source[b, :k].tolist(),
+                        built.visited_via[b, :k].tolist())) == visits
+        assert a["is_padding"][b].tolist() == [0] * n + [1] * (S - n)
+        for p, cell in enumerate(cells):
+            assert a["semantic_types"][b, p] == cell["stype"]
+            assert a["column_ids"][b, p] == cell["column_id"]
+            assert a["seq_row_ids"][b, p] == cell["row"]
+            assert a["numeric_values"][b, p] == np.float32(cell["numeric"])
+            assert np.allclose(a["timestamp_values"][b, p], cell["ts"], atol=2e-6, rtol=1e-6)
+            assert a["bool_values"][b, p] == cell["bool"]
+            assert a["categorical_embed_ids"][b, p] == cell["cat"]
+            assert a["is_null"][b, p] == cell["null"]
+            assert a["is_target"][b, p] == cell["target"]
+            if cell["text"] is None:
+                assert a["text_embed_ids"][b, p] == 0
+            else:
+                local = a["text_embed_ids"][b, p]
+                assert built.text_ids[local] == cell["text"]
+                assert np.array_equal(a["text_batch_embeddings"][local], text[cell["text"]])
+        for key in ("semantic_types", "column_ids", "seq_row_ids", "numeric_values",
+                    "timestamp_values", "bool_values", "categorical_embed_ids",
+                    "text_embed_ids", "is_null", "is_target"):
+            assert not a[key][b, n:].any(), f"padding of {key} is not zero"
+        pairs = naive.fk_adjacency(db, visits)
+        assert {tuple(map(int, ij)) for ij in np.argwhere(a["fk_adj"][b])} == pairs
+        col, out, inn = naive.permutations(db, visits, cells, S)
+        assert a["col_perm"][b].tolist() == col
+        assert a["out_perm"][b].tolist() == out
+        assert a["in_perm"][b].tolist() == inn
+    # Exactly one target per sequence, at the seed row, with its value hidden.
+    assert a["is_target"].sum(axis=1).tolist() == [1] * B
+    assert np.array_equal(np.unique(built.text_ids), built.text_ids)
+    assert a["task_idx"][0] == task.index
+    assert a["target_stype"][0] == task.target_stype
+
+
+@settings(max_examples=40)
+@given(db_seed=SEED_DB, S=st.integers(1, 48), R=st.integers(1, 20), width=st.integers(0, 5),
+       seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 5), data=st.data())
+def test_batches_match_reference(db_seed, S, R, width, seed, epoch, data):
+    db = random_database(db_seed, num_tables=data.draw(st.integers(1, 4)), num_tasks=1)
+    if not db.tasks or db.tasks[0].num_seeds == 0:
+        return
+    n = db.tasks[0].num_seeds
+    S = max(S, len(db.table(db.tasks[0].table).columns))
+    indices = data.draw(st.lists(st.integers(0, n - 1), min_size=0, max_size=6))
+    _, view, built = build(db, S=S, R=R, width=width, seed=seed, epoch=epoch, indices=indices)
+    assert_matches_reference(db, built, db.tasks[0], S=S, R=R, width=width, seed=seed,
+                             epoch=epoch)
+
+
+def test_sequence_length_must_hold_the_seed_row():
+    db = random_database(3, num_tasks=1)
+    cells = len(db.table(db.tasks[0].table).columns)
+    BatchBuilder(db, BatchConfig(sequence_length=cells), seed=0)
+    with pytest.raises(InvalidArgumentError, match="target could be cut off"):
+        BatchBuilder(db, BatchConfig(sequence_length=cells - 1), seed=0)
+
+
+def test_target_value_is_hidden():
+    """The seed's target cell carries no value, whatever its type, and its text is not sent."""
+    hidden = 0
+    for db_seed in range(40):
+        db = random_database(db_seed, num_tasks=2)
+        for k, task in enumerate(db.tasks):
+            if task.num_seeds == 0:
+                continue
+            _, view, built = build(db, S=64, R=16, width=4, seed=1, epoch=0, task=k)
+            a = built.arrays
+            b, p = np.nonzero(a["is_target"])
+            assert b.tolist() == list(range(task.num_seeds))
+            assert (a["seq_row_ids"][b, p] == 0).all()
+            for key in ("numeric_values", "bool_values", "categorical_embed_ids",
+                        "text_embed_ids", "is_null"):
+                assert not a[key][b, p].any(), key
+            assert not a["timestamp_values"][b, p].any()
+            column = next(c for c in db.table(task.table).columns if c.name == task.target_column)
+            assert (a["column_ids"][b, p] == column.column_id).all()
+            if column.stype == 4:
+                # The target's own text reaches the batch only if another cell holds it too.
+                other = {int(built.text_ids[i]) for i in
+                         a["text_embed_ids"][(~a["is_target"].astype(bool)) & (a["is_null"] == 0)
+                                             & (a["semantic_types"] == 4)]}
+                assert set(built.text_ids.tolist()) <= other
+            hidden += len(b)
+    assert hidden > 100

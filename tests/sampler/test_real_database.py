@@ -1,0 +1,77 @@
+"""The sampler on a real database made by `dlkit preprocess` from the bundled example."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlkit.db import open_database, preprocess
+from dlkit.errors import DatabaseError
+from dlkit.sampler import Sampler
+from dlkit.sampler.batch import BatchBuilder, BatchConfig
+from tests import naive_sampler as naive
+from tests.sampler.test_batch import assert_matches_reference
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("example") / "db"
+    preprocess(EXAMPLE, path, fsync=False)
+    return path
+
+
+@pytest.mark.parametrize("width,S,R", [(16, 1024, 256), (2, 40, 9)])
+def test_seeds_match_the_reference(db_path, width, S, R):
+    with open_database(db_path) as db:
+        builder = BatchBuilder(db, BatchConfig(S, R, width), seed=42)
+        for view, task in zip(builder.tasks, db.tasks):
+            seeds = np.arange(0, view.num_seeds, 9)  # the reference is slow: a spread subset
+            built = builder.build(view, seeds, epoch=3)
+            assert_matches_reference(db, built, task, S=S, R=R, width=width, seed=42, epoch=3)
+
+
+def test_no_row_after_the_observation_time_and_fk_adj_is_graph_bin(db_path):
+    with open_database(db_path) as db:
+        g = db.graph
+        builder = BatchBuilder(db, BatchConfig(1024, 256, 4), seed=1)
+        checked_edges = 0
+        for view in builder.tasks:
+            built = builder.build(view, np.arange(view.num_seeds), epoch=0)
+            for b in range(view.num_seeds):
+                rows = built.visited_rows[b, :built.visited_counts[b]]
+                times = g.row_times[rows]
+                obs = int(built.obs_times[b])
+                assert obs == naive.NO_TIME or np.all((times == naive.NO_TIME) | (times <= obs))
+                adj = built.arrays["fk_adj"][b]
+                n = len(rows)
+                for i, row in enumerate(rows):
+                    parents = g.parent_ids[g.parent_offsets[row]:g.parent_offsets[row + 1]]
+                    assert np.array_equal(adj[i, :n], np.isin(rows, parents).astype(np.uint8))
+                checked_edges += int(adj.sum())
+                assert not adj[n:].any() and not adj[:, n:].any()
+        assert checked_edges > 1000
+
+
+def test_sampler_on_a_database_path(db_path):
+    with Sampler(str(db_path), 0, 1, batch_size=8, num_threads=2, seed=3) as s:
+        batch = s.next_train_batch()
+        assert batch["numeric_values"].shape == (8, 1024)
+        assert s.column_embeddings().shape[0] == s.database_metadata()["num_columns"]
+        assert s.next_val_batch()["fk_adj"].shape == (8, 256, 256)
+
+
+def test_a_corrupt_database_is_one_clear_error(db_path, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(db_path, broken)
+    graph = broken / "graph.bin"
+    graph.write_bytes(graph.read_bytes()[:-8])
+    with pytest.raises(DatabaseError, match="graph.bin"):
+        Sampler(broken, 0, 1)
+    with pytest.raises(DatabaseError):
+        Sampler(tmp_path / "missing", 0, 1)
