@@ -1,7 +1,9 @@
 """Suite-wide settings: hypothesis profiles (no deadlines: the first call of a kernel compiles)."""
 
 import os
+from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -11,3 +13,28 @@ settings.register_profile(
     "thorough", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=600
 )
 settings.load_profile(os.environ.get("DLKIT_HYPOTHESIS_PROFILE", "default"))
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def dlkit(capsys):
+    """Run the CLI in this process, through its real entry point and error boundary."""
+    from dlkit.cli.app import main
+
+    def run(*args: object) -> CliResult:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return run

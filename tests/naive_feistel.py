@@ -6,58 +6,37 @@ is evidence, not tautology. Each function mirrors one section of the definition 
 
 from __future__ import annotations
 
-import hashlib
-from array import array
+import functools
 
-import cbor2
+# v3 is v2's procedure, Philox and hashing with another train order: those parts come from the
+# v2 reference, which is itself independent of dlkit.
+from tests.naive_nextbatch import (  # noqa: F401  (re-exported for the v3 tests)
+    DEFAULT_BLOCK_SIZE,
+    MASK32,
+    digest,
+    draw,
+    h,
+    kernel_replay_token,
+    philox,
+    rank_stream,
+)
+from tests.naive_nextbatch import manifest_hash as _v2_manifest_hash
+from tests.naive_nextbatch import next_batch as _v2_procedure
 
-MASK32 = 0xFFFFFFFF
-DEFAULT_BLOCK_SIZE = 1_048_576
 V2_MODE = "SHUFFLE_WITHOUT_REPLACEMENT_BLOCK_AFFINE_V1"
 V3_MODE = "SHUFFLE_WITHOUT_REPLACEMENT_FEISTEL_V3"
 ROUNDS = 6
 
 
-def h(value) -> bytes:
-    return hashlib.sha256(cbor2.dumps(value, canonical=True)).digest()
-
-
-def philox(counter, key):
-    """Philox4x32-10 (profile P4)."""
-    c0, c1, c2, c3 = counter
-    k0, k1 = key
-    for _ in range(10):
-        p0 = 0xD2511F53 * c0
-        p1 = 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32
-        k0 = (k0 + 0x9E3779B9) & MASK32
-        k1 = (k1 + 0xBB67AE85) & MASK32
-    return c0, c1, c2, c3
-
-
-def draw(seed: bytes, v: int):
-    s = [int.from_bytes(seed[4 * i:4 * i + 4], "little") for i in range(4)]
-    return philox((v & MASK32, v >> 32, s[2], s[3]), (s[0], s[1]))
-
-
 # --- §2 manifest and seeds ------------------------------------------------------------------
 
 
-def kernel_replay_token(seed: int) -> bytes:
-    return h(["kernel_replay_token_v1", seed])
-
-
 def manifest_hash(manifest: dict) -> bytes:
-    """M: defaults filled in, except a v2 (default) sampling_mode, which is never written."""
-    data = {"sampler_block_size": DEFAULT_BLOCK_SIZE, "drop_last": False}
-    data.update(manifest.get("data", {}))
-    if data.get("sampling_mode", V2_MODE) == V2_MODE:
-        data.pop("sampling_mode", None)
-    m = {"seed": manifest["seed"], "global_batch_size": manifest["global_batch_size"],
-         "data": data,
-         "datasets": {k: {**v, "hash": bytes.fromhex(v["hash"])}
-                      for k, v in manifest["datasets"].items()}}
-    return h(m)
+    """M as in v2, except that a v2 (default) sampling_mode is never written into it."""
+    if manifest.get("data", {}).get("sampling_mode", V2_MODE) == V2_MODE:
+        manifest = {**manifest, "data": {k: v for k, v in manifest.get("data", {}).items()
+                                         if k != "sampling_mode"}}
+    return _v2_manifest_hash(manifest)
 
 
 def epoch_seed(manifest: dict, key: str, epoch: int) -> bytes:
@@ -132,37 +111,4 @@ class Epoch:
 # --- §4 the procedure (v2's, with v3's order) ------------------------------------------------
 
 
-def next_batch(manifest: dict, key: str, world_size: int, rank: int, stage: str,
-               cursor: tuple[int, int]):
-    epoch, g = cursor
-    n = manifest["datasets"][key]["cardinality"]
-    gbs = manifest["global_batch_size"]
-    drop_last = manifest.get("data", {}).get("drop_last", False)
-    micro = gbs // world_size
-    rank_start = rank * micro
-    limit = (n // gbs) * gbs if (stage == "train" and drop_last) else n
-    if stage == "train":
-        ep = Epoch(manifest, key, epoch)
-        indices = [ep.index(p) for p in range(g + rank_start, min(g + rank_start + micro, limit))]
-        produced = min(gbs, limit - g)
-    else:
-        indices = [p for p in range(g + rank_start, g + rank_start + micro) if p < n]
-        produced = gbs
-    g += produced
-    if g >= limit:
-        epoch, g = epoch + 1, 0
-    return indices, (epoch, g)
-
-
-def rank_stream(full_sequence: list[int], gbs: int, world_size: int, rank: int,
-                start: int = 0) -> list[int]:
-    """A rank's slice of every global batch from ``start`` given the world_size=1 sequence."""
-    micro = gbs // world_size
-    out: list[int] = []
-    for g in range(start, len(full_sequence), gbs):
-        out.extend(full_sequence[g + rank * micro: g + rank * micro + micro])
-    return out
-
-
-def digest(indices: list[int]) -> str:
-    return hashlib.sha256(array("Q", indices).tobytes()).hexdigest()
+next_batch = functools.partial(_v2_procedure, epoch_class=Epoch)

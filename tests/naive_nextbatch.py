@@ -113,8 +113,11 @@ class Epoch:
 
 
 def next_batch(manifest: dict, key: str, world_size: int, rank: int, stage: str,
-               cursor: tuple[int, int]):
-    """The seed's procedure, steps 1-14, with the profile's P7 resolutions."""
+               cursor: tuple[int, int], epoch_class=None):
+    """The seed's procedure, steps 1-14, with the profile's P7 resolutions.
+
+    ``epoch_class`` swaps in another train order with the same procedure (NextBatch_v3).
+    """
     epoch, g = cursor
     n = manifest["datasets"][key]["cardinality"]
     gbs = manifest["global_batch_size"]
@@ -123,7 +126,7 @@ def next_batch(manifest: dict, key: str, world_size: int, rank: int, stage: str,
     rank_start = rank * micro
     limit = (n // gbs) * gbs if (stage == "train" and drop_last) else n
     if stage == "train":
-        ep = Epoch(manifest, key, epoch)
+        ep = (epoch_class or Epoch)(manifest, key, epoch)
         indices = []
         for i in range(micro):
             p = g + rank_start + i

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,31 +14,6 @@ from dlkit.sampler import BATCH_KEYS, Sampler
 from dlkit.sampler.splits import SPLITS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def dlkit(capsys):
-    """Run the CLI in this process (its real entry point and error boundary)."""
-    from dlkit.cli.app import main
-
-    def run(*args: object) -> Result:
-        capsys.readouterr()
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return run
 
 
 @pytest.fixture(scope="module")

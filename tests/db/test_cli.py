@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
@@ -12,30 +11,6 @@ import pytest
 from dlkit.db import load_schema, open_database, preprocess
 
 from .conftest import EXAMPLE, write_db
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def dlkit(capsys):
-    from dlkit.cli.app import main
-
-    def run(*args: object) -> Result:
-        capsys.readouterr()
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return run
 
 
 def test_preprocess_json_and_verify(dlkit, tmp_path):
