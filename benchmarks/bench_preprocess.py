@@ -18,6 +18,9 @@ subprocess so peak memory (ru_maxrss) is per step:
    against a numpy ``lexsort`` build of the same CSR, on the database's own edges, with the
    outputs compared for equality.
 
+Steps 1 and 2 also report their CPU seconds (every thread, user + system): on a shared
+machine the wall-clock ratio swings with other load, the CPU ratio much less.
+
 Targets (issue 3): preprocess within 3x the pyarrow read; CSR build faster than argsort.
 Usage: ``python benchmarks/bench_preprocess.py [--edges N] [--workdir DIR] [--keep]``.
 """

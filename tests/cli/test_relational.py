@@ -14,6 +14,8 @@ from dlkit.sampler import BATCH_KEYS, Sampler
 from dlkit.sampler.splits import SPLITS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
+V2_MODE = "SHUFFLE_WITHOUT_REPLACEMENT_BLOCK_AFFINE_V1"
+V3_MODE = "SHUFFLE_WITHOUT_REPLACEMENT_FEISTEL_V3"
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +41,26 @@ def test_manifest_lists_every_task_and_split(dlkit, db_path, tmp_path):
             assert total == task.num_seeds
         assert all(e.hash == db.database_hash for e in manifest.datasets.values())
     assert manifest.seed == 42 and manifest.global_batch_size == 16 and manifest.data.drop_last
+    assert manifest.data.sampling_mode == V3_MODE == summary["sampling_mode"]
     assert summary["manifest_hash"] == manifest.manifest_hash.hex()
     # Ready for `dlkit sample`.
     key = next(iter(manifest.datasets))
     sample = dlkit("sample", out, "-d", key.replace("/test", "/train"), "--steps", 1)
     assert sample.returncode == 0, sample.stderr
     assert len(sample.stdout.split()) == 16
+
+
+def test_manifest_sampling_mode_v2_writes_a_v2_manifest(dlkit, db_path, tmp_path):
+    v2, v3 = tmp_path / "v2.json", tmp_path / "v3.json"
+    for out, extra in ((v2, ["--sampling-mode", "v2"]), (v3, [])):
+        result = dlkit("manifest", db_path, "--seed", 1, "-g", 8, "--out", out, *extra)
+        assert result.returncode == 0, result.stderr
+    assert "sampling_mode" not in json.loads(v2.read_text())["data"]
+    assert json.loads(v3.read_text())["data"]["sampling_mode"] == V3_MODE
+    assert load_manifest(v2).data.sampling_mode == V2_MODE
+    key = next(k for k in load_manifest(v2).datasets if k.endswith("/train"))
+    orders = [dlkit("sample", path, "-d", key, "--steps", 2).stdout for path in (v2, v3)]
+    assert orders[0] != orders[1]
 
 
 def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path):
@@ -92,6 +108,10 @@ def test_show_renders_the_sequence_with_the_masked_target(dlkit, db_path):
     (("manifest", "{tmp}/nothing", "--seed", 1, "-g", 4, "--out", "{tmp}/m.json"), 5, "nothing"),
     (("manifest", "{db}", "--seed", 1, "-g", 4, "--split-ratios", "0.5,0.5", "--out",
       "{tmp}/m.json"), 2, "3 values"),
+    (("manifest", "{db}", "--seed", 1, "-g", 4, "--sampling-mode", "v1", "--out",
+      "{tmp}/m.json"), 2, "sampling mode must be v3"),
+    (("batches", "{db}", "--task", "review_rating", "--sampling-mode", "x", "--out", "{tmp}"),
+     2, "sampling mode must be v3"),
 ])
 def test_errors_are_one_line_with_an_exit_code(dlkit, db_path, tmp_path, args, code, needle):
     argv = [str(a).format(db=db_path, tmp=tmp_path) for a in args]

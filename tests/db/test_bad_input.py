@@ -123,7 +123,8 @@ def test_corrupt_parquet_data_pages(tmp_path):
     for i in range(200, 2200):  # scribble over the first data pages, keep the footer
         data[i] = 0xFF
     (src / "users.parquet").write_bytes(bytes(data))
-    with pytest.raises(DataError, match="table 'users', column 'uid'.*corrupt Parquet data"):
+    # the key is read with the other columns (nothing refers to users): all are named
+    with pytest.raises(DataError, match="table 'users', columns? .*'uid'.*corrupt Parquet data"):
         preprocess(src, tmp_path / "db", fsync=False)
     assert not (tmp_path / "db").exists() and leftovers(tmp_path) == []
 

@@ -6,7 +6,6 @@ import json
 import shutil
 
 import pyarrow as pa
-import pytest
 
 from dlkit.db import load_schema, open_database, preprocess
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
-from dlkit.nextbatch import Cursor, next_batch
 from dlkit.sampler import BATCH_KEYS, Sampler, SamplerWarning
+from tests import naive_feistel, naive_nextbatch
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
 
@@ -127,22 +129,64 @@ def test_rank_slices_are_disjoint_and_make_the_world_size_1_batch(db, world_size
             assert np.array_equal(r.arrays["text_batch_embeddings"], text[r.text_ids])
 
 
-def test_train_seeds_follow_nextbatch_and_task_picks(db):
+@pytest.mark.parametrize("mode,reference", [(None, naive_feistel), ("v3", naive_feistel),
+                                            ("v2", naive_nextbatch)])
+def test_train_seeds_follow_nextbatch_and_task_picks(db, mode, reference):
+    """Train seeds are the rank's slice of the NextBatch order (v3 by default, v2 on request),
+    checked against the plain-Python references of both."""
     weights = [1.0, 2.0, 0.5]
+    extra = {} if mode is None else {"sampling_mode": mode}
     with Sampler(db, 1, 2, batch_size=3, num_prefetch=2, num_threads=2, task_weights=weights,
-                 **SMALL) as s:
-        cursors = {stream.key: Cursor() for stream in s.train_streams}
+                 **extra, **SMALL) as s:
+        assert s.manifest.data.sampling_mode == (naive_feistel.V2_MODE if mode == "v2"
+                                                 else naive_feistel.V3_MODE)
+        manifest = json.loads(s.manifest.to_json())
+        cursors = {stream.key: (0, 0) for stream in s.train_streams}
         for step in range(15):
             built = s.next_built_batch("train")
             task = naive.task_pick(SMALL["seed"], step, weights)
             assert built.task == db.tasks[task].name
             key = f"fake/{built.task}/train"
-            result = next_batch(s.manifest, key, 2, 1, "train", cursors[key])
-            assert built.epoch == cursors[key].epoch
-            cursors[key] = result.cursor
+            indices, after = reference.next_batch(manifest, key, 2, 1, "train", cursors[key])
+            assert built.epoch == cursors[key][0]
+            cursors[key] = after
             positions = [i for i, a in enumerate(db.tasks[task].anchor_row)
                          if naive.split_of(int(a), task, SMALL["split_seed"], (0.8, 0.1, 0.1)) == 0]
-            assert built.seed_indices.tolist() == [positions[int(i)] for i in result.indices]
+            assert built.seed_indices.tolist() == [positions[int(i)] for i in indices]
+
+
+def test_v2_train_batches_are_arithmetic_progressions_and_v3_ones_are_not(db):
+    """Why v3 is the default: below 2^20 seeds, v2 orders a whole split as one progression
+    j = a*x + c mod N, so consecutive global positions are a fixed stride apart."""
+    strides = {}
+    for mode in ("v2", "v3"):
+        with Sampler(db, 0, 1, batch_size=8, num_prefetch=0, sampling_mode=mode,
+                     task_weights=[1.0, 0.0, 0.0], **SMALL) as s:
+            stream = s.train_streams[0]
+            n = stream.plan.cardinality
+            order = stream.plan.resolve(0, np.asarray([0], np.uint64),
+                                        np.asarray([n], np.uint64)).astype(np.int64)
+            strides[mode] = set(((order[1:] - order[:-1]) % n).tolist())
+            assert sorted(order.tolist()) == list(range(n))  # both are permutations
+    assert len(strides["v2"]) == 1
+    assert len(strides["v3"]) > 1
+
+
+def test_sampling_mode_is_validated_and_fingerprinted(db):
+    with pytest.raises(InvalidArgumentError, match="sampling mode must be v3"):
+        Sampler(db, 0, 1, batch_size=2, sampling_mode="v4", **SMALL)
+    with Sampler(db, 0, 1, batch_size=4, num_prefetch=0, sampling_mode="v2", **SMALL) as s:
+        state = s.state_dict()
+    with Sampler(db, 0, 1, batch_size=4, num_prefetch=0, **SMALL) as s:
+        with pytest.raises(CheckpointError, match="manifest_hash"):
+            s.load_state_dict(state)  # a v2 run does not resume as v3
+
+
+def test_sampler_is_exported_by_dlkit_and_imported_on_first_use():
+    code = ("import sys, dlkit; assert 'dlkit.sampler' not in sys.modules; "
+            "from dlkit.sampler import Sampler; assert dlkit.Sampler is Sampler; "
+            "assert 'Sampler' in dlkit.__all__")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.filterwarnings("ignore::dlkit.sampler.SamplerWarning")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +18,7 @@ from dlkit.sampler.splits import (
     dataset_key,
     split_codes,
 )
+from tests import naive_feistel, naive_nextbatch
 from tests import naive_sampler as naive
 
 
@@ -72,6 +74,29 @@ def test_manifest_datasets_and_version():
     other = build_run_manifest("db", b"\x01" * 32, compute_splits(tasks, 10, ratios), seed=4,
                                global_batch_size=8, split_seed=10, ratios=ratios)
     assert other.manifest_hash != manifest.manifest_hash
+
+
+def test_manifest_train_order_is_v3_unless_v2_is_asked_for():
+    tasks = [task(50, 0)]
+    ratios = SplitRatios()
+    splits = compute_splits(tasks, 0, ratios)
+
+    def make(**mode):
+        return build_run_manifest("db", b"\x01" * 32, splits, seed=4, global_batch_size=8,
+                                  split_seed=0, ratios=ratios, **mode)
+
+    default, v3, v2 = make(), make(sampling_mode="v3"), make(sampling_mode="v2")
+    assert default == v3 and v3.data.sampling_mode == naive_feistel.V3_MODE
+    assert json.loads(v3.to_json())["data"]["sampling_mode"] == naive_feistel.V3_MODE
+    # A v2 manifest is exactly what it was before the key existed (same hash as the v2
+    # reference computes), and the full mode names are accepted too.
+    assert v2.data.sampling_mode == naive_feistel.V2_MODE
+    assert "sampling_mode" not in json.loads(v2.to_json())["data"]
+    assert v2.manifest_hash == naive_nextbatch.manifest_hash(json.loads(v2.to_json()))
+    assert v2.manifest_hash != v3.manifest_hash
+    assert make(sampling_mode=naive_feistel.V3_MODE) == v3
+    with pytest.raises(InvalidArgumentError, match="sampling mode must be v3"):
+        make(sampling_mode="v1")
 
 
 @pytest.mark.parametrize("value,match", [

@@ -23,6 +23,9 @@ SEED_HELP = "Sampling seed: the order of seeds and every BFS draw."
 SPLIT_SEED_HELP = ("Split seed: which seeds are train/val/test (independent of --seed, so "
                    "changing --seed never moves a seed between splits).")
 RATIOS_HELP = "Train,val,test shares of the hash split; must sum to 1."
+MODE_HELP = ("Train order: v3 (NextBatch_v3, a keyed Feistel shuffle of each epoch) or v2 "
+             "(NextBatch_v2's block-affine order, an arithmetic progression inside a block; "
+             "for runs that started with it). Val and test are in order either way.")
 
 
 def _ratios(text: str) -> SplitRatios:
@@ -40,17 +43,21 @@ def manifest(
                              help="Manifest file to write (atomically)."),
     split_seed: int = typer.Option(0, "--split-seed", min=0, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
+    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="v3|v2",
+                                      help=MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Write the run manifest: one dataset per task and split, ready for `dlkit sample`.
 
     Datasets are named <database id>/<task>/<split>; each one's cardinality is its number of
-    seeds and its hash the database hash. Train uses drop_last, so every step is full. Example:
+    seeds and its hash the database hash. Train uses drop_last, so every step is full, and
+    NextBatch_v3's shuffle unless --sampling-mode v2. Example:
 
         dlkit manifest out/db --seed 42 --global-batch-size 64 --out run.json
     """
     summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
-                                 split_seed=split_seed, split_ratios=_ratios(split_ratios))
+                                 split_seed=split_seed, split_ratios=_ratios(split_ratios),
+                                 sampling_mode=sampling_mode)
     if as_json:
         print_json(summary.__dict__)
         return
@@ -60,8 +67,8 @@ def manifest(
     for key, count in summary.datasets.items():
         table.add_row(key, str(count))
     console.print(table)
-    console.print(f"global batch size {summary.global_batch_size}, manifest hash "
-                  f"{summary.manifest_hash}")
+    console.print(f"global batch size {summary.global_batch_size}, train order "
+                  f"{summary.sampling_mode}, manifest hash {summary.manifest_hash}")
 
 
 S_HELP = "Cells per sequence (S)."
@@ -93,6 +100,8 @@ def batches(
         1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
+    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="v3|v2",
+                                      help=MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -107,7 +116,8 @@ def batches(
     request = BatchRequest(task=task, split=split, steps=steps, seed=seed, split_seed=split_seed,
                            split_ratios=_ratios(split_ratios), batch_size=batch_size, rank=rank,
                            world_size=world_size, sequence_length=sequence_length,
-                           max_rows=max_rows, bfs_child_width=bfs_child_width)
+                           max_rows=max_rows, bfs_child_width=bfs_child_width,
+                           sampling_mode=sampling_mode)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SamplerWarning)
         try:

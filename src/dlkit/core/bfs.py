@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.jit import kernel
-from dlkit.core.memory import prefetch
 from dlkit.core.philox import MASK32
 from dlkit.core.streams import new_stream, uniform_below
 
@@ -38,6 +37,9 @@ VIA_CHILD = 2
 HAS_PARENTS = 1
 HAS_CHILDREN = 2
 _EMPTY = -1
+_INSERTION_SORT_MAX = 32
+_LEVEL_START = 512
+_WIDE_SEARCH_MIN = 128  # lists at least this long start with a 16-way step
 
 
 @kernel
@@ -68,46 +70,6 @@ def row_set_insert(keys, row):
             return True
         if keys[i] == row:
             return False
-        i = (i + 1) & mask
-
-
-@kernel
-def row_set_contains(keys, row):
-    """Whether ``row`` is in the open-addressing set ``keys``."""
-    mask = keys.shape[0] - 1
-    i = _slot(row) & mask
-    while True:
-        if keys[i] == _EMPTY:
-            return False
-        if keys[i] == row:
-            return True
-        i = (i + 1) & mask
-
-
-@kernel
-def _insert_of(keys, b, row):
-    """``row_set_insert`` on the set ``keys[b]`` of a batch of sets (no view is made)."""
-    mask = keys.shape[1] - 1
-    i = _slot(row) & mask
-    while True:
-        if keys[b, i] == _EMPTY:
-            keys[b, i] = row
-            return True
-        if keys[b, i] == row:
-            return False
-        i = (i + 1) & mask
-
-
-@kernel
-def _contains_of(keys, b, row):
-    """``row_set_contains`` on the set ``keys[b]`` of a batch of sets."""
-    mask = keys.shape[1] - 1
-    i = _slot(row) & mask
-    while True:
-        if keys[b, i] == _EMPTY:
-            return False
-        if keys[b, i] == row:
-            return True
         i = (i + 1) & mask
 
 
@@ -156,9 +118,24 @@ def table_of(table_offsets, row):
 
 @kernel
 def visible_prefix(child_times, lo, hi, cutoff):
-    """How many of ``child_times[lo:hi]`` (ascending) are ``<= cutoff``: a binary search."""
+    """How many of ``child_times[lo:hi]`` (ascending) are ``<= cutoff``: a binary search,
+    after one 16-way step on long lists.
+
+    The 16-way step reads 15 evenly spaced times whose loads do not depend on each other (so
+    their cache misses overlap) and keeps the stretch between the last one ``<= cutoff`` and
+    the next: on a list of hundreds of children that replaces four binary steps, each of
+    which would wait for the miss before it.
+    """
     a = lo
     b = hi
+    if b - a >= _WIDE_SEARCH_MIN:
+        step = (b - a) >> 4
+        below = 0
+        for j in range(1, 16):
+            below += 1 if child_times[a + j * step] <= cutoff else 0
+        if below < 15:
+            b = a + (below + 1) * step
+        a += below * step + (1 if below > 0 else 0)
     while a < b:
         mid = (a + b) >> 1
         if child_times[mid] <= cutoff:
@@ -185,7 +162,17 @@ def choose_without_replacement(k0, k1, anchor, stream, population, count, out):
                 break
         out[taken] = j if seen else t
         taken += 1
-    out[:count].sort()
+    if count <= _INSERTION_SORT_MAX:
+        # The child width is small: a general sort would cost more than the draws.
+        for q in range(1, count):
+            value = out[q]
+            k = q
+            while k > 0 and out[k - 1] > value:
+                out[k] = out[k - 1]
+                k -= 1
+            out[k] = value
+    else:
+        out[:count].sort()
 
 
 @kernel
@@ -224,334 +211,123 @@ def table_links_of(parent_offsets, child_offsets, table_offsets):
     return out
 
 
-# --- the walk of a whole batch, in lockstep ---------------------------------------------------
-#
-# One visit reads memory in a chain: the row's CSR offsets, then its parent ids and child
-# times, then the parents' times and offsets and the chosen children's ids. On a large
-# database each link is a cache (and TLB) miss of several hundred nanoseconds. The sequences
-# of a batch are independent, so ``bfs_batch`` walks them in lockstep: each sequence runs its
-# visit in three stages, prefetches what its next stage reads and yields to the next sequence;
-# by the time its turn comes back the lines have arrived. Every sequence makes exactly the
-# draws and visits it makes alone (its own stream, its own state): only the interleaving of
-# independent work changes, never a result.
-
-# Columns of the per-sequence state array.
-_STAGE = 0  # what the sequence does on its next turn (one of the stages below)
-_ROW = 1  # the row being visited
-_DEPTH = 2
-_ME = 3  # its visit index
-_PLO = 4  # its parent and child CSR ranges
-_PHI = 5
-_CLO = 6
-_CHI = 7
-_VISIBLE = 8  # how many of its children are visible
-_TOP = 9  # parent stack height
-_CELLS = 10
-_SHALLOWEST = 11  # every child level above this one is empty
-_STATE_COLUMNS = 12
-
-# Stages of one visit; each prefetches what the next one reads.
-_READ_LINKS = 0  # read the CSR offsets, fetch parent ids and child times
-_SEARCH = 1  # find the visible children, choose some, fetch their ids and the parents' data
-_EXPAND = 2  # push parents, queue children, pick and record the next row, fetch its offsets
-_DONE = 3
-
-_LINE = 8  # int64 values per 64-byte cache line
-_SHORT_SPAN = 32 * _LINE  # child lists up to this long are prefetched whole for the search
-_PROBE_NODES = 31  # longer ones: the first five levels of the binary search's probes
-_MAX_PREFETCH_IDS = 64 * _LINE  # prefetch at most this many child ids of one visit
-
-
-@kernel
-def _prefetch_span(array, lo, hi):
-    """Prefetch every cache line of ``array[lo:hi]``."""
-    for i in range(lo, hi, _LINE):
-        prefetch(array, i)
-    if hi > lo:
-        prefetch(array, hi - 1)
-
-
-@kernel
-def _prefetch_links(parent_offsets, child_offsets, table_offsets, table_links, row):
-    """Prefetch the CSR offsets ``_links`` will read for ``row``; True when there are any."""
-    links = table_links[table_of(table_offsets, row)]
-    if links & HAS_PARENTS:
-        prefetch(parent_offsets, row)
-        prefetch(parent_offsets, row + 1)
-    if links & HAS_CHILDREN:
-        prefetch(child_offsets, row)
-        prefetch(child_offsets, row + 1)
-    return links != 0
-
-
-@kernel
-def _prefetch_search(child_times, lo, hi, probes):
-    """Prefetch what ``visible_prefix`` reads of ``child_times[lo:hi]``: all of a short list,
-    else the probes of its first levels (``probes`` is int64[2 * _PROBE_NODES + 2, 2] scratch
-    holding the search ranges as a binary heap)."""
-    if hi - lo <= _SHORT_SPAN:
-        _prefetch_span(child_times, lo, hi)
-        return
-    probes[0, 0] = lo
-    probes[0, 1] = hi
-    for k in range(_PROBE_NODES):
-        a = probes[k, 0]
-        b = probes[k, 1]
-        mid = (a + b) >> 1
-        if a >= b:  # an empty range has empty halves
-            mid = a - 1
-            b = a
-        else:
-            prefetch(child_times, mid)
-        probes[2 * k + 1, 0] = a
-        probes[2 * k + 1, 1] = max(mid, a)
-        probes[2 * k + 2, 0] = mid + 1
-        probes[2 * k + 2, 1] = b
-
-
-@kernel
-def _grow_axis1(buffer, at_least):
-    """``buffer`` with axis 1 at least ``at_least`` long (doubling; contents kept)."""
-    shape = (buffer.shape[0], max(buffer.shape[1] * 2, at_least)) + buffer.shape[2:]
-    bigger = np.empty(shape, dtype=buffer.dtype)
-    bigger[:, : buffer.shape[1]] = buffer
-    return bigger
-
-
-@kernel
-def _grow_axis2(buffer, at_least):
-    """``buffer`` with axis 2 at least ``at_least`` long (doubling; contents kept)."""
-    shape = buffer.shape[:2] + (max(buffer.shape[2] * 2, at_least),) + buffer.shape[3:]
-    bigger = np.empty(shape, dtype=buffer.dtype)
-    bigger[:, :, : buffer.shape[2]] = buffer
-    return bigger
-
-
-@kernel
-def _record(state, b, row, depth, source, via, table_offsets, table_num_cells, max_cells,
-            max_rows, out_rows, out_depth, out_source, out_via, out_counts):
-    """Append the visit of ``row`` to sequence ``b``; True when the sequence is now full."""
-    me = out_counts[b]
-    out_rows[b, me] = row
-    out_depth[b, me] = depth
-    out_source[b, me] = source
-    out_via[b, me] = via
-    out_counts[b] = me + 1
-    state[b, _ROW] = row
-    state[b, _DEPTH] = depth
-    state[b, _ME] = me
-    state[b, _CELLS] += table_num_cells[table_of(table_offsets, row)]
-    return state[b, _CELLS] >= max_cells or me + 1 >= max_rows
-
-
-@kernel
-def bfs_batch(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-              table_offsets, table_num_cells, table_links, seed_rows, cutoffs, child_width,
-              max_cells, max_rows, k0, k1, anchors, out_rows, out_depth, out_source, out_via,
-              out_counts):
-    """Walk the sequence of every seed ``seed_rows[b]`` (cut-off ``cutoffs[b]``, stream
-    ``(k0, k1, anchors[b])``); fill ``out_*[b, :n]`` and ``out_counts[b] = n``.
-
-    ``out_source[b, i]`` is the visit index of the row that discovered row ``i`` (-1 for the
-    seed) and ``out_via[b, i]`` how (``VIA_PARENT``: row i is a parent of its source,
-    ``VIA_CHILD``: a child). ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when
-    some row of table ``t`` has a parent / a child: rows of other tables read no offsets.
-    """
-    B = seed_rows.shape[0]
-    visited = np.full((B, row_set_capacity(max_rows)), _EMPTY, dtype=np.int64)
-    # Parent stack entries: (row, depth, source, parent_lo, parent_hi, child_lo, child_hi); a
-    # parent's offsets are read when it is pushed (prefetched by the stage before).
-    stack = np.empty((B, 16, 7), dtype=np.int64)
-    # Child levels: levels[b, depth, k] = (row, source); level_sizes[b, depth] entries each.
-    levels = np.empty((B, 4, 64, 2), dtype=np.int64)
-    level_sizes = np.zeros((B, 4), dtype=np.int64)
-    picked = np.empty((B, max(min(child_width, 64), 1)), dtype=np.int64)
-    streams = np.zeros((B, 2), dtype=np.uint64)
-    state = np.zeros((B, _STATE_COLUMNS), dtype=np.int64)
-    probes = np.empty((2 * _PROBE_NODES + 2, 2), dtype=np.int64)
-    active = np.empty(B, dtype=np.int64)
-    num_active = 0
-    for b in range(B):
-        out_counts[b] = 0
-        row = np.int64(seed_rows[b])
-        _insert_of(visited, b, row)
-        if _record(state, b, row, 0, -1, VIA_SEED, table_offsets, table_num_cells, max_cells,
-                   max_rows, out_rows, out_depth, out_source, out_via, out_counts):
-            continue
-        state[b, _PLO] = -1  # offsets not read yet
-        _prefetch_links(parent_offsets, child_offsets, table_offsets, table_links, row)
-        active[num_active] = b
-        num_active += 1
-    while num_active > 0:
-        i = 0
-        while i < num_active:
-            b = active[i]
-            stage = state[b, _STAGE]
-            cutoff = cutoffs[b]
-            anchor = anchors[b]
-            while True:  # run stages until one has prefetches in flight
-                if stage == _READ_LINKS:
-                    stage = _SEARCH
-                    if state[b, _PLO] < 0:
-                        lo_p, hi_p, lo_c, hi_c = _links(parent_offsets, child_offsets,
-                                                        table_offsets, table_links,
-                                                        state[b, _ROW])
-                        state[b, _PLO] = lo_p
-                        state[b, _PHI] = hi_p
-                        state[b, _CLO] = lo_c
-                        state[b, _CHI] = hi_c
-                    issued = False
-                    if state[b, _PHI] > state[b, _PLO]:
-                        _prefetch_span(parent_ids, state[b, _PLO], state[b, _PHI])
-                        issued = True
-                    if state[b, _CHI] > state[b, _CLO]:
-                        _prefetch_search(child_times, state[b, _CLO], state[b, _CHI], probes)
-                        issued = True
-                    if issued:
-                        break
-                if stage == _SEARCH:
-                    # Choose the children to queue; Floyd's draws come before the next
-                    # row's draw, as in a lone walk.
-                    stage = _EXPAND
-                    issued = False
-                    for e in range(state[b, _PLO], state[b, _PHI]):
-                        parent = parent_ids[e]
-                        if not _contains_of(visited, b, parent):  # else skipped at pop
-                            prefetch(row_times, parent)
-                            _prefetch_links(parent_offsets, child_offsets, table_offsets,
-                                            table_links, parent)
-                            issued = True
-                    lo = state[b, _CLO]
-                    visible = 0
-                    if state[b, _CHI] > lo:
-                        visible = visible_prefix(child_times, lo, state[b, _CHI], cutoff)
-                    state[b, _VISIBLE] = visible
-                    if visible > child_width:
-                        if picked.shape[1] < child_width:
-                            picked = _grow_axis1(picked, child_width)
-                        choose_without_replacement(k0, k1, anchor, streams[b], visible,
-                                                   child_width, picked[b])
-                        for q in range(min(child_width, _MAX_PREFETCH_IDS)):
-                            prefetch(child_ids, lo + picked[b, q])
-                        issued = True
-                    elif visible > 0:
-                        _prefetch_span(child_ids, lo, lo + min(visible, _MAX_PREFETCH_IDS))
-                        issued = True
-                    if issued:
-                        break
-                # _EXPAND: push the visible parents (last foreign key first, so they pop in
-                # foreign-key order), queue the chosen children one level down, then take
-                # the next unvisited row: the stack's top, else a uniform draw from the
-                # shallowest non-empty level.
-                depth = state[b, _DEPTH]
-                me = state[b, _ME]
-                top = state[b, _TOP]
-                for e in range(state[b, _PHI] - 1, state[b, _PLO] - 1, -1):
-                    parent = parent_ids[e]
-                    t = row_times[parent]
-                    if t != NO_TIME and t > cutoff:
-                        continue
-                    if top == stack.shape[1]:
-                        stack = _grow_axis1(stack, top + 1)
-                    lo_p, hi_p, lo_c, hi_c = _links(parent_offsets, child_offsets,
-                                                    table_offsets, table_links, parent)
-                    stack[b, top, 0] = parent
-                    stack[b, top, 1] = depth + 1
-                    stack[b, top, 2] = me
-                    stack[b, top, 3] = lo_p
-                    stack[b, top, 4] = hi_p
-                    stack[b, top, 5] = lo_c
-                    stack[b, top, 6] = hi_c
-                    top += 1
-                visible = state[b, _VISIBLE]
-                if visible > 0:
-                    child_level = depth + 1
-                    if child_level >= levels.shape[1]:
-                        levels = _grow_axis1(levels, child_level + 1)
-                        sizes = np.zeros((B, levels.shape[1]), dtype=np.int64)
-                        sizes[:, : level_sizes.shape[1]] = level_sizes
-                        level_sizes = sizes
-                    take = visible if visible <= child_width else child_width
-                    size = level_sizes[b, child_level]
-                    if size + take > levels.shape[2]:
-                        levels = _grow_axis2(levels, size + take)
-                    lo = state[b, _CLO]
-                    for q in range(take):
-                        e = lo + (q if visible <= child_width else picked[b, q])
-                        levels[b, child_level, size + q, 0] = child_ids[e]
-                        levels[b, child_level, size + q, 1] = me
-                    level_sizes[b, child_level] = size + take
-                full = False
-                done = False
-                while True:
-                    if top > 0:
-                        top -= 1
-                        row = stack[b, top, 0]
-                        if not _insert_of(visited, b, row):
-                            continue
-                        state[b, _PLO] = stack[b, top, 3]
-                        state[b, _PHI] = stack[b, top, 4]
-                        state[b, _CLO] = stack[b, top, 5]
-                        state[b, _CHI] = stack[b, top, 6]
-                        full = _record(state, b, row, stack[b, top, 1], stack[b, top, 2],
-                                       VIA_PARENT, table_offsets, table_num_cells, max_cells,
-                                       max_rows, out_rows, out_depth, out_source, out_via,
-                                       out_counts)
-                        break
-                    # Pushes only ever go below the level last drawn from, so the search
-                    # for the shallowest non-empty level resumes there.
-                    level = -1
-                    for d in range(state[b, _SHALLOWEST], level_sizes.shape[1]):
-                        if level_sizes[b, d] > 0:
-                            level = d
-                            break
-                    if level < 0:
-                        done = True
-                        break
-                    state[b, _SHALLOWEST] = level
-                    size = level_sizes[b, level]
-                    r = uniform_below(k0, k1, anchor, streams[b], size)
-                    row = levels[b, level, r, 0]
-                    source = levels[b, level, r, 1]
-                    levels[b, level, r, 0] = levels[b, level, size - 1, 0]
-                    levels[b, level, r, 1] = levels[b, level, size - 1, 1]
-                    level_sizes[b, level] = size - 1
-                    if not _insert_of(visited, b, row):
-                        continue
-                    state[b, _PLO] = -1  # offsets unknown: fetch them first
-                    _prefetch_links(parent_offsets, child_offsets, table_offsets, table_links,
-                                    row)
-                    full = _record(state, b, row, level, source, VIA_CHILD, table_offsets,
-                                   table_num_cells, max_cells, max_rows, out_rows, out_depth,
-                                   out_source, out_via, out_counts)
-                    break
-                state[b, _TOP] = top
-                if done or full:
-                    stage = _DONE
-                    break
-                stage = _READ_LINKS
-                if state[b, _PLO] < 0:
-                    break  # the next row's offsets are on their way
-            state[b, _STAGE] = stage
-            if stage == _DONE:
-                num_active -= 1
-                active[i] = active[num_active]
-            else:
-                i += 1
-
-
 @kernel
 def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
                  table_offsets, table_num_cells, table_links, seed_row, cutoff, child_width,
                  max_cells, max_rows, k0, k1, anchor, out_rows, out_depth, out_source, out_via):
-    """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``n``: ``bfs_batch`` of
-    one sequence (the same walk, without a batch to overlap with)."""
-    counts = np.zeros(1, dtype=np.int64)
-    bfs_batch(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-              table_offsets, table_num_cells, table_links,
-              np.full(1, seed_row, dtype=np.int64), np.full(1, cutoff, dtype=np.int64),
-              child_width, max_cells, max_rows, k0, k1, np.full(1, anchor, dtype=np.int64),
-              out_rows.reshape((1, out_rows.shape[0])), out_depth.reshape((1, out_depth.shape[0])),
-              out_source.reshape((1, out_source.shape[0])),
-              out_via.reshape((1, out_via.shape[0])), counts)
-    return counts[0]
+    """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``n``.
+
+    ``out_source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
+    seed) and ``out_via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
+    ``VIA_CHILD``: a child). Randomness is the sequence stream ``(k0, k1, anchor)``.
+    ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when some row of table ``t``
+    has a parent / a child: rows of other tables skip reading those offsets (a cache miss each).
+    """
+    visited = np.full(row_set_capacity(max_rows), _EMPTY, dtype=np.int64)
+    # (row, depth, source, parent_lo, parent_hi, child_lo, child_hi): a parent's CSR offsets
+    # are read when it is pushed, so the cache misses of all of a row's parents overlap.
+    stack = np.empty((16, 7), dtype=np.int64)
+    top = 0
+    # Per depth: (row, source). A product of a big table queues child_width children per
+    # visit, so levels start large (a level that grows from 16 entries is copied 7 times).
+    levels = [np.empty((_LEVEL_START, 2), dtype=np.int64)]
+    level_sizes = [0]
+    picked = np.empty(max(child_width, 1), dtype=np.int64)
+    shallowest = 0
+    stream = new_stream()
+    count = 0
+    cells = 0
+    row = np.int64(seed_row)
+    parent_lo, parent_hi, child_lo, child_hi = _links(parent_offsets, child_offsets,
+                                                      table_offsets, table_links, row)
+    depth = 0
+    source = -1
+    via = VIA_SEED
+    have_next = True
+    while True:
+        if not have_next:
+            if top > 0:
+                top -= 1
+                row = stack[top, 0]
+                depth = stack[top, 1]
+                source = stack[top, 2]
+                parent_lo = stack[top, 3]
+                parent_hi = stack[top, 4]
+                child_lo = stack[top, 5]
+                child_hi = stack[top, 6]
+                via = VIA_PARENT
+            else:
+                # Pushes only ever go below the level last drawn from, so the search for the
+                # shallowest non-empty level resumes there.
+                level = -1
+                for d in range(shallowest, len(level_sizes)):
+                    if level_sizes[d] > 0:
+                        level = d
+                        break
+                if level < 0:
+                    break
+                shallowest = level
+                size = level_sizes[level]
+                r = uniform_below(k0, k1, anchor, stream, size)
+                entries = levels[level]
+                row = entries[r, 0]
+                source = entries[r, 1]
+                entries[r, 0] = entries[size - 1, 0]
+                entries[r, 1] = entries[size - 1, 1]
+                level_sizes[level] = size - 1
+                depth = level
+                via = VIA_CHILD
+                parent_lo, parent_hi, child_lo, child_hi = _links(
+                    parent_offsets, child_offsets, table_offsets, table_links, row)
+        have_next = False
+        if not row_set_insert(visited, row):
+            continue
+        out_rows[count] = row
+        out_depth[count] = depth
+        out_source[count] = source
+        out_via[count] = via
+        me = count
+        count += 1
+        cells += table_num_cells[table_of(table_offsets, row)]
+        if cells >= max_cells or count >= max_rows:
+            break
+        lo = child_lo
+        hi = child_hi
+        for e in range(parent_hi - 1, parent_lo - 1, -1):
+            parent = parent_ids[e]
+            t = row_times[parent]
+            if t != NO_TIME and t > cutoff:
+                continue
+            if top == stack.shape[0]:
+                stack = _grow(stack, top + 1)
+            stack[top, 0] = parent
+            stack[top, 1] = depth + 1
+            stack[top, 2] = me
+            links = _links(parent_offsets, child_offsets, table_offsets, table_links, parent)
+            stack[top, 3] = links[0]
+            stack[top, 4] = links[1]
+            stack[top, 5] = links[2]
+            stack[top, 6] = links[3]
+            top += 1
+        visible = visible_prefix(child_times, lo, hi, cutoff)
+        if visible == 0:
+            continue
+        child_level = depth + 1
+        while len(level_sizes) <= child_level:
+            levels.append(np.empty((_LEVEL_START, 2), dtype=np.int64))
+            level_sizes.append(0)
+        take = visible if visible <= child_width else child_width
+        if visible > child_width:
+            choose_without_replacement(k0, k1, anchor, stream, visible, child_width, picked)
+        # Bind the level once: every list item access costs a reference count update.
+        size = level_sizes[child_level]
+        entries = levels[child_level]
+        if size + take > entries.shape[0]:
+            entries = _grow(entries, size + take)
+            levels[child_level] = entries
+        for q in range(take):
+            e = lo + (q if visible <= child_width else picked[q])
+            entries[size + q, 0] = child_ids[e]
+            entries[size + q, 1] = me
+        level_sizes[child_level] = size + take
+    return count

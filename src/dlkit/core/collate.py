@@ -20,14 +20,15 @@ import numpy as np
 
 from dlkit.core.bfs import (
     NO_TIME,
-    bfs_batch,
     row_set_capacity,
     row_set_find,
     row_set_put,
     table_links_of,
     table_of,
+    temporal_bfs,
 )
 from dlkit.core.jit import kernel
+from dlkit.core.memory import prefetch
 from dlkit.core.streams import sequence_key
 
 NUMERIC = 0
@@ -152,17 +153,31 @@ def is_valid(bitmap, row):
     return (bitmap[row >> 3] >> (row & 7)) & 1 != 0
 
 
+_AHEAD = 16  # cells between a cell's prefetch and its read
+
+
+@kernel
+def _prefetch_ahead(order, rows, q, last, valid, values):
+    """Prefetch the validity byte and the value of the cell ``_AHEAD`` places after ``q`` in
+    ``order`` (a column's reads are independent misses: fetched ahead, they overlap)."""
+    ahead = q + _AHEAD
+    if ahead < last:
+        local = rows[order[ahead]]
+        prefetch(valid, local >> 3)
+        prefetch(values, local)
+
+
 @kernel
 def fill_values(cell_counts, position_col, position_row, is_target, col_stype, col_value_slot,
                 col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
                 i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
-                text_global, is_null):
+                is_null):
     """Fill every laid-out cell's value (the target cell stays zero: its value is hidden).
 
     Cells are grouped by column first (a counting sort), so each column's arrays are looked
-    up once per batch rather than once per cell. A null cell gets ``is_null = 1``;
-    ``text_global`` receives global text ids (-1 where none) for the deduplication. Arrays
-    are addressed flat (``b * S + p``).
+    up once per batch rather than once per cell. A null cell gets ``is_null = 1``. Arrays are
+    addressed flat (``f = b * S + p``). Returns the non-null text cells as ``(positions f,
+    global text ids)`` for the deduplication.
     """
     B, S = position_col.shape
     C = col_stype.shape[0]
@@ -174,7 +189,6 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
     times_out = timestamp_values.reshape((B * S, timestamp_values.shape[2]))
     flags_out = bool_values.reshape(-1)
     categories_out = categorical_embed_ids.reshape(-1)
-    texts_out = text_global.reshape(-1)
     starts = np.zeros(C + 1, dtype=np.int64)
     for b in range(B):
         for f in range(b * S, b * S + cell_counts[b]):
@@ -182,6 +196,13 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
                 starts[cols[f] + 1] += 1
     for c in range(C):
         starts[c + 1] += starts[c]
+    num_text_cells = 0
+    for c in range(C):
+        if col_stype[c] == TEXT:
+            num_text_cells += starts[c + 1] - starts[c]
+    text_cells = np.empty(num_text_cells, dtype=np.int64)
+    text_ids = np.empty(num_text_cells, dtype=np.int64)
+    num_texts = 0
     order = np.empty(starts[C], dtype=np.int64)
     cursor = starts[:C].copy()
     for b in range(B):
@@ -202,6 +223,7 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
             numbers = f64_cols[slot]
             mean, std = col_mean[c], col_std[c]
             for q in range(first, last):
+                _prefetch_ahead(order, rows, q, last, valid, numbers)
                 f = order[q]
                 local = rows[f]
                 if is_valid(valid, local):
@@ -211,6 +233,7 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
         elif stype == BOOLEAN:
             flags = u8_cols[slot]
             for q in range(first, last):
+                _prefetch_ahead(order, rows, q, last, valid, flags)
                 f = order[q]
                 local = rows[f]
                 if is_valid(valid, local):
@@ -221,6 +244,7 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
             times = i64_cols[slot]
             mean, std = col_mean[c], col_std[c]
             for q in range(first, last):
+                _prefetch_ahead(order, rows, q, last, valid, times)
                 f = order[q]
                 local = rows[f]
                 if is_valid(valid, local):
@@ -231,6 +255,7 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
             categories = i32_cols[slot]
             offset = col_cat_start[c]
             for q in range(first, last):
+                _prefetch_ahead(order, rows, q, last, valid, categories)
                 f = order[q]
                 local = rows[f]
                 if is_valid(valid, local):
@@ -240,12 +265,16 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
         else:
             texts = i64_cols[slot]
             for q in range(first, last):
+                _prefetch_ahead(order, rows, q, last, valid, texts)
                 f = order[q]
                 local = rows[f]
                 if is_valid(valid, local):
-                    texts_out[f] = texts[local]
+                    text_cells[num_texts] = f
+                    text_ids[num_texts] = texts[local]
+                    num_texts += 1
                 else:
                     nulls[f] = 1
+    return text_cells[:num_texts], text_ids[:num_texts]
 
 
 @kernel
@@ -276,14 +305,26 @@ def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids,
     of the row's first foreign-key parent present in the sequence (rows without one after all
     others); every sort is stable and puts padding last. ``scratch`` is int64[S].
     """
+    # The rows' parent lists are random reads of the graph: fetch every row's offsets, then
+    # every parent list, all at once (their misses overlap), before the loop that needs them.
+    for i in range(num_rows):
+        prefetch(parent_offsets, rows[i])
+        prefetch(parent_offsets, rows[i] + 1)
     keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
     index = np.empty(keys.shape[0], dtype=np.int64)
     for i in range(num_rows):
         row_set_put(keys, index, rows[i], i)
+    parent_lo = np.empty(num_rows, dtype=np.int64)
+    parent_hi = np.empty(num_rows, dtype=np.int64)
+    for i in range(num_rows):
+        parent_lo[i] = parent_offsets[rows[i]]
+        parent_hi[i] = parent_offsets[rows[i] + 1]
+        if parent_hi[i] > parent_lo[i]:
+            prefetch(parent_ids, parent_lo[i])
+            prefetch(parent_ids, parent_hi[i] - 1)
     first_parent = np.full(num_rows, num_rows, dtype=np.int64)
     for i in range(num_rows):
-        row = rows[i]
-        for e in range(parent_offsets[row], parent_offsets[row + 1]):
+        for e in range(parent_lo[i], parent_hi[i]):
             j = row_set_find(keys, index, parent_ids[e])
             if j >= 0:
                 fk_adj[b, i, j] = 1
@@ -292,9 +333,9 @@ def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids,
     for p in range(num_cells):
         scratch[p] = col_sort_rank[position_col[b, p]]
     stable_order(scratch, num_cells, num_columns, col_perm[b])
-    for p in range(num_cells):
-        scratch[p] = seq_row_ids[b, p]
-    stable_order(scratch, num_cells, num_rows, out_perm[b])
+    # Cells are laid out row after row, so the stable sort by sequence row is the identity.
+    for p in range(out_perm.shape[1]):
+        out_perm[b, p] = p
     for p in range(num_cells):
         scratch[p] = first_parent[seq_row_ids[b, p]]
     stable_order(scratch, num_cells, num_rows + 1, in_perm[b])
@@ -307,31 +348,33 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
                     col_stype, col_column_id, col_sort_rank, col_value_slot, col_valid_slot,
                     col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols, i32_cols,
                     target_col, semantic_types, column_ids, seq_row_ids, numeric_values,
-                    timestamp_values, bool_values, categorical_embed_ids, text_global, is_null,
-                    is_target, is_padding, fk_adj, col_perm, out_perm, in_perm, visited_rows,
-                    visited_depth, visited_source, visited_via, visited_counts):
-    """Phase 1 of a batch: BFS, layout and structure of every sequence, then every value.
+                    timestamp_values, bool_values, categorical_embed_ids, text_embed_ids,
+                    is_null, is_target, is_padding, fk_adj, col_perm, out_perm, in_perm,
+                    visited_rows, visited_depth, visited_source, visited_via, visited_counts):
+    """A batch: BFS, layout and structure of every sequence, then every value, then the text
+    deduplication (design phases 1 and 2).
 
-    Output arrays arrive zeroed (``is_padding`` all ones, ``text_global`` all -1). The
-    ``visited_*`` arrays receive each sequence's rows and their provenance (see
-    ``temporal_bfs``). Returns the cell count of each sequence.
+    Output arrays arrive zeroed (``is_padding`` all ones). The ``visited_*`` arrays receive
+    each sequence's rows and their provenance (see ``temporal_bfs``). Returns the cell count
+    of each sequence and the batch's distinct text ids (ascending).
     """
     B = seed_rows.shape[0]
     S = semantic_types.shape[1]
     k0, k1 = sequence_key(seed, epoch, task_idx)
-    position_col = np.zeros((B, S), dtype=np.int64)
-    position_row = np.zeros((B, S), dtype=np.int64)
+    # Only the first cells[b] positions of each are written and read.
+    position_col = np.empty((B, S), dtype=np.int32)
+    position_row = np.empty((B, S), dtype=np.int64)
     scratch = np.empty(S, dtype=np.int64)
     cells = np.zeros(B, dtype=np.int64)
     num_columns = col_stype.shape[0]
     links = table_links_of(parent_offsets, child_offsets, table_offsets)
-    cutoffs = np.empty(B, dtype=np.int64)
     for b in range(B):
-        cutoffs[b] = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b]
-    bfs_batch(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-              table_offsets, table_num_cells, links, seed_rows, cutoffs, child_width, S,
-              max_rows, k0, k1, anchors, visited_rows, visited_depth, visited_source,
-              visited_via, visited_counts)
+        cutoff = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b]
+        visited_counts[b] = temporal_bfs(
+            parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
+            table_offsets, table_num_cells, links, seed_rows[b], cutoff, child_width, S,
+            max_rows, k0, k1, anchors[b], visited_rows[b], visited_depth[b], visited_source[b],
+            visited_via[b])
     for b in range(B):
         n = visited_counts[b]
         cells[b] = layout_sequence(b, visited_rows[b], n, table_offsets,
@@ -341,34 +384,53 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
         sequence_structure(b, visited_rows[b], n, cells[b], parent_offsets, parent_ids,
                            col_sort_rank, num_columns, seq_row_ids, position_col, fk_adj,
                            col_perm, out_perm, in_perm, scratch)
-    fill_values(cells, position_col, position_row, is_target, col_stype, col_value_slot,
-                col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
-                i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
-                text_global, is_null)
-    return cells
+    text_cells, text_ids = fill_values(
+        cells, position_col, position_row, is_target, col_stype, col_value_slot,
+        col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols, i32_cols,
+        numeric_values, timestamp_values, bool_values, categorical_embed_ids, is_null)
+    return cells, dedup_text(text_cells, text_ids, text_embed_ids)
 
 
 @kernel
-def dedup_text(text_global, text_embed_ids):
-    """Phase 2: the batch's distinct global text ids, ascending, and each cell's batch-local
-    index into them (``text_embed_ids``; cells without text keep 0)."""
+def _text_slot(keys, text_id):
+    """The slot of ``text_id`` in the open-addressing table ``keys`` (-1 = free), claimed if
+    it is not there yet (multiplicative hash, linear probing; the table is under half full)."""
+    mask = keys.shape[0] - 1
+    i = np.int64((np.uint64(text_id) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+    while keys[i] != -1 and keys[i] != text_id:
+        i = (i + 1) & mask
+    keys[i] = text_id
+    return i
+
+
+@kernel
+def dedup_text(text_cells, text_ids, text_embed_ids):
+    """Phase 2: the batch's distinct text ids, ascending, and each text cell's batch-local
+    index into them (``text_embed_ids`` at flat position ``text_cells[q]`` gets the index of
+    ``text_ids[q]``; other cells keep 0). Ids are hashed once each; only the distinct ones
+    are sorted."""
+    n = text_ids.shape[0]
+    capacity = 16
+    while capacity < 2 * n:
+        capacity *= 2
+    keys = np.full(capacity, -1, dtype=np.int64)
+    index = np.full(capacity, -1, dtype=np.int64)
+    slots = np.empty(n, dtype=np.int64)
+    distinct = np.empty(n, dtype=np.int64)
     count = 0
-    for b in range(text_global.shape[0]):
-        for p in range(text_global.shape[1]):
-            if text_global[b, p] >= 0:
-                count += 1
-    flat = np.empty(count, dtype=np.int64)
-    q = 0
-    for b in range(text_global.shape[0]):
-        for p in range(text_global.shape[1]):
-            if text_global[b, p] >= 0:
-                flat[q] = text_global[b, p]
-                q += 1
-    unique = np.unique(flat)
-    for b in range(text_global.shape[0]):
-        for p in range(text_global.shape[1]):
-            if text_global[b, p] >= 0:
-                text_embed_ids[b, p] = np.uint32(np.searchsorted(unique, text_global[b, p]))
+    for q in range(n):
+        i = _text_slot(keys, text_ids[q])
+        if index[i] < 0:
+            index[i] = 0
+            distinct[count] = text_ids[q]
+            count += 1
+        slots[q] = i
+    unique = np.sort(distinct[:count])
+    for r in range(count):
+        index[_text_slot(keys, unique[r])] = r
+    flat = text_embed_ids.reshape(-1)
+    for q in range(n):
+        flat[text_cells[q]] = np.uint32(index[slots[q]])
     return unique
 
 

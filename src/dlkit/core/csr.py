@@ -186,6 +186,15 @@ def place_buckets(child_offsets, bucket_start, bucket_first_parent, first_bucket
 
 
 @kernel
+def _ascending(values, a, b):
+    """Whether ``values[a:b]`` never decreases."""
+    for i in range(a + 1, b):
+        if values[i] < values[i - 1]:
+            return False
+    return True
+
+
+@kernel
 def _insertion_sort(times, ids, a, b):
     for i in range(a + 1, b):
         t = times[i]
@@ -221,7 +230,7 @@ def _merge_sort(times, ids, a, b, tmp_times, tmp_ids):
             j = mid
             k = lo
             while i < mid and j < hi:
-                right = src_t[j] < src_t[i]
+                right = np.int64(src_t[j] < src_t[i])
                 dst_t[k] = src_t[j] if right else src_t[i]
                 dst_i[k] = src_i[j] if right else src_i[i]
                 j += right
@@ -258,12 +267,7 @@ def sort_segments_by_time(offsets, ids, times, first, last, tmp_times, tmp_ids):
     for v in range(first, last):
         a = offsets[v]
         b = offsets[v + 1]
-        ordered = True
-        for i in range(a + 1, b):
-            if times[i] < times[i - 1]:
-                ordered = False
-                break
-        if ordered:
+        if _ascending(times, a, b):
             continue
         unsorted += 1
         if b - a <= INSERTION_SORT_MAX:
@@ -447,12 +451,7 @@ def transpose_matches(src_offsets, src_ids, child_offsets, child_ids):
         b = child_offsets[p + 1]
         if b - a == 0:
             continue
-        ascending = True
-        for i in range(a + 1, b):
-            if child_ids[i] < child_ids[i - 1]:
-                ascending = False
-                break
-        if ascending:
+        if _ascending(child_ids, a, b):
             for i in range(a, b):
                 if child_ids[i] != scratch[i]:
                     return False

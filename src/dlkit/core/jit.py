@@ -24,3 +24,4 @@ KERNEL_OPTIONS: dict[str, Any] = {"nogil": True, "cache": True, "error_model": "
 def kernel(fn: F) -> F:
     """Compile ``fn`` as a dlkit kernel (arrays and scalars in, arrays/scalars out, no I/O)."""
     return numba.njit(**KERNEL_OPTIONS)(fn)  # type: ignore[return-value]
+

@@ -60,6 +60,6 @@ def _prefetch_intrinsic(typingctx: Any, array: Any, index: Any) -> Any:
 @overload(prefetch)
 def _prefetch_overload(array: Any, index: Any) -> Any:
     def implementation(array: Any, index: Any) -> None:
-        pass  # ABLATION _prefetch_intrinsic(array, index)
+        _prefetch_intrinsic(array, index)
 
     return implementation

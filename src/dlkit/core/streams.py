@@ -98,9 +98,13 @@ def uniform_below(k0, k1, anchor, state, n):
     then returns ``x mod n``.
     """
     n = np.uint64(n)
-    remainder = (UINT64_MAX % n + np.uint64(1)) % n  # 2^64 mod n
     while True:
         x = next_draw(k0, k1, anchor, state)
+        # 2^64 mod n is below n, so every x up to 2^64 - 1 - n is accepted: the exact bound
+        # (two more divisions) is only needed for the top n values.
+        if x <= UINT64_MAX - n:
+            return np.int64(x % n)
+        remainder = (UINT64_MAX % n + np.uint64(1)) % n  # 2^64 mod n
         if remainder == np.uint64(0) or x <= UINT64_MAX - remainder:
             return np.int64(x % n)
 

@@ -41,12 +41,44 @@ class BitmapWriter:
         self.out.close()
 
 
-def used_entries(indices: np.ndarray, valid: np.ndarray, size: int) -> np.ndarray:
+def _used_entries(indices: np.ndarray, valid: np.ndarray, size: int) -> np.ndarray:
     """Which dictionary entries some non-null row refers to (dictionaries may hold extras)."""
     used = np.zeros(size, dtype=bool)
     if size:
         used[indices[valid]] = True
     return used
+
+
+def map_dictionary(arr: pa.Array, ids: dict[Any, int],
+                   dtype) -> tuple[np.ndarray, list, np.ndarray, np.ndarray, list[int]]:
+    """A batch seen through its dictionary: ``(indices, dictionary, valid, mapping, new)``.
+
+    ``mapping[j]`` is ``ids[dictionary[j]]``, ``-1`` for an entry no non-null row uses, and
+    ``-2`` for a used entry not in ``ids`` yet; ``new`` lists those entries' positions.
+    """
+    indices, dictionary, valid = dictionary_parts(arr)
+    used = _used_entries(indices, valid, len(dictionary))
+    mapping = np.empty(len(dictionary), dtype=dtype)
+    new = []
+    for j, value in enumerate(dictionary):
+        if value is None or not used[j]:
+            mapping[j] = -1
+        elif (known := ids.get(value)) is None:
+            mapping[j] = -2
+            new.append(j)
+        else:
+            mapping[j] = known
+    return indices, dictionary, valid, mapping, new
+
+
+def apply_mapping(indices: np.ndarray, mapping: np.ndarray, valid: np.ndarray,
+                  null: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(mapping[indices], valid)``, a row whose entry maps to nothing being a null
+    (``valid`` is updated in place) holding ``null``."""
+    values = mapping[indices] if mapping.size else np.zeros(len(valid), dtype=mapping.dtype)
+    valid &= values >= 0
+    values[~valid] = null
+    return values, valid
 
 
 class CategoryEncoder:
@@ -57,23 +89,17 @@ class CategoryEncoder:
         self.values: list[Any] = []
 
     def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        indices, dictionary, valid = dictionary_parts(arr)
-        used = used_entries(indices, valid, len(dictionary))
-        mapping = np.empty(len(dictionary), dtype=np.int32)
-        for j, value in enumerate(dictionary):
-            if value is None or not used[j]:
-                mapping[j] = -1
-                continue
-            cid = self.ids.get(value)
+        """Provisional ids of a batch, ``-1`` for a null."""
+        indices, dictionary, valid, mapping, new = map_dictionary(arr, self.ids, np.int32)
+        for j in new:
+            value = dictionary[j]
+            cid = self.ids.get(value)  # a dictionary may repeat a value
             if cid is None:
                 cid = len(self.values)
                 self.ids[value] = cid
                 self.values.append(value)
             mapping[j] = cid
-        values = mapping[indices] if len(dictionary) else np.zeros(len(valid), dtype=np.int32)
-        valid &= values >= 0
-        values[~valid] = -1
-        return values, valid
+        return apply_mapping(indices, mapping, valid, null=-1)
 
     def finish(self) -> tuple[list[Any], np.ndarray]:
         """``(sorted categories, provisional id -> final id)``."""
@@ -82,7 +108,6 @@ class CategoryEncoder:
         for new, old in enumerate(order):
             final[old] = new
         return [self.values[i] for i in order], final
-
 
 
 class ColumnWriter:

@@ -94,7 +94,7 @@ class Hasher:
             if self.error is None:
                 job(part)
         except OSError as exc:
-            self.error = OutputError(f"cannot write {f.rel}: {exc.strerror or exc}", path=f.path)
+            self.error = OutputError(f"cannot write: {exc.strerror or exc}", path=f.path)
         except BaseException as exc:  # pragma: no cover - a bug; re-raised in the producer
             self.error = exc
         finally:

@@ -25,7 +25,7 @@ class KeyIndex:
     family: str  # "integer" | "string"
     num_rows: int
     slots: np.ndarray  # dense/hash slots; for strings the (hash, row, start, end) table
-    keys: np.ndarray | None = None  # integer keys
+    keys: np.ndarray | None = None  # integer keys (hash index only)
     kmin: int | None = None  # dense integer index when set
     data: np.ndarray | None = None
     offsets: np.ndarray | None = None
@@ -43,7 +43,7 @@ class KeyIndex:
                 slots, dup, first = kk.dense_index_build(keys, np.int64(kmin), span)
                 if dup >= 0:
                     raise _duplicate(where, int(keys[dup]), first, dup)
-                return cls(family="integer", num_rows=n, slots=slots, keys=keys, kmin=kmin)
+                return cls(family="integer", num_rows=n, slots=slots, kmin=kmin)
         slots, dup, first = kk.hash_index_ints(keys, kk.table_size(n))
         if dup >= 0:
             raise _duplicate(where, int(keys[dup]), first, dup)
@@ -106,53 +106,77 @@ def _duplicate(where: str, value, row_a, row_b) -> DataError:
     return DataError(f"{where}: duplicate primary key {value!r} (rows {a} and {b})")
 
 
-def _key_batches(plan: TablePlan, batch_rows: int, progress: Progress, where_: str):
-    """The primary-key column in batches, checked: no nulls, the footer's row count."""
-    pos = 0
-    for arr in plan.source.iter_column(plan.primary_key, batch_rows):
+class PrimaryKeys:
+    """A table's primary keys, fed batch by batch in row order, then checked unique and
+    indexed by :meth:`finish`. Integer keys are written as they come; string keys when the
+    table is complete (their offsets need the whole column)."""
+
+    def __init__(self, plan: TablePlan, hasher: Hasher):
+        self.plan = plan
+        self.where = where(plan.name, plan.primary_key)
+        self.hasher = hasher
+        self.integer = plan.pk_family == "integer"
+        self.pos = 0
+        if self.integer:
+            self.out = hasher.open(fmt.key_values_file(plan.name))
+            self.keys = empty_small_pages(np.int64, plan.num_rows)
+            self.bounds = (0, 0)
+        else:
+            self.chunks: list[pa.Array] = []
+
+    def add(self, arr: pa.Array) -> None:
+        """The next batch of keys (the caller checks the row count against the footer)."""
         if arr.null_count:
-            row = pos + int(np.flatnonzero(~valid_mask(arr))[0])
-            raise DataError(f"{where_}: null primary key at row {row}")
-        pos += len(arr)
-        check_rows(plan, f"column {plan.primary_key!r}", pos)
-        yield arr
-        progress.advance(len(arr))
-    check_rows(plan, f"column {plan.primary_key!r}", pos, final=True)
+            row = self.pos + int(np.flatnonzero(~valid_mask(arr))[0])
+            raise DataError(f"{self.where}: null primary key at row {row}")
+        if self.integer:
+            chunk = to_int_keys(arr, self.where)[0].astype("<i8", copy=False)
+            self.out.write(chunk)
+            if chunk.size:
+                lo, hi = int(chunk.min()), int(chunk.max())
+                if self.pos:
+                    lo, hi = min(lo, self.bounds[0]), max(hi, self.bounds[1])
+                self.bounds = (lo, hi)
+                self.keys[self.pos:self.pos + chunk.size] = chunk
+        else:
+            self.chunks.append(arr.cast(pa.large_string()))
+        self.pos += len(arr)
+
+    def finish(self, referenced: bool) -> tuple[KeyIndex | None, int]:
+        """Check uniqueness, write what is left: ``(index, bytes written)``; the index is
+        only kept when a foreign key refers to the table (``referenced``)."""
+        if self.integer:
+            self.out.close()
+            keys, self.keys = self.keys[:self.pos], None
+            if not referenced:
+                if self.pos:
+                    check_unique_ints(keys, self.where, self.bounds)
+                return None, self.out.size
+            index = KeyIndex.build_int(keys, self.where, self.bounds if self.pos else None)
+            return index, self.out.size
+        array = (pa.concat_arrays(self.chunks) if self.chunks
+                 else pa.array([], type=pa.large_string()))
+        self.chunks = []
+        index = KeyIndex.build_str(array, self.where)
+        base = int(index.offsets[0])
+        end = int(index.offsets[-1])
+        with self.hasher.open(fmt.key_offsets_file(self.plan.name)) as f:
+            f.write((index.offsets - base).astype("<i8"))
+        with self.hasher.open(fmt.key_values_file(self.plan.name)) as f:
+            f.write(index.data[base:end])
+        return (index if referenced else None), index.offsets.nbytes + end - base
 
 
 def read_primary_keys(plan: TablePlan, batch_rows: int, hasher: Hasher, progress: Progress,
                       referenced: bool = True) -> tuple[KeyIndex | None, int]:
-    """Stage ``keys`` for one table: read the primary keys, check them (no null, no
-    duplicate), write ``key.*``. Returns ``(index, bytes written)``; the index is only kept
-    when a foreign key refers to the table (``referenced``).
-    """
-    where_ = where(plan.name, plan.primary_key)
-    if plan.pk_family == "integer":
-        n = plan.num_rows
-        keys = empty_small_pages(np.int64, n)
-        kmin = kmax = pos = 0
-        with hasher.open(fmt.key_values_file(plan.name)) as f:
-            for arr in _key_batches(plan, batch_rows, progress, where_):
-                chunk = to_int_keys(arr, where_)[0].astype("<i8", copy=False)
-                f.write(chunk)
-                if chunk.size:
-                    lo, hi = int(chunk.min()), int(chunk.max())
-                    kmin, kmax = (lo, hi) if pos == 0 else (min(kmin, lo), max(kmax, hi))
-                    keys[pos:pos + chunk.size] = chunk
-                    pos += chunk.size
-        if not referenced:
-            if n:
-                check_unique_ints(keys, where_, (kmin, kmax))
-            return None, f.size
-        return KeyIndex.build_int(keys, where_, (kmin, kmax) if n else None), f.size
-    chunks = [a.cast(pa.large_string()) for a in _key_batches(plan, batch_rows, progress, where_)]
-    array = pa.concat_arrays(chunks) if chunks else pa.array([], type=pa.large_string())
-    del chunks
-    index = KeyIndex.build_str(array, where_)
-    base = int(index.offsets[0])
-    end = int(index.offsets[-1])
-    with hasher.open(fmt.key_offsets_file(plan.name)) as f:
-        f.write((index.offsets - base).astype("<i8"))
-    with hasher.open(fmt.key_values_file(plan.name)) as f:
-        f.write(index.data[base:end])
-    return (index if referenced else None), index.offsets.nbytes + end - base
+    """Stage ``keys`` for one table: read the primary-key column on its own, check it (no
+    null, no duplicate), write ``key.*``. Returns ``(index, bytes written)``. (A table no
+    earlier table refers to gets this done during its own pass instead.)"""
+    keys = PrimaryKeys(plan, hasher)
+    what = f"column {plan.primary_key!r}"
+    for arr in plan.source.iter_column(plan.primary_key, batch_rows):
+        check_rows(plan, what, keys.pos + len(arr))
+        keys.add(arr)
+        progress.advance(len(arr))
+    check_rows(plan, what, keys.pos, final=True)
+    return keys.finish(referenced)

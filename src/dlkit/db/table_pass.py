@@ -9,6 +9,7 @@ by ``dlkit.db.texts``); task seeds are appended as their rows go by.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from dlkit.db.columns import ColumnWriter
 from dlkit.db.convert import to_micros
 from dlkit.db.graph_writer import GraphWriter
 from dlkit.db.hashing import Hasher
-from dlkit.db.keys import KeyIndex
+from dlkit.db.keys import KeyIndex, PrimaryKeys
 from dlkit.db.plan import TablePlan, check_rows, where
 from dlkit.db.report import Progress
 from dlkit.db.schema import Schema
@@ -42,10 +43,14 @@ class TablePassContext:
     progress: Progress
     batch_rows: int
     on_dangling: str
+    keys_in_pass: set[str]  # tables whose primary keys are read in their own pass
+    referenced: set[str]  # tables some foreign key refers to
 
 
-def stream_table(plan: TablePlan, ctx: TablePassContext) -> tuple[list[dict[str, Any]], list[str]]:
-    """One pass over ``plan``'s columns: ``(metadata of its tasks, warnings)``."""
+def stream_table(plan: TablePlan,
+                 ctx: TablePassContext) -> tuple[list[dict[str, Any]], list[str], int]:
+    """One pass over ``plan``'s columns: ``(metadata of its tasks, warnings, bytes of
+    primary keys written)``; the primary keys too, when they are read in this pass."""
     writers = {c.name: ColumnWriter(plan, c, ctx.hasher) for c in plan.columns}
     text_cols = [c for c in plan.columns if c.stype == fmt.TEXT]
     plain_cols = [c for c in plan.columns if c.stype != fmt.TEXT]
@@ -55,9 +60,11 @@ def stream_table(plan: TablePlan, ctx: TablePassContext) -> tuple[list[dict[str,
     rt = ctx.graph.row_times[plan.row_offset:plan.row_offset + plan.num_rows]
     if plan.time_column is None:
         rt[:] = fmt.NO_TIME
+    keys = PrimaryKeys(plan, ctx.hasher) if plan.name in ctx.keys_in_pass else None
     needed = [f.column for f in plan.foreign_keys] + [c.name for c in plan.columns]
-    if plan.time_column is not None and plan.time_column not in needed:
-        needed.append(plan.time_column)
+    for extra in (plan.time_column, keys and plan.primary_key):
+        if extra and extra not in needed:
+            needed.append(extra)
     parents = np.empty((len(plan.foreign_keys), ctx.batch_rows), dtype=np.int64)
     first_dangling: dict[int, tuple[int, Any]] = {}
     if not plan.foreign_keys:
@@ -67,38 +74,53 @@ def stream_table(plan: TablePlan, ctx: TablePassContext) -> tuple[list[dict[str,
                  if c.stype in (fmt.CATEGORICAL, fmt.TEXT) and c.family == "string"]
     batches = (plan.source.iter_batches(needed, ctx.batch_rows, dictionary=repeating)
                if needed else iter(()))
-    for batch in batches:
-        n = batch.num_rows
-        check_rows(plan, "columns", pos + n)
-        column = dict(zip(batch.schema.names, batch.columns))
-        converted = {}
-        if plan.time_column is not None:
-            values, valid = to_micros(column[plan.time_column], where(plan.name, plan.time_column))
-            converted[plan.time_column] = (values, valid)
-            batch_times = rt[pos:pos + n]
-            np.copyto(batch_times, values)
-            batch_times[~valid] = fmt.NO_TIME
-            plan.num_null_times += int(n - np.count_nonzero(valid))
-        if plan.foreign_keys:
-            _resolve_foreign_keys(plan, ctx, column, parents[:, :n], pos, first_dangling)
-            ctx.graph.append(parents[:, :n], plan.row_offset + pos)
-        for c in plain_cols:
-            w = writers[c.name]
-            got = converted.get(c.name)
-            w.append(*(got if got is not None else w.convert(column[c.name])))
-        if text_cols:
-            encoded = ctx.texts.encode_row_major([column[c.name] for c in text_cols])
-            for c, (values, valid) in zip(text_cols, encoded):
-                writers[c.name].append(values, valid)
-        for tw in tasks:
-            values, valid = writers[tw.task.target].last
-            tw.append(pos, rt[pos:pos + n], values, valid)
-        pos += n
-        ctx.progress.advance(n)
+    # Foreign keys are resolved on a helper thread (nogil kernels) while this one converts
+    # the same batch's columns; the edges are appended once both are done, in batch order.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlkit-lookup") as helper:
+        for batch in batches:
+            n = batch.num_rows
+            check_rows(plan, "columns", pos + n)
+            column = dict(zip(batch.schema.names, batch.columns))
+            if keys is not None:
+                keys.add(column[plan.primary_key])
+            resolving = None
+            if plan.foreign_keys:
+                resolving = helper.submit(_resolve_foreign_keys, plan, ctx, column,
+                                          parents[:, :n], pos, first_dangling)
+            converted = {}
+            if plan.time_column is not None:
+                values, valid = to_micros(column[plan.time_column],
+                                          where(plan.name, plan.time_column))
+                converted[plan.time_column] = (values, valid)
+                batch_times = rt[pos:pos + n]
+                np.copyto(batch_times, values)
+                batch_times[~valid] = fmt.NO_TIME
+                plan.num_null_times += int(n - np.count_nonzero(valid))
+            for c in plain_cols:
+                w = writers[c.name]
+                got = converted.get(c.name)
+                w.append(*(got if got is not None else w.convert(column[c.name])))
+            if text_cols:
+                encoded = ctx.texts.encode_row_major([column[c.name] for c in text_cols])
+                for c, (values, valid) in zip(text_cols, encoded):
+                    writers[c.name].append(values, valid)
+            for tw in tasks:
+                values, valid = writers[tw.task.target].last
+                tw.append(pos, rt[pos:pos + n], values, valid)
+            if resolving is not None:
+                resolving.result()
+                ctx.graph.append(parents[:, :n], plan.row_offset + pos)
+            pos += n
+            ctx.progress.advance(n)
     if needed:
         check_rows(plan, "columns", pos, final=True)
     elif plan.num_rows:
         ctx.progress.advance(plan.num_rows)
+    key_bytes = 0
+    if keys is not None:
+        index, key_bytes = keys.finish(plan.name in ctx.referenced)
+        if index is not None:
+            ctx.indexes[plan.name] = index
     mappings = {name: w.finish() for name, w in writers.items()}
     task_meta = [tw.finish(mappings[tw.task.target]) for tw in tasks]
     warnings = []
@@ -116,7 +138,7 @@ def stream_table(plan: TablePlan, ctx: TablePassContext) -> tuple[list[dict[str,
     if problems and ctx.on_dangling == "error":
         raise DataError("; ".join(problems) + " (--on-dangling error)")
     warnings.extend(p + "; edges dropped, rows kept" for p in problems)
-    return task_meta, warnings
+    return task_meta, warnings, key_bytes
 
 
 def _resolve_foreign_keys(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.Array],

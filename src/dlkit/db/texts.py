@@ -9,8 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from dlkit.db import format as fmt
-from dlkit.db.columns import used_entries
-from dlkit.db.convert import dictionary_parts
+from dlkit.db.columns import apply_mapping, map_dictionary
 from dlkit.db.embed import EMBED_CHUNK, embed_texts
 from dlkit.db.hashing import Hasher
 
@@ -35,20 +34,7 @@ class TextStore:
         parts = []
         first_cell: dict[str, tuple[int, int]] = {}
         for c, arr in enumerate(arrays):
-            indices, dictionary, valid = dictionary_parts(arr)
-            used = used_entries(indices, valid, len(dictionary))
-            mapping = np.empty(len(dictionary), dtype=np.int64)
-            new = []
-            for j, value in enumerate(dictionary):
-                if value is None or not used[j]:
-                    mapping[j] = -1
-                    continue
-                tid = self.ids.get(value)
-                if tid is None:
-                    mapping[j] = -2
-                    new.append(j)
-                else:
-                    mapping[j] = tid
+            indices, dictionary, valid, mapping, new = map_dictionary(arr, self.ids, np.int64)
             if new:
                 rows = np.flatnonzero(valid)
                 uniq, first = np.unique(indices[rows], return_index=True)
@@ -66,10 +52,7 @@ class TextStore:
         for indices, dictionary, valid, mapping in parts:
             for j in np.flatnonzero(mapping == -2):
                 mapping[j] = self.ids[dictionary[j]]
-            values = mapping[indices] if len(dictionary) else np.zeros(len(valid), dtype=np.int64)
-            valid &= values >= 0
-            values[~valid] = 0
-            out.append((values, valid))
+            out.append(apply_mapping(indices, mapping, valid, null=0))
         if len(self.pending) >= EMBED_CHUNK:
             self.flush()
         return out

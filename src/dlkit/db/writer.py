@@ -5,32 +5,37 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
 1. ``scan``: open every table's Parquet footers, check the schema against them, plan the
    columns (string columns without a type override are read once to infer categorical vs
    text). Nothing is written before this passes.
-2. ``keys``: read every primary key (checked: no null, no duplicate) into a key index, write
-   ``tables/<t>/key.*``.
-3. ``tables``: one pass per table over all its other columns, in record batches decoded on
-   Arrow's threads: the time column gives the row times; foreign keys are resolved to global
-   parent ids (null -> no edge; dangling -> counted, then dropped or an error); every feature
-   column is converted and appended to its values file and validity bitmap, with streaming
-   statistics (row-order Welford, independent of batch size), categories (numbered in sorted
-   order at the end of the table) and global text ids (numbered in order of first appearance:
-   tables in order, rows in order, a row's text cells in column order); new texts are embedded
-   as they appear; task seeds are appended as their rows go by.
-4. ``graph``: both CSR directions (``dlkit.core.csr``: streaming append for child -> parents,
-   two-pass counting sort for parent -> children) written to ``graph.bin``.
+2. ``keys``: the primary keys (checked: no null, no duplicate) of the tables that a table at
+   the same or an earlier position refers to, written to ``tables/<t>/key.*``; tables a
+   foreign key refers to keep a key index (``dlkit.db.keys``). The other tables' keys are
+   read the same way during their own pass in stage 3.
+3. ``tables``: one pass per table over all its other columns (``dlkit.db.table_pass``), in
+   record batches decoded on Arrow's threads: the time column gives the row times; foreign
+   keys are resolved to global parent ids (null -> no edge; dangling -> counted, then dropped
+   or an error) and appended to the child -> parents CSR at once; every feature column is
+   converted and appended to its values file and validity bitmap, with streaming statistics
+   (row-order Welford, independent of batch size), categories (numbered in sorted order at
+   the end of the table) and global text ids (numbered in order of first appearance: tables
+   in order, rows in order, a row's text cells in column order); new texts are embedded as
+   they appear; task seeds are appended as their rows go by.
+4. ``graph``: the parent -> children CSR, a bucketed counting sort (``dlkit.core.csr``), and
+   ``graph.bin`` (``dlkit.db.graph_writer``).
 5. ``embeddings``: column and category embeddings (text embedding time from stage 3 is
    counted here too).
 6. ``manifest``: ``metadata.json``, then the file map and ``manifest.json``. Every file was
-   SHA-256 hashed while it was written (``dlkit.db.hashing``, a background thread), so this
-   stage only waits for the last chunks.
-7. ``commit``: fsync, then the atomic rename into place (``dlkit.db.output``).
+   hashed and written by background threads as it was produced (``dlkit.db.hashing``), so
+   this stage only waits for the last chunks.
+7. ``commit``: fsync (each file was already flushed in the background once complete), then
+   the atomic rename into place (``dlkit.db.output``).
 
-Memory: one record batch at a time, plus the index arrays (row times, foreign-key parents,
-both CSRs: about 8 bytes x (4 rows + 6 edges) at the peak of the graph stage), plus the key
-indexes (about 24 bytes per key row, and the string keys themselves) and the distinct texts
+Memory: a few record batches at a time, plus the index arrays: row times and both CSRs,
+about ``24 V + 26 E`` bytes at the peak of the graph stage (V rows, E edges; pages of the
+edge arrays that the edges never reach are never touched), plus the key indexes (8 bytes
+per key value in the key range of integer keys, about 64 bytes per row and the keys
+themselves for string keys; only for tables a foreign key refers to) and the distinct texts
 seen so far. Index arrays live in memory up to ``memory_budget`` bytes and in memory-mapped
 scratch files inside the build directory beyond it, so a graph larger than memory still builds.
 """
-
 
 from __future__ import annotations
 
@@ -129,17 +134,23 @@ class _Builder:
     # -- 2: keys ----------------------------------------------------------------------------
 
     def keys(self, hasher: Hasher) -> None:
-        keyed = [p for p in self.plans if p.primary_key is not None]
-        referenced = {f.parent for p in self.plans for f in p.foreign_keys}
+        """Read the keys a table's pass needs before it starts: those of tables that a table
+        at the same or an earlier position refers to. Every other table's keys are read in
+        its own pass (one pass over its file, decoded in parallel with its other columns)."""
+        position = {p.name: i for i, p in enumerate(self.plans)}
+        self.referenced = {f.parent for p in self.plans for f in p.foreign_keys}
+        needed_first = {f.parent for p in self.plans for f in p.foreign_keys
+                        if position[f.parent] >= position[p.name]}
+        keyed = [p for p in self.plans if p.name in needed_first]
         with self._stage("keys", sum(p.num_rows for p in keyed)) as st:
             for plan in keyed:
-                index, nbytes = read_primary_keys(plan, self.batch_rows, hasher, self.progress,
-                                                  referenced=plan.name in referenced)
-                if index is not None:
-                    self.indexes[plan.name] = index
+                index, nbytes = read_primary_keys(plan, self.batch_rows, hasher, self.progress)
+                self.indexes[plan.name] = index
                 st.bytes += nbytes
                 st.rows += plan.num_rows
                 st.columns += 1
+        self.keys_in_pass = {p.name for p in self.plans
+                             if p.primary_key is not None and p.name not in needed_first}
 
     # -- 3: tables --------------------------------------------------------------------------
 
@@ -149,11 +160,17 @@ class _Builder:
         ctx = TablePassContext(
             plans={p.name: p for p in self.plans}, indexes=self.indexes, schema=self.schema,
             graph=self.graph_writer, texts=self.texts, hasher=hasher, progress=self.progress,
-            batch_rows=self.batch_rows, on_dangling=self.on_dangling)
+            batch_rows=self.batch_rows, on_dangling=self.on_dangling,
+            keys_in_pass=self.keys_in_pass, referenced=self.referenced)
         with self._stage("tables", self.num_rows) as st:
             cat_start = 0
+            keys = self.stages["keys"]
             for plan in self.plans:
-                task_meta, warnings = stream_table(plan, ctx)
+                task_meta, warnings, key_bytes = stream_table(plan, ctx)
+                if plan.name in self.keys_in_pass:
+                    keys.rows += plan.num_rows
+                    keys.columns += 1
+                    keys.bytes += key_bytes
                 self.task_meta.extend(task_meta)
                 self.warnings.extend(warnings)
                 for col in plan.columns:

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.core.collate import build_sequences, dedup_text, gather_rows
+from dlkit.core.collate import build_sequences, gather_rows
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.catalog import ColumnCatalog, build_catalog, readonly_view
+from dlkit.sampler.hugepages import huge_page_copy, use_huge_pages
 
 MAX_U16_EXTENT = 1 << 16
 
@@ -73,16 +74,32 @@ class GraphArrays:
             row_table=readonly_view(g.row_table, np.int32, n, "row_table", path),
         )
 
+    def walked(self) -> tuple[np.ndarray, ...]:
+        """The arrays the BFS and the structure pass read at random (row_table is not)."""
+        return (self.parent_offsets, self.parent_ids, self.child_offsets, self.child_ids,
+                self.child_times, self.row_times)
+
+    def huge_page_copy(self) -> GraphArrays:
+        """The same CSR with the walked arrays copied into huge pages."""
+        copies = [huge_page_copy(a) for a in self.walked()]
+        return GraphArrays(*copies, row_table=self.row_table)
+
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """Shape and BFS knobs of every batch (validated)."""
+    """Shape and BFS knobs of every batch (validated), and whether the builder reads the
+    graph and columns from huge-page copies (``dlkit.sampler.hugepages``: True, False, or
+    None = when THP is available and they fit in a quarter of the RAM)."""
 
     sequence_length: int = 1024
     max_rows: int = 256
     bfs_child_width: int = 16
+    huge_pages: bool | None = False
 
     def __post_init__(self) -> None:
+        if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
+            raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
+                                       f"got {self.huge_pages!r}")
         for name, low, high in (("sequence_length", 1, MAX_U16_EXTENT),
                                 ("max_rows", 1, MAX_U16_EXTENT),
                                 ("bfs_child_width", 0, 1 << 30)):
@@ -141,6 +158,11 @@ class BatchBuilder:
         self.path = getattr(db, "path", None)
         self.graph = GraphArrays.from_database(db)
         self.catalog: ColumnCatalog = build_catalog(db)
+        self.huge_pages = use_huge_pages(config.huge_pages,
+                                         self.graph.walked() + self.catalog.column_arrays())
+        if self.huge_pages:
+            self.graph = self.graph.huge_page_copy()
+            self.catalog = self.catalog.with_columns(huge_page_copy)
         text = np.asarray(db.text_embeddings())
         if text.ndim != 2 or text.dtype != np.float16:
             raise DatabaseError(f"text embeddings have shape {text.shape} and dtype {text.dtype}, "
@@ -195,7 +217,6 @@ class BatchBuilder:
         arrays = {key: np.zeros(_shape(spec, B, S, R), dtype=dtype)
                   for key, (dtype, spec) in BATCH_LAYOUT.items() if key != "text_batch_embeddings"}
         arrays["is_padding"].fill(1)
-        text_global = np.full((B, S), -1, dtype=np.int64)
         visited = np.zeros((B, R), dtype=np.int64)
         depth = np.zeros((B, R), dtype=np.int64)
         source = np.zeros((B, R), dtype=np.int64)
@@ -204,17 +225,16 @@ class BatchBuilder:
         anchors = task.anchor_row[idx]
         obs = task.obs_time[idx]
         g = self.graph
-        cells = build_sequences(
+        cells, unique = build_sequences(
             task.seed_rows[idx], obs, anchors, np.uint64(self.seed), np.uint64(epoch),
             task.index, cfg.bfs_child_width, R, g.parent_offsets, g.parent_ids,
             g.child_offsets, g.child_ids, g.child_times, g.row_times,
             *self.catalog.kernel_args(), task.target_col, arrays["semantic_types"],
             arrays["column_ids"], arrays["seq_row_ids"], arrays["numeric_values"],
             arrays["timestamp_values"], arrays["bool_values"], arrays["categorical_embed_ids"],
-            text_global, arrays["is_null"], arrays["is_target"], arrays["is_padding"],
-            arrays["fk_adj"], arrays["col_perm"], arrays["out_perm"], arrays["in_perm"],
-            visited, depth, source, via, counts)
-        unique = dedup_text(text_global, arrays["text_embed_ids"])
+            arrays["text_embed_ids"], arrays["is_null"], arrays["is_target"],
+            arrays["is_padding"], arrays["fk_adj"], arrays["col_perm"], arrays["out_perm"],
+            arrays["in_perm"], visited, depth, source, via, counts)
         D = self.text_bits.shape[1]
         bits = gather_rows(self.text_bits, unique, np.empty((unique.shape[0], D), np.uint16))
         arrays["text_batch_embeddings"] = bits.view(np.float16)

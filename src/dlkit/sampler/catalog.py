@@ -10,7 +10,8 @@ out-of-bounds read in a kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numba
@@ -83,6 +84,19 @@ class ColumnCatalog:
             return self.names.index((table, column))
         except ValueError:
             return -1
+
+    def column_arrays(self) -> tuple[np.ndarray, ...]:
+        """Every column's values and validity bitmap (what ``fill_values`` reads at random)."""
+        return tuple(a for typed in (self.f64_cols, self.u8_cols, self.i64_cols, self.i32_cols)
+                     for a in typed)
+
+    def with_columns(self, copy: Callable[[np.ndarray], np.ndarray]) -> ColumnCatalog:
+        """The same catalog reading ``copy(array)`` for every column array."""
+        return replace(self, **{name: _typed_list([copy(a) for a in getattr(self, name)], dtype)
+                                for name, dtype in (("f64_cols", np.float64),
+                                                    ("u8_cols", np.uint8),
+                                                    ("i64_cols", np.int64),
+                                                    ("i32_cols", np.int32))})
 
     def kernel_args(self) -> tuple[Any, ...]:
         """The catalog arguments of ``build_sequences``, in its order."""

@@ -24,6 +24,7 @@ from dlkit.sampler.api import open_db
 from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
 from dlkit.sampler.schedule import Job, TrainSchedule, ValSchedule, open_streams
 from dlkit.sampler.splits import (
+    DEFAULT_SAMPLING_MODE,
     SPLITS,
     SplitRatios,
     build_run_manifest,
@@ -31,6 +32,7 @@ from dlkit.sampler.splits import (
     compute_splits,
     dataset_key,
     split_index,
+    train_sampling_mode,
 )
 
 
@@ -40,34 +42,41 @@ class ManifestSummary:
     database_id: str
     manifest_hash: str
     global_batch_size: int
+    sampling_mode: str = ""
     datasets: dict[str, int] = field(default_factory=dict)
 
 
 def make_run_manifest(db: Any, *, seed: int, global_batch_size: int, split_seed: int = 0,
                       split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
-                      sampler_block_size: int | None = None) -> RunManifest:
-    """The run manifest of every task and split of an open database."""
+                      sampler_block_size: int | None = None,
+                      sampling_mode: str = DEFAULT_SAMPLING_MODE) -> RunManifest:
+    """The run manifest of every task and split of an open database (train order
+    ``sampling_mode``: ``"v3"``, the default, or ``"v2"``)."""
     ratios = SplitRatios.parse(split_ratios)
     builder_tasks = db.tasks
     splits = compute_splits(builder_tasks, check_seed(split_seed, "split_seed"), ratios)
     return build_run_manifest(db.database_id, db.database_hash, splits, seed=seed,
                               global_batch_size=global_batch_size, split_seed=split_seed,
-                              ratios=ratios, sampler_block_size=sampler_block_size)
+                              ratios=ratios, sampler_block_size=sampler_block_size,
+                              sampling_mode=sampling_mode)
 
 
 def write_run_manifest(db_path: Any, out: str | Path, *, seed: int, global_batch_size: int,
                        split_seed: int = 0,
                        split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
-                       sampler_block_size: int | None = None) -> ManifestSummary:
+                       sampler_block_size: int | None = None,
+                       sampling_mode: str = DEFAULT_SAMPLING_MODE) -> ManifestSummary:
     """Write the run manifest (atomically) and summarise it."""
+    train_sampling_mode(sampling_mode)  # a bad mode fails before the database is opened
     db, owned = open_db(db_path)
     try:
         manifest = make_run_manifest(db, seed=seed, global_batch_size=global_batch_size,
                                      split_seed=split_seed, split_ratios=split_ratios,
-                                     sampler_block_size=sampler_block_size)
+                                     sampler_block_size=sampler_block_size,
+                                     sampling_mode=sampling_mode)
         atomic_write_bytes(out, manifest.to_json().encode())
         return ManifestSummary(str(out), db.database_id, manifest.manifest_hash.hex(),
-                               manifest.global_batch_size,
+                               manifest.global_batch_size, manifest.data.sampling_mode,
                                {key: e.cardinality for key, e in manifest.datasets.items()})
     finally:
         if owned:
@@ -90,9 +99,11 @@ class BatchRequest:
     sequence_length: int = 1024
     max_rows: int = 256
     bfs_child_width: int = 16
+    sampling_mode: str = DEFAULT_SAMPLING_MODE
 
     def __post_init__(self) -> None:
         split_index(self.split)
+        train_sampling_mode(self.sampling_mode)
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise InvalidArgumentError(f"steps must be a positive integer, got {self.steps!r}")
         if self.batch_size < 1 or self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -110,7 +121,8 @@ def iter_batches(db: Any, request: BatchRequest) -> Iterator[tuple[Job, BuiltBat
     splits = compute_splits(builder.tasks, check_seed(request.split_seed, "split_seed"), ratios)
     manifest = build_run_manifest(db.database_id, db.database_hash, splits, seed=request.seed,
                                   global_batch_size=request.batch_size * request.world_size,
-                                  split_seed=request.split_seed, ratios=ratios)
+                                  split_seed=request.split_seed, ratios=ratios,
+                                  sampling_mode=request.sampling_mode)
     key = dataset_key(db.database_id, view.name, request.split)
     stage = Stage.TRAIN if request.split == "train" else Stage.EVAL
     streams = open_streams(manifest, [(key, view, splits[view.index].of(request.split))],

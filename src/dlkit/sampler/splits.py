@@ -1,4 +1,4 @@
-"""Hash splits of every task's seeds, their NextBatch_v2 datasets, and the run manifest.
+"""Hash splits of every task's seeds, their NextBatch datasets, and the run manifest.
 
 A seed's split is a pure function of (anchor row, task index, split seed, ratios) -- see
 ``dlkit.core.streams`` -- so every rank agrees without communicating and the sampling seed
@@ -20,9 +20,15 @@ from dlkit.core.streams import assign_splits, split_buckets
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import DataConfig, DatasetEntry, RunManifest
 from dlkit.nextbatch.cbor import UINT64_MAX
+from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, SAMPLING_MODE_TRAIN_V3
 
 SPLITS = ("train", "val", "test")
 SPLIT_VERSION = "hash-split-v1"
+# The train order of the run manifest, by short name: NextBatch_v3's Feistel shuffle (the
+# default: a real shuffle) or NextBatch_v2's block-affine order (an arithmetic progression
+# within a block), kept for runs that started with it.
+SAMPLING_MODES = {"v3": SAMPLING_MODE_TRAIN_V3, "v2": SAMPLING_MODE_TRAIN}
+DEFAULT_SAMPLING_MODE = "v3"
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,18 @@ def split_codes(anchor_rows: np.ndarray, task_idx: int, split_seed: int,
     return assign_splits(buckets, train_cut, val_cut)
 
 
+def train_sampling_mode(name: str) -> str:
+    """The manifest's ``data.sampling_mode`` for ``"v3"`` or ``"v2"`` (or either full name)."""
+    if isinstance(name, str):
+        key = name.strip().lower()
+        if key in SAMPLING_MODES:
+            return SAMPLING_MODES[key]
+        if name in SAMPLING_MODES.values():
+            return name
+    raise InvalidArgumentError(f"sampling mode must be v3 (NextBatch_v3, Feistel shuffle) or v2 "
+                               f"(NextBatch_v2, block-affine), got {name!r}")
+
+
 def dataset_key(database_id: str, task: str, split: str) -> str:
     return f"{database_id}/{task}/{split}"
 
@@ -130,8 +148,14 @@ def compute_splits(tasks: Iterable[Any], split_seed: int,
 
 def build_run_manifest(database_id: str, database_hash: bytes, splits: Sequence[TaskSplits], *,
                        seed: int, global_batch_size: int, split_seed: int,
-                       ratios: SplitRatios, sampler_block_size: int | None = None) -> RunManifest:
-    """The run manifest over every task and split (``drop_last``: every train step is full)."""
+                       ratios: SplitRatios, sampler_block_size: int | None = None,
+                       sampling_mode: str = DEFAULT_SAMPLING_MODE) -> RunManifest:
+    """The run manifest over every task and split (``drop_last``: every train step is full).
+
+    ``sampling_mode`` picks the train order: ``"v3"`` (default, NextBatch_v3) or ``"v2"``
+    (NextBatch_v2, whose manifests carry no ``sampling_mode`` key and keep their hashes).
+    """
+    mode = train_sampling_mode(sampling_mode)
     check_seed(seed, "seed")
     if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) \
             or global_batch_size < 1:
@@ -147,7 +171,7 @@ def build_run_manifest(database_id: str, database_hash: bytes, splits: Sequence[
                                          hash=bytes(database_hash))
     if not datasets:
         raise InvalidArgumentError("the database defines no task: there is nothing to sample")
-    data = DataConfig(drop_last=True) if sampler_block_size is None else \
-        DataConfig(sampler_block_size=sampler_block_size, drop_last=True)
+    data = DataConfig(drop_last=True, sampling_mode=mode) if sampler_block_size is None else \
+        DataConfig(sampler_block_size=sampler_block_size, drop_last=True, sampling_mode=mode)
     return RunManifest(seed=seed, global_batch_size=global_batch_size, datasets=datasets,
                        data=data)

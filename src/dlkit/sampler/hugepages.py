@@ -1,0 +1,78 @@
+"""Huge-page copies of the arrays a batch reads at random: the graph CSR and the columns.
+
+A batch reads tens of thousands of random cache lines spread over the whole database (each
+visited row's offsets, parents, child times and ids; each cell's value and validity bit). The
+database is memory-mapped in 4 KiB pages, so nearly every such read also misses the TLB and
+walks the page tables, which on a virtual machine costs more than the read itself. Copied into
+anonymous memory that the kernel backs with 2 MiB transparent huge pages, the same reads
+mostly hit the TLB: batches build about 1.3x faster (docs/batch_format.md, section 9).
+
+The price is memory: the copies take the arrays' size in RAM in every process, where the
+memory map shares the page cache. ``HugePagePolicy`` decides: always, never, or (the
+default) when the kernel offers transparent huge pages and the copies fit in a quarter of the
+physical memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from dlkit.errors import InvalidArgumentError
+
+THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+MEMORY_SHARE = 4  # automatic copies may take up to 1/MEMORY_SHARE of the physical memory
+
+
+def huge_pages_available() -> bool:
+    """Whether this kernel backs ``MADV_HUGEPAGE`` memory with transparent huge pages."""
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        return False
+    try:
+        setting = THP_SETTING.read_text()
+    except OSError:
+        return False
+    return "[always]" in setting or "[madvise]" in setting
+
+
+def physical_memory() -> int:
+    """Bytes of physical memory (0 when the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def use_huge_pages(setting: bool | None, arrays: Iterable[np.ndarray]) -> bool:
+    """Resolve a ``huge_pages`` setting: True/False as given, None automatically."""
+    if setting is not None and not isinstance(setting, bool):
+        raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
+                                   f"got {setting!r}")
+    if setting is not None:
+        return setting
+    if not huge_pages_available():
+        return False
+    total = sum(int(a.nbytes) for a in arrays)
+    return 0 < total <= physical_memory() // MEMORY_SHARE
+
+
+def huge_page_copy(array: np.ndarray) -> np.ndarray:
+    """A read-only copy of the 1-D ``array`` in anonymous memory advised for huge pages.
+
+    Where the advice is unsupported the copy is still correct, only in ordinary pages.
+    """
+    size = max(int(array.nbytes), 1)
+    buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            buffer.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass  # the kernel declines: ordinary pages, same contents
+    copy = np.frombuffer(buffer, dtype=array.dtype, count=array.shape[0])
+    copy[...] = array
+    copy.setflags(write=False)
+    return copy

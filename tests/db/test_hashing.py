@@ -1,0 +1,102 @@
+"""The background writer: bytes and SHA-256 of every file, direct or not, and its errors."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlkit.db import hashing
+from dlkit.db.hashing import ALIGN, STAGE_BYTES, Hasher
+from dlkit.errors import OutputError
+
+# sizes around the alignment and the staging buffer, and a write of several chunks
+SIZES = [0, 1, ALIGN - 1, ALIGN, ALIGN + 1, 3 * ALIGN + 5, STAGE_BYTES - 3, STAGE_BYTES + 7,
+         2 * hashing.CHUNK + 11]
+
+
+def _pieces(seed: int) -> list[bytes | np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out: list[bytes | np.ndarray] = []
+    for i, n in enumerate(SIZES):
+        data = rng.integers(0, 256, n, dtype=np.uint8)
+        out.append(data if i % 2 else data.tobytes())
+    out.append(rng.normal(size=1001))  # float64, not a multiple of ALIGN bytes
+    return out
+
+
+def _expected(pieces) -> bytes:
+    return b"".join(p.tobytes() if isinstance(p, np.ndarray) else p for p in pieces)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("sync", [True, False])
+def test_files_hold_every_byte_in_order_and_their_hash(tmp_path, direct, sync):
+    hasher = Hasher(tmp_path, sync=sync, direct=direct, max_backlog=1 << 20)
+    contents = {}
+    for k in range(3):  # several files written interleaved
+        contents[f"d/f{k}.bin"] = _pieces(k)
+    files = {rel: hasher.open(rel) for rel in contents}
+    for i in range(len(SIZES) + 1):
+        for rel, f in files.items():
+            f.write(contents[rel][i], bounded=i % 3 != 0)
+    for f in files.values():
+        f.close()
+    digests = hasher.digests()
+    hasher.close()
+    for rel, pieces in contents.items():
+        expect = _expected(pieces)
+        assert (tmp_path / rel).read_bytes() == expect
+        assert digests[rel] == {"size": len(expect), "sha256": hashlib.sha256(expect).digest()}
+
+
+def test_without_direct_io_support_the_same_bytes_are_written(tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        root = tmp_path  # no tmpfs here: the direct path is covered above
+    else:
+        import tempfile
+
+        root = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        hasher = Hasher(root, direct=True)
+        f = hasher.open("x.bin")
+        pieces = _pieces(7)
+        for p in pieces:
+            f.write(p)
+        f.close()
+        digests = hasher.digests()
+        hasher.close()
+        assert (root / "x.bin").read_bytes() == _expected(pieces)
+        assert digests["x.bin"]["sha256"] == hashlib.sha256(_expected(pieces)).digest()
+    finally:
+        if root != tmp_path:
+            import shutil
+
+            shutil.rmtree(root)
+
+
+def test_a_write_error_is_an_output_error_naming_the_file(tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hashing.os, "write", full)
+    hasher = Hasher(tmp_path)
+    f = hasher.open("tables/t/0.values")
+    f.write(b"x" * 10_000)
+    with pytest.raises(OutputError, match=r"tables/t/0.values: cannot write: No space left"):
+        f.close()  # the error surfaces at the producer's next call
+        hasher.digests()
+    hasher.close()
+
+
+def test_a_file_written_twice_is_a_bug(tmp_path):
+    hasher = Hasher(tmp_path)
+    hasher.open("a").close()
+    with pytest.raises(AssertionError):
+        hasher.open("a")
+    hasher.digests()
+    hasher.close()
