@@ -5,8 +5,10 @@ Measures, in one run:
 
 1. batches/s of ``dlkit.Sampler`` (B=32, S=1024, R=256, child width 16) with 1 and 2 producer
    threads (the consumer only pulls), after a warm-up, on the tasks whose sequences fill all
-   S cells (review_rating, order_status); then with all three tasks (user_premium seeds are
-   observed at sign-up, before any order or review, so their sequences hold one row);
+   S cells (review_rating, order_status); with 1 thread again reading the memory map instead
+   of the huge-page copies (``huge_pages=False``); then with all three tasks (user_premium
+   seeds are observed at sign-up, before any order or review, so their sequences hold one
+   row);
 2. a control: how well a pure ``nogil`` CPU kernel scales to 2 threads at that moment (other
    work on a shared machine takes cores away; then no sampler can scale either);
 3. the same semantics in plain Python (``tests/naive_sampler.py``, the reference the tests
@@ -166,10 +168,11 @@ FULL = {"review_rating": 1.0, "order_status": 1.0, "user_premium": 0.0}
 
 
 def sampler_rate(db: Path, threads: int, batches: int, weights: dict[str, float] | None = FULL,
-                 warmup: int = 20) -> dict[str, float]:
+                 warmup: int = 20, huge_pages: bool | None = None) -> dict[str, float]:
     with Sampler(db, 0, 1, seed=1, batch_size=B, sequence_length=S, max_rows=R,
                  bfs_child_width=WIDTH, num_threads=threads, num_prefetch=2 * threads,
-                 task_weights=weights) as s:
+                 task_weights=weights, huge_pages=huge_pages) as s:
+        copied = bool(s.config.huge_pages)
         for _ in range(warmup):
             s.next_train_batch()
         cells = 0
@@ -178,7 +181,7 @@ def sampler_rate(db: Path, threads: int, batches: int, weights: dict[str, float]
             cells += int((s.next_train_batch()["is_padding"] == 0).sum())
         elapsed = time.perf_counter() - started
     return {"batches_per_s": batches / elapsed, "ms_per_batch": 1e3 * elapsed / batches,
-            "cells_per_batch": cells / batches}
+            "cells_per_batch": cells / batches, "huge_pages": copied}
 
 
 def consumer_waits(db: Path, threads: int, consume_s: float, batches: int,
@@ -267,8 +270,10 @@ def main() -> None:
     results["control_2_thread_speedup"] = machine_parallelism()
     one = sampler_rate(db, 1, args.batches)
     two = sampler_rate(db, 2, args.batches)
+    mapped = sampler_rate(db, 1, args.batches, huge_pages=False)
     mixed = sampler_rate(db, 1, args.batches, weights=None)
     results["threads_1"], results["threads_2"], results["all_tasks_1_thread"] = one, two, mixed
+    results["threads_1_memory_map"] = mapped
     results["speedup_2_threads"] = two["batches_per_s"] / one["batches_per_s"]
     results["naive"] = naive_rate(db, args.naive_batches)
     results["speedup_vs_naive"] = one["batches_per_s"] / results["naive"]["batches_per_s"]
@@ -281,10 +286,13 @@ def main() -> None:
           f"width={WIDTH}")
     print("full sequences (review_rating + order_status):")
     print(f"1 thread : {one['batches_per_s']:8.1f} batches/s  ({one['ms_per_batch']:.2f} ms/batch, "
-          f"{one['cells_per_batch']:.0f} cells/batch)   target >= 100")
+          f"{one['cells_per_batch']:.0f} cells/batch, huge-page copies "
+          f"{'on' if one['huge_pages'] else 'off'})   target >= 100")
     print(f"2 threads: {two['batches_per_s']:8.1f} batches/s  ({results['speedup_2_threads']:.2f}x"
           f" one thread)   target >= 1.6x; control: a pure nogil kernel scales "
           f"{results['control_2_thread_speedup']:.2f}x on this machine right now")
+    print(f"1 thread reading the memory map (huge_pages=False): "
+          f"{mapped['batches_per_s']:.1f} batches/s ({mapped['ms_per_batch']:.2f} ms/batch)")
     print(f"all three tasks, 1 thread: {mixed['batches_per_s']:.1f} batches/s "
           f"({mixed['cells_per_batch']:.0f} cells/batch: user_premium sequences are one row)")
     naive_result = results["naive"]

@@ -37,9 +37,8 @@ VIA_CHILD = 2
 HAS_PARENTS = 1
 HAS_CHILDREN = 2
 _EMPTY = -1
-_INSERTION_SORT_MAX = 32
-_LEVEL_START = 512
-_WIDE_SEARCH_MIN = 128  # lists at least this long start with a 16-way step
+_INSERTION_SORT_MAX = 32  # Floyd's picks up to this many are sorted by insertion
+_LEVEL_START = 512  # initial entries of a child level
 
 
 @kernel
@@ -118,24 +117,9 @@ def table_of(table_offsets, row):
 
 @kernel
 def visible_prefix(child_times, lo, hi, cutoff):
-    """How many of ``child_times[lo:hi]`` (ascending) are ``<= cutoff``: a binary search,
-    after one 16-way step on long lists.
-
-    The 16-way step reads 15 evenly spaced times whose loads do not depend on each other (so
-    their cache misses overlap) and keeps the stretch between the last one ``<= cutoff`` and
-    the next: on a list of hundreds of children that replaces four binary steps, each of
-    which would wait for the miss before it.
-    """
+    """How many of ``child_times[lo:hi]`` (ascending) are ``<= cutoff``: a binary search."""
     a = lo
     b = hi
-    if b - a >= _WIDE_SEARCH_MIN:
-        step = (b - a) >> 4
-        below = 0
-        for j in range(1, 16):
-            below += 1 if child_times[a + j * step] <= cutoff else 0
-        if below < 15:
-            b = a + (below + 1) * step
-        a += below * step + (1 if below > 0 else 0)
     while a < b:
         mid = (a + b) >> 1
         if child_times[mid] <= cutoff:
@@ -228,8 +212,8 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
     # are read when it is pushed, so the cache misses of all of a row's parents overlap.
     stack = np.empty((16, 7), dtype=np.int64)
     top = 0
-    # Per depth: (row, source). A product of a big table queues child_width children per
-    # visit, so levels start large (a level that grows from 16 entries is copied 7 times).
+    # Per depth: (row, source). Every visit of a row with many children queues child_width of
+    # them, so a level soon holds thousands: it starts large rather than doubling from 16.
     levels = [np.empty((_LEVEL_START, 2), dtype=np.int64)]
     level_sizes = [0]
     picked = np.empty(max(child_width, 1), dtype=np.int64)

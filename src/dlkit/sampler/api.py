@@ -140,7 +140,7 @@ class Sampler:
     the train order: ``"v3"`` (default; NextBatch_v3, a keyed shuffle of each epoch) or
     ``"v2"`` (NextBatch_v2's block-affine order, for runs that started with it).
     ``huge_pages`` (keyword) copies the graph and the columns into huge-page memory, which
-    builds batches about 1.3x faster for their size in RAM per process: True, False, or None
+    builds batches faster for their size in RAM per process: True, False, or None
     (default) = when the kernel offers transparent huge pages and the copies take at most a
     quarter of the physical memory (``dlkit.sampler.hugepages``).
     """

@@ -5,7 +5,7 @@ visited row's offsets, parents, child times and ids; each cell's value and valid
 database is memory-mapped in 4 KiB pages, so nearly every such read also misses the TLB and
 walks the page tables, which on a virtual machine costs more than the read itself. Copied into
 anonymous memory that the kernel backs with 2 MiB transparent huge pages, the same reads
-mostly hit the TLB: batches build about 1.3x faster (docs/batch_format.md, section 9).
+mostly hit the TLB, and batches build faster (docs/batch_format.md, section 9).
 
 The price is memory: the copies take the arrays' size in RAM in every process, where the
 memory map shares the page cache. ``HugePagePolicy`` decides: always, never, or (the

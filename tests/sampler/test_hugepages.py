@@ -1,0 +1,68 @@
+"""Huge-page copies: the policy, the copies themselves, and batches that do not change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlkit.errors import InvalidArgumentError
+from dlkit.sampler import BATCH_KEYS, BatchBuilder, BatchConfig, Sampler
+from dlkit.sampler import hugepages
+from tests.sampler.fakedb import random_database
+
+SMALL = dict(sequence_length=48, max_rows=12, bfs_child_width=3, split_seed=5, seed=11)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 1000, (3 << 20) // 8 + 5])
+def test_copy_is_equal_and_read_only(dtype, n):
+    array = (np.arange(n) * 7919 % 251).astype(dtype)
+    copy = hugepages.huge_page_copy(array)
+    assert copy.dtype == array.dtype and copy.shape == array.shape
+    assert np.array_equal(copy, array)
+    assert not copy.flags.writeable and copy.flags.c_contiguous
+    assert not np.shares_memory(copy, array)
+
+
+def test_policy(monkeypatch):
+    arrays = [np.zeros(1000, np.int64)]
+    assert hugepages.use_huge_pages(True, arrays) is True
+    assert hugepages.use_huge_pages(False, arrays) is False
+    with pytest.raises(InvalidArgumentError, match="huge_pages"):
+        hugepages.use_huge_pages("yes", arrays)
+    monkeypatch.setattr(hugepages, "huge_pages_available", lambda: False)
+    assert hugepages.use_huge_pages(None, arrays) is False
+    monkeypatch.setattr(hugepages, "huge_pages_available", lambda: True)
+    monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000)
+    assert hugepages.use_huge_pages(None, arrays) is True  # exactly a quarter fits
+    monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000 - 4)
+    assert hugepages.use_huge_pages(None, arrays) is False  # the copies would not fit
+
+
+def test_batches_are_the_same_from_the_copies():
+    db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
+    config = dict(sequence_length=40, max_rows=10, bfs_child_width=2)
+    mapped = BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3)
+    copied = BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3)
+    assert (mapped.huge_pages, copied.huge_pages) == (False, True)
+    for a in copied.graph.walked() + copied.catalog.column_arrays():
+        assert not a.flags.writeable
+    for view in mapped.tasks:
+        idx = np.arange(min(view.num_seeds, 9))
+        a = mapped.build(view, idx, 1).arrays
+        b = copied.build(copied.task(view.name), idx, 1).arrays
+        for key in BATCH_KEYS:
+            assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
+    with pytest.raises(InvalidArgumentError, match="huge_pages"):
+        BatchConfig(huge_pages=1)
+
+
+def test_sampler_takes_the_setting():
+    db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
+    batches = {}
+    for setting in (True, False):
+        with Sampler(db, 0, 1, batch_size=4, num_prefetch=0, huge_pages=setting, **SMALL) as s:
+            assert s.config.huge_pages is setting
+            batches[setting] = [s.next_train_batch() for _ in range(3)]
+    for x, y in zip(batches[True], batches[False]):
+        assert all(np.array_equal(x[k], y[k]) for k in BATCH_KEYS)
