@@ -131,6 +131,16 @@ def _tile_u64(keys, row, first_lo, run, a, kb, his, los, out, written, n):
 
 
 @kernel
+def _cycle_walk(out, written, run, n, keys, a, kb):
+    """Re-encrypt the tile's values that landed on grid cells beyond ``n`` until they are below it."""
+    for j in range(run):
+        y = out[written + np.uint64(j)]
+        while y >= n:
+            y = feistel_encrypt(y, keys, a, kb)
+        out[written + np.uint64(j)] = y
+
+
+@kernel
 def resolve_feistel_u64(keys, n, starts, lengths, out):
     """Fill ``out`` with the indices of the slices ``[start, start+length)``, back to back.
 
@@ -151,11 +161,7 @@ def resolve_feistel_u64(keys, n, starts, lengths, out):
             first_lo = position & (b - np.uint64(1))
             run = min(remaining, b - first_lo, np.uint64(TILE))
             if _tile_u64(keys, row, first_lo, run, a, kb, his, los, out, written, n):
-                for j in range(run):
-                    y = out[written + np.uint64(j)]
-                    while y >= n:
-                        y = feistel_encrypt(y, keys, a, kb)
-                    out[written + np.uint64(j)] = y
+                _cycle_walk(out, written, run, n, keys, a, kb)
             written += run
             position += run
             remaining -= run
@@ -268,11 +274,7 @@ def resolve_feistel_u32(keys, n, starts, lengths, out):
             if _tile_u32(keys32, np.uint32(row), np.uint32(first_lo), run, a, kb, his, los,
                          out, written, n):
                 # Rare: the grid has fewer than 2^kb cells beyond n.
-                for j in range(run):
-                    y = out[written + np.uint64(j)]
-                    while y >= n:
-                        y = feistel_encrypt(y, keys, a64, kb64)
-                    out[written + np.uint64(j)] = y
+                _cycle_walk(out, written, run, n, keys, a64, kb64)
             written += run
             position += run
             remaining -= run
