@@ -117,10 +117,15 @@ def test_parents_before_children_in_depth_first_order(db, data):
     assert [v[0] for v in visits[:first_child]] == expected
 
 
-@given(times=st.lists(st.integers(-5, 5), max_size=30).map(sorted), cutoff=st.integers(-7, 7))
-def test_visible_prefix_is_a_binary_search(times, cutoff):
-    arr = np.asarray([NO_TIME] + times, dtype=np.int64)
-    assert visible_prefix(arr, 1, arr.shape[0], cutoff) == sum(t <= cutoff for t in times)
+@given(times=st.lists(st.integers(-5, 5), max_size=30).map(sorted), cutoff=st.integers(-7, 7),
+       data=st.data())
+def test_visible_prefix_counts_the_visible_children(times, cutoff, data):
+    """Any window of a time-sorted list (untimed children, NO_TIME, sort first)."""
+    arr = np.asarray([NO_TIME, NO_TIME] + times, dtype=np.int64)
+    lo = data.draw(st.integers(0, arr.shape[0]))
+    hi = data.draw(st.integers(lo, arr.shape[0]))
+    expected = sum(t == NO_TIME or t <= cutoff for t in arr[lo:hi].tolist())
+    assert visible_prefix(arr, lo, hi, cutoff) == expected
 
 
 def test_child_cap_draws_each_subset_uniformly():

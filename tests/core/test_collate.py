@@ -8,12 +8,18 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlkit.core.collate import civil_from_days, days_from_civil, stable_order, time_features
+from dlkit.core.collate import calendar_of, stable_order, time_features
 from tests import naive_sampler as naive
 
 # Python's datetime covers years 1..9999.
 MIN_US = -62_135_596_800 * 10**6
 MAX_US = 253_402_300_799 * 10**6 + 999_999
+
+
+# Around 1970, year 0/1, leap days and century years (1900 no leap, 2000 leap), the era edge.
+EDGE_DAYS = [(dt.date(y, m, d) - dt.date(1970, 1, 1)).days for y, m, d in (
+    (1, 1, 1), (1969, 12, 31), (1970, 1, 1), (1900, 2, 28), (1900, 3, 1), (2000, 2, 29),
+    (2000, 3, 1), (2000, 12, 31), (2004, 2, 29), (2100, 3, 1), (9999, 12, 31), (400, 2, 29))]
 
 
 @given(t=st.one_of(st.integers(MIN_US, MAX_US), st.integers(-10**12, 10**12)),
@@ -26,11 +32,18 @@ def test_time_features_match_datetime(t, mean, std):
     assert out[14] == want[14]
 
 
-@given(days=st.integers(-719_162, 2_932_896))
-def test_civil_dates_match_datetime(days):
+@given(days=st.one_of(st.integers(-719_162, 2_932_896), st.sampled_from(EDGE_DAYS)))
+def test_calendar_matches_datetime(days):
     date = dt.date(1970, 1, 1) + dt.timedelta(days=days)
-    assert civil_from_days(days) == (date.year, date.month, date.day)
-    assert days_from_civil(date.year, date.month, date.day) == days
+    want = (date.month, date.day, date.timetuple().tm_yday, date.weekday())
+    assert calendar_of(days) == want
+
+
+def test_calendar_repeats_every_400_years_far_outside_datetime():
+    """Before year 1 the era shift takes over; int64 microseconds reach +-292,000 years."""
+    for days in (-106_751_992, -3_000_000, -719_469, 106_751_991):
+        base = days % 146_097 - 146_097 * 2  # same place in the 400-year cycle, within datetime
+        assert calendar_of(days) == calendar_of(base)
 
 
 def test_time_features_at_extreme_int64_do_not_fail():

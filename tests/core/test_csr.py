@@ -70,6 +70,26 @@ def test_bucket_sizes_and_threads_give_identical_bytes():
             assert np.array_equal(a, b)
 
 
+def test_parallel_sweeps_give_identical_bytes(monkeypatch):
+    # both sweeps split across threads even on a small graph: the bytes must not change
+    monkeypatch.setattr(csr, "PARALLEL_MIN_EDGES", 0)
+    rng = np.random.default_rng(11)
+    offsets, ids, times = _random_graph(rng, 20_000, 4, 50)
+    ids[::5] = 777  # a hub: its list is cut by the child ranges of sweep A
+    ref = csr.argsort_transpose(offsets, ids, times)
+    for threads, bucket_edges in ((2, 1 << 15), (3, 500), (8, 64)):
+        ready = []
+        n = len(offsets) - 1
+        co = np.empty(n + 1, dtype=np.int64)
+        ci = np.empty(ids.size, dtype=np.int64)
+        ct = np.empty(ids.size, dtype=np.int64)
+        csr.transpose_csr(offsets, ids, times, co, ci, ct, threads=threads,
+                          bucket_edges=bucket_edges, offsets_ready=lambda: ready.append(co.copy()))
+        assert len(ready) == 1 and np.array_equal(ready[0], ref[0])  # final before the sweeps
+        for a, b in zip(ref, (co, ci, ct)):
+            assert np.array_equal(a, b)
+
+
 def test_buckets_never_span_more_parents_than_a_uint16_counts():
     # 300,000 parents with no edges between two busy ones: bucket spans must still be cut
     n = 300_002

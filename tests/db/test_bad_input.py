@@ -237,3 +237,25 @@ def test_duplicate_sparse_integer_key_of_an_unreferenced_table(tmp_path):
     orders = ORDERS.set_column(0, "oid", pa.array([10**15, 3, -(10**12), 3], pa.int64()))
     _fails(tmp_path, {"users": USERS, "orders": orders}, GOOD, DataError,
            "table 'orders', column 'oid'", "duplicate primary key 3 (rows 1 and 3)")
+
+
+@pytest.mark.parametrize("flag_row", [1, 2, 3])
+def test_first_bad_row_wins_between_foreign_keys_and_columns(tmp_path, flag_row):
+    # foreign keys are resolved on a helper thread that may lag a batch behind the columns:
+    # a bad foreign key (row 2) and a bad boolean cell must still be reported in row order,
+    # the batch's own column errors first (as they are converted first)
+    users = pa.table({"uid": pa.array([1, 2], pa.int64())})
+    flags = [0] * 5
+    flags[flag_row] = 7
+    orders = pa.table({
+        "oid": pa.array(range(5), pa.int64()),
+        "uid": pa.array([1, 2, 2**63 + 5, 1, 2], pa.uint64()),
+        "flag": pa.array(flags, pa.int64()),
+    })
+    toml = ('[tables.users]\nprimary_key = "uid"\n[tables.orders]\nprimary_key = "oid"\n'
+            'foreign_keys = { uid = "users" }\ntypes = { flag = "boolean" }\n')
+    if flag_row <= 2:  # an earlier batch, or the same one (batches of one row)
+        expect = ("table 'orders', column 'flag'", "boolean column holds 7")
+    else:
+        expect = ("table 'orders', column 'uid'", "does not fit in int64")
+    _fails(tmp_path, {"users": users, "orders": orders}, toml, DataError, *expect, batch_rows=1)

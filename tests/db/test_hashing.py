@@ -53,6 +53,20 @@ def test_files_hold_every_byte_in_order_and_their_hash(tmp_path, direct, sync):
         assert digests[rel] == {"size": len(expect), "sha256": hashlib.sha256(expect).digest()}
 
 
+@pytest.mark.parametrize(("setting", "direct"), [("0", False), ("off", False), ("", True),
+                                                 ("1", True)])
+def test_direct_io_follows_the_environment(tmp_path, monkeypatch, setting, direct):
+    monkeypatch.setenv("DLKIT_DIRECT_IO", setting)
+    hasher = Hasher(tmp_path)
+    explicit = Hasher(tmp_path, direct=False)
+    try:
+        assert hasher.direct == (direct and hashing._O_DIRECT != 0)
+        assert explicit.direct is False  # an explicit choice wins over the environment
+    finally:
+        hasher.close()
+        explicit.close()
+
+
 def test_without_direct_io_support_the_same_bytes_are_written(tmp_path):
     shm = Path("/dev/shm")
     if not shm.is_dir() or not os.access(shm, os.W_OK):

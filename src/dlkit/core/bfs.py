@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.jit import kernel
+from dlkit.core.memory import prefetch
 from dlkit.core.philox import MASK32
 from dlkit.core.streams import new_stream, uniform_below
 
@@ -117,9 +118,19 @@ def table_of(table_offsets, row):
 
 @kernel
 def visible_prefix(child_times, lo, hi, cutoff):
-    """How many of ``child_times[lo:hi]`` (ascending) are ``<= cutoff``: a binary search."""
-    a = lo
-    b = hi
+    """How many of ``child_times[lo:hi]`` (ascending) are ``<= cutoff``: a binary search.
+
+    The two ends are read first (their misses overlap): often every child is visible or none
+    is, and then the search, a chain of dependent misses on a long list, is skipped.
+    """
+    if hi == lo:
+        return 0
+    if child_times[hi - 1] <= cutoff:
+        return hi - lo
+    if child_times[lo] > cutoff:
+        return 0
+    a = lo + 1
+    b = hi - 1
     while a < b:
         mid = (a + b) >> 1
         if child_times[mid] <= cutoff:
@@ -212,8 +223,10 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
     # are read when it is pushed, so the cache misses of all of a row's parents overlap.
     stack = np.empty((16, 7), dtype=np.int64)
     top = 0
-    # Per depth: (row, source). Every visit of a row with many children queues child_width of
-    # them, so a level soon holds thousands: it starts large rather than doubling from 16.
+    # Per depth: (child edge, source). An entry keeps the edge, not the child's id: most queued
+    # children are never drawn, so the id (a cache miss) is read only for those that are.
+    # Every visit of a row with many children queues child_width of them, so a level soon
+    # holds thousands: it starts large rather than doubling from 16.
     levels = [np.empty((_LEVEL_START, 2), dtype=np.int64)]
     level_sizes = [0]
     picked = np.empty(max(child_width, 1), dtype=np.int64)
@@ -254,7 +267,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                 size = level_sizes[level]
                 r = uniform_below(k0, k1, anchor, stream, size)
                 entries = levels[level]
-                row = entries[r, 0]
+                row = child_ids[entries[r, 0]]
                 source = entries[r, 1]
                 entries[r, 0] = entries[size - 1, 0]
                 entries[r, 1] = entries[size - 1, 1]
@@ -293,6 +306,13 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             stack[top, 5] = links[2]
             stack[top, 6] = links[3]
             top += 1
+            # A pushed parent is visited soon: start the reads its visit begins with now, so
+            # they overlap with the other parents' instead of queueing behind them.
+            if links[1] > links[0]:
+                prefetch(parent_ids, links[0])
+            if links[3] > links[2]:
+                prefetch(child_times, links[2])
+                prefetch(child_times, links[3] - 1)
         visible = visible_prefix(child_times, lo, hi, cutoff)
         if visible == 0:
             continue
@@ -311,7 +331,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             levels[child_level] = entries
         for q in range(take):
             e = lo + (q if visible <= child_width else picked[q])
-            entries[size + q, 0] = child_ids[e]
+            entries[size + q, 0] = e
             entries[size + q, 1] = me
         level_sizes[child_level] = size + take
     return count

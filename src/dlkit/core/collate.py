@@ -42,31 +42,41 @@ _MICROS_PER_SECOND = 1_000_000
 _SECONDS_PER_DAY = 86_400
 
 
-@kernel
-def days_from_civil(year, month, day):
-    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
-    year -= 1 if month <= 2 else 0
-    era = (year if year >= 0 else year - 399) // 400
-    year_of_era = year - era * 400
-    day_of_year = (153 * (month - 3 if month > 2 else month + 9) + 2) // 5 + day - 1
-    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
-    return era * 146097 + day_of_era - 719468
+_DAYS_PER_ERA = 146_097  # the Gregorian calendar repeats every 400 years, weekdays included
+_MARCH_1_YEAR_0 = 719_468  # days from 0000-03-01 to 1970-01-01
 
 
 @kernel
-def civil_from_days(days):
-    """(year, month 1-12, day 1-31) of a day count since 1970-01-01."""
-    z = days + 719468
-    era = (z if z >= 0 else z - 146096) // 146097
-    day_of_era = z - era * 146097
-    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36524
-                   - day_of_era // 146096) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    mp = (5 * day_of_year + 2) // 153
-    day = day_of_year - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    year = year_of_era + era * 400 + (1 if month <= 2 else 0)
-    return year, month, day
+def calendar_of(days):
+    """``(month 1-12, day 1-31, day of year 1-366, weekday 0-6 = Monday..Sunday)`` of a day
+    count since 1970-01-01 (proleptic Gregorian; H. Hinnant's civil-from-days algorithm).
+
+    Days are first moved by whole 400-year eras to a count ``z >= 0`` from 0000-03-01, which
+    changes none of the four results, so every later step is an unsigned division by a
+    constant (a multiply and a shift). Years start in March here, which puts the leap day last.
+    """
+    z = days + _MARCH_1_YEAR_0
+    if z < 0:
+        z += ((_DAYS_PER_ERA - 1 - z) // _DAYS_PER_ERA) * _DAYS_PER_ERA
+    u = np.uint64(z)
+    day_of_era = u % np.uint64(_DAYS_PER_ERA)
+    year_of_era = (day_of_era - day_of_era // np.uint64(1460) + day_of_era // np.uint64(36524)
+                   - day_of_era // np.uint64(146096)) // np.uint64(365)
+    day_of_march_year = day_of_era - (np.uint64(365) * year_of_era + year_of_era // np.uint64(4)
+                                      - year_of_era // np.uint64(100))
+    mp = (np.uint64(5) * day_of_march_year + np.uint64(2)) // np.uint64(153)
+    day = np.int64(day_of_march_year - (np.uint64(153) * mp + np.uint64(2)) // np.uint64(5)) + 1
+    if mp < np.uint64(10):  # March..December: January, February and the leap day precede
+        month = np.int64(mp) + 3
+        leap = year_of_era % np.uint64(4) == np.uint64(0) and (
+            year_of_era % np.uint64(100) != np.uint64(0) or year_of_era == np.uint64(0))
+        day_of_year = np.int64(day_of_march_year) + 60 + (1 if leap else 0)
+    else:  # January, February: the last 61 days of the March-based year
+        month = np.int64(mp) - 9
+        day_of_year = np.int64(day_of_march_year) - 305
+    # 1970-01-01 was a Thursday (3) and z - days = 719468 = 1 (mod 7); eras are whole weeks.
+    weekday = np.int64((u + np.uint64(2)) % np.uint64(7))
+    return month, day, day_of_year, weekday
 
 
 def _phase_table(period: int) -> np.ndarray:
@@ -99,15 +109,18 @@ def time_features(t, mean, std, out):
     (Monday 0), (day of month - 1)/31, (month - 1)/12, (day of year - 1)/366, then the z-score
     ``(t - mean) / std``.
     """
-    seconds = t // _MICROS_PER_SECOND
-    days = seconds // _SECONDS_PER_DAY
+    if t >= 0:  # the common case: unsigned division by a constant is a multiply and a shift
+        seconds = np.int64(np.uint64(t) // np.uint64(_MICROS_PER_SECOND))
+        days = np.int64(np.uint64(seconds) // np.uint64(_SECONDS_PER_DAY))
+    else:
+        seconds = t // _MICROS_PER_SECOND
+        days = seconds // _SECONDS_PER_DAY
     second_of_day = seconds - days * _SECONDS_PER_DAY
-    year, month, day = civil_from_days(days)
-    day_of_year = days - days_from_civil(year, 1, 1) + 1
+    month, day, day_of_year, weekday = calendar_of(days)
     _put_phase(SECOND_TABLE, second_of_day % 60, out, 0)
     _put_phase(MINUTE_TABLE, (second_of_day // 60) % 60, out, 2)
     _put_phase(HOUR_TABLE, second_of_day // 3600, out, 4)
-    _put_phase(WEEKDAY_TABLE, (days + 3) % 7, out, 6)
+    _put_phase(WEEKDAY_TABLE, weekday, out, 6)
     _put_phase(DAY_TABLE, day - 1, out, 8)
     _put_phase(MONTH_TABLE, month - 1, out, 10)
     _put_phase(YEAR_DAY_TABLE, day_of_year - 1, out, 12)
@@ -188,6 +201,7 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
     numbers_out = numeric_values.reshape(-1)
     times_out = timestamp_values.reshape((B * S, timestamp_values.shape[2]))
     flags_out = bool_values.reshape(-1)
+    times_flat = timestamp_values.reshape(-1)
     categories_out = categorical_embed_ids.reshape(-1)
     starts = np.zeros(C + 1, dtype=np.int64)
     for b in range(B):
@@ -245,6 +259,12 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
             mean, std = col_mean[c], col_std[c]
             for q in range(first, last):
                 _prefetch_ahead(order, rows, q, last, valid, times)
+                # A cell's 15 features land on one or two lines of a 2 MiB output that is no
+                # longer cached: fetched ahead, those writes stop waiting for memory.
+                if q + _AHEAD < last:
+                    at = order[q + _AHEAD] * NUM_TIME_FEATURES
+                    prefetch(times_flat, at)
+                    prefetch(times_flat, at + NUM_TIME_FEATURES - 1)
                 f = order[q]
                 local = rows[f]
                 if is_valid(valid, local):

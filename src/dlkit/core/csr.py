@@ -23,7 +23,10 @@ a parent row. Two CSR views are stored (``docs/database_format.md``):
 
   Because both sweeps keep child id order, each list ends sorted by ``(child time, child id)``
   whatever the bucket sizes and thread count: the output bytes depend on the graph only.
-  Sweep B runs on several threads over disjoint bucket ranges.
+  Sweep A runs on several threads over consecutive child ranges (each range's edges of a
+  bucket placed after the earlier ranges' ones, counted first); sweep B over disjoint bucket
+  ranges. Sweep B keeps its cursors apart from ``child_offsets``, which is final (and can be
+  written out) before either sweep starts.
 
 Every kernel trusts its inputs (ids in range, offsets monotone): the callers build them or
 validate them first with :func:`check_offsets` / :func:`check_ids`, which return the position
@@ -48,6 +51,8 @@ BLOCK_SHIFT = 6
 BUCKET_EDGES = 1 << 15
 # A bucket spans at most this many parents, so a parent's position in it fits a uint16.
 MAX_BUCKET_PARENTS = 1 << 16
+# Graphs with fewer edges are transposed on one thread (threads cost more than they save).
+PARALLEL_MIN_EDGES = 1 << 20
 
 
 @kernel
@@ -128,14 +133,24 @@ def assign_buckets(child_offsets, block_shift, bucket_edges, max_blocks, bucket_
 
 
 @kernel
-def sweep_into_buckets(src_offsets, src_ids, row_times, block_shift, bucket_of_block,
-                       bucket_first_parent, cursor, child_ids, child_times, local_parent):
-    """Sweep A: every edge, in child order, appended to its parent's bucket region.
+def bucket_histogram(src_ids, first_edge, last_edge, block_shift, bucket_of_block, counts):
+    """``counts[b]`` += the edges ``first_edge..last_edge-1`` that fall into bucket ``b``."""
+    for e in range(first_edge, last_edge):
+        counts[bucket_of_block[src_ids[e] >> block_shift]] += 1
 
-    ``cursor[b]`` starts at bucket ``b``'s region start. ``local_parent`` records each edge's
-    parent relative to its bucket's first parent, for sweep B.
+
+@kernel
+def sweep_into_buckets(src_offsets, src_ids, row_times, block_shift, bucket_of_block,
+                       bucket_first_parent, cursor, child_ids, child_times, local_parent,
+                       first_child, last_child):
+    """Sweep A for children ``first_child..last_child-1``: every edge, in child order,
+    appended to its parent's bucket region.
+
+    ``cursor[b]`` starts where these children's edges of bucket ``b`` go. ``local_parent``
+    records each edge's parent relative to its bucket's first parent, for sweep B. Disjoint
+    child ranges may run on parallel threads, each with cursors past the earlier ranges' edges.
     """
-    for v in range(src_offsets.shape[0] - 1):
+    for v in range(first_child, last_child):
         t = row_times[v]
         for e in range(src_offsets[v], src_offsets[v + 1]):
             p = src_ids[e]
@@ -150,13 +165,14 @@ def sweep_into_buckets(src_offsets, src_ids, row_times, block_shift, bucket_of_b
 @kernel
 def place_buckets(child_offsets, bucket_start, bucket_first_parent, first_bucket, last_bucket,
                   child_ids, child_times, local_parent, scratch_ids, scratch_times,
-                  scratch_local):
+                  scratch_local, cursor):
     """Sweep B for buckets ``first_bucket..last_bucket-1``; returns how many lists it sorted.
 
     Each bucket's region is copied to the scratch arrays, then every edge goes to its parent's
-    next free slot, using ``child_offsets`` itself as the cursors (restored afterwards), and
-    each list is sorted by time. Disjoint bucket ranges may run on parallel threads: they
-    touch disjoint parents and regions.
+    next free slot (``cursor``, one per parent of the bucket: ``child_offsets`` itself is only
+    read, so it can be written out while this runs), and each list is sorted by time.
+    Disjoint bucket ranges may run on parallel threads: they touch disjoint parents and
+    regions.
     """
     unsorted = 0
     for b in range(first_bucket, last_bucket):
@@ -166,20 +182,18 @@ def place_buckets(child_offsets, bucket_start, bucket_first_parent, first_bucket
             continue
         p0 = bucket_first_parent[b]
         p1 = bucket_first_parent[b + 1]
+        for p in range(p0, p1):
+            cursor[p - p0] = child_offsets[p]
         for i in range(m):
             scratch_ids[i] = child_ids[a + i]
             scratch_times[i] = child_times[a + i]
             scratch_local[i] = local_parent[a + i]
         for i in range(m):
-            p = p0 + np.int64(scratch_local[i])
-            pos = child_offsets[p]
-            child_offsets[p] = pos + 1
+            q = np.int64(scratch_local[i])
+            pos = cursor[q]
+            cursor[q] = pos + 1
             child_ids[pos] = scratch_ids[i]
             child_times[pos] = scratch_times[i]
-        # Every list of the bucket is full now: each cursor stands at the next list's start.
-        for p in range(p1 - 1, p0, -1):
-            child_offsets[p] = child_offsets[p - 1]
-        child_offsets[p0] = a
         unsorted += sort_segments_by_time(child_offsets, child_ids, child_times, p0, p1,
                                           scratch_times, scratch_ids)
     return unsorted
@@ -297,14 +311,17 @@ def _parallel(fn, ranges) -> list:
 
 def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, child_times,
                   threads: int | None = None, bucket_edges: int = BUCKET_EDGES,
-                  block_shift: int = BLOCK_SHIFT, empty=None) -> int:
+                  block_shift: int = BLOCK_SHIFT, empty=None, offsets_ready=None) -> int:
     """Build the parent -> children CSR from the child -> parents CSR (see the module doc).
 
     Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` and
     ``child_times`` int64[E]. ``empty(dtype, n)`` allocates the temporaries: 2 bytes per edge,
-    plus 18 bytes per edge of the largest bucket per thread. Sweep B runs on ``threads``
-    threads (default: the CPU count, at most 8). ``bucket_edges`` and ``block_shift`` only
-    change the speed, never the output. Returns the number of lists that needed the time sort.
+    plus 18 bytes per edge of the largest bucket and 8 per parent of the widest bucket per
+    thread. Both sweeps run on ``threads`` threads (default: the CPU count, at most 8) once
+    the graph has ``PARALLEL_MIN_EDGES`` edges. ``offsets_ready()``, when given, is called as
+    soon as ``child_offsets`` holds its final values (before the sweeps, which only read it).
+    ``bucket_edges`` and ``block_shift`` only change the speed, never the output. Returns the
+    number of lists that needed the time sort.
     """
     if not 0 <= block_shift <= 16 or bucket_edges < 1:
         raise ValueError(f"need 0 <= block_shift <= 16 and bucket_edges >= 1, got "
@@ -318,6 +335,8 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     child_offsets[:] = 0
     count_in_degrees(src_ids, child_offsets)
     prefix_sum_inplace(child_offsets)
+    if offsets_ready is not None:
+        offsets_ready()
     if num_edges == 0:
         return 0
     num_blocks = (num_nodes >> block_shift) + 1
@@ -329,17 +348,36 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     first_parent = first_parent[:num_buckets + 1]
     bucket_start = child_offsets[first_parent]
     local_parent = empty(np.uint16, num_edges)
-    sweep_into_buckets(src_offsets, src_ids, row_times, block_shift, bucket_of_block,
-                       first_parent, bucket_start[:-1].copy(), child_ids, child_times,
-                       local_parent)
+    parts = threads if num_edges >= PARALLEL_MIN_EDGES else 1
+
+    # Sweep A over consecutive child ranges; each range's edges of a bucket go after those
+    # of the earlier ranges, so every region ends in child id order, as one sweep leaves it.
+    child_ranges = _split(src_offsets, 0, num_nodes, parts)
+    counts = np.zeros((max(1, len(child_ranges)), num_buckets), dtype=np.int64)
+    if len(child_ranges) > 1:
+        _parallel(lambda i, _: bucket_histogram(src_ids, src_offsets[child_ranges[i][0]],
+                                                src_offsets[child_ranges[i][1]], block_shift,
+                                                bucket_of_block, counts[i]),
+                  [(i, 0) for i in range(len(child_ranges) - 1)])
+    cursors = np.cumsum(counts, axis=0) - counts + bucket_start[:-1]
+
+    def sweep(i: int, _) -> None:
+        first, last = child_ranges[i]
+        sweep_into_buckets(src_offsets, src_ids, row_times, block_shift, bucket_of_block,
+                           first_parent, cursors[i], child_ids, child_times, local_parent,
+                           first, last)
+
+    _parallel(sweep, [(i, 0) for i in range(len(child_ranges))])
     largest = int(np.diff(bucket_start).max())
+    widest = int(np.diff(first_parent).max())
 
     def place(first: int, last: int) -> int:
         return place_buckets(child_offsets, bucket_start, first_parent, first, last, child_ids,
                              child_times, local_parent, empty(np.int64, largest),
-                             empty(np.int64, largest), empty(np.uint16, largest))
+                             empty(np.int64, largest), empty(np.uint16, largest),
+                             empty(np.int64, widest))
 
-    ranges = _split(bucket_start, 0, num_buckets, threads if num_edges >= 1 << 20 else 1)
+    ranges = _split(bucket_start, 0, num_buckets, parts)
     return int(sum(_parallel(place, ranges)))
 
 

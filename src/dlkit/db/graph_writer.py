@@ -9,8 +9,9 @@ writer thread, bypassing the page cache where possible):
   the edge count is not known yet, so ``parent_ids`` is sized for the most edges there could
   be (pages never written cost nothing);
 * the ``graph`` stage (:meth:`GraphWriter.finish`) queues the header and the parent sections
-  for writing, builds the transpose (:func:`dlkit.core.csr.transpose_csr`) meanwhile, then
-  queues the child sections, the row times and the row tables.
+  for writing, builds the transpose (:func:`dlkit.core.csr.transpose_csr`) meanwhile
+  (queuing the child offsets as soon as they are final, before its sweeps), then queues the
+  other child sections, the row times and the row tables.
 
 Padding between sections (to multiples of 64 bytes) is zeros, as the format requires.
 """
@@ -57,7 +58,7 @@ class GraphWriter:
         V, E = self.num_rows, self.num_edges
         layout, self.size = fmt.graph_layout(V, E)
         out = self.hasher.open(fmt.GRAPH_FILE)
-        out.write(fmt.graph_header(V, E, len(self.plans)))
+        out.write(fmt.graph_header(V, E, len(self.plans)), bounded=False)
         parent_offsets, parent_ids = self.parent_offsets, self.parent_ids[:E]
         self.parent_offsets = self.parent_ids = None
         _write_section(out, layout, "parent_offsets", parent_offsets)
@@ -65,17 +66,19 @@ class GraphWriter:
         child_offsets = self.arrays.empty(np.int64, V + 1)
         child_ids = self.arrays.empty(np.int64, E)
         child_times = self.arrays.empty(np.int64, E)
-        unsorted = csr.transpose_csr(parent_offsets, parent_ids, self.row_times, child_offsets,
-                                     child_ids, child_times, empty=self.arrays.empty)
-        for name, array in (("child_offsets", child_offsets), ("child_ids", child_ids),
-                            ("child_times", child_times), ("row_times", self.row_times)):
+        unsorted = csr.transpose_csr(
+            parent_offsets, parent_ids, self.row_times, child_offsets, child_ids, child_times,
+            empty=self.arrays.empty,
+            offsets_ready=lambda: _write_section(out, layout, "child_offsets", child_offsets))
+        for name, array in (("child_ids", child_ids), ("child_times", child_times),
+                            ("row_times", self.row_times)):
             _write_section(out, layout, name, array)
-        out.write(bytes(layout["row_table"][0] - out.size))
+        out.write(bytes(layout["row_table"][0] - out.size), bounded=False)
         for plan in self.plans:  # each table's index, repeated: one small array per table
             block = np.full(max(1, min(plan.num_rows, ROW_TABLE_BLOCK)), plan.index, dtype="<i4")
             for start in range(0, plan.num_rows, block.size):
                 out.write(block[:min(block.size, plan.num_rows - start)], bounded=False)
-        out.write(bytes(self.size - out.size))
+        out.write(bytes(self.size - out.size), bounded=False)
         out.close()
         self.row_times = None
         return unsorted
@@ -83,7 +86,8 @@ class GraphWriter:
 
 def _write_section(out: HashedFile, layout: dict, name: str, array: np.ndarray) -> None:
     offset, dtype, count = layout[name]
-    out.write(bytes(offset - out.size))  # padding to the section's start
+    # padding to the section's start; unbounded, or it would wait for the whole backlog
+    out.write(bytes(offset - out.size), bounded=False)
     if array.dtype != dtype or array.shape != (count,):
         raise AssertionError(f"graph section {name}: {array.dtype}{array.shape}, "
                              f"expected {dtype}({count},)")

@@ -2,14 +2,16 @@
 
 Record batches are decoded on Arrow's threads, a reader thread ahead of this one. Per batch:
 the time column gives the row times; foreign keys are resolved to global parent ids (null ->
-no edge; dangling -> counted, then dropped or an error) and appended to the graph at once;
-every feature column is converted and appended to its files (``dlkit.db.columns``, text ids
-by ``dlkit.db.texts``); task seeds are appended as their rows go by.
+no edge; dangling -> counted, then dropped or an error) and appended to the graph, on a
+helper thread, in batch order; meanwhile every feature column is converted and appended to
+its files (``dlkit.db.columns``, text ids by ``dlkit.db.texts``) and task seeds are appended
+as their rows go by.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +67,8 @@ def stream_table(plan: TablePlan,
     for extra in (plan.time_column, keys and plan.primary_key):
         if extra and extra not in needed:
             needed.append(extra)
-    parents = np.empty((len(plan.foreign_keys), ctx.batch_rows), dtype=np.int64)
+    # Two parent buffers: the helper may still resolve one batch while the next is queued.
+    parents = np.empty((2, len(plan.foreign_keys), ctx.batch_rows), dtype=np.int64)
     first_dangling: dict[int, tuple[int, Any]] = {}
     if not plan.foreign_keys:
         ctx.graph.no_edges(plan)
@@ -74,44 +77,37 @@ def stream_table(plan: TablePlan,
                  if c.stype in (fmt.CATEGORICAL, fmt.TEXT) and c.family == "string"]
     batches = (plan.source.iter_batches(needed, ctx.batch_rows, dictionary=repeating)
                if needed else iter(()))
-    # Foreign keys are resolved on a helper thread (nogil kernels) while this one converts
-    # the same batch's columns; the edges are appended once both are done, in batch order.
+    # Foreign keys are resolved and their edges appended to the graph on a helper thread
+    # (nogil kernels), in batch order, while this one converts the columns; the helper may
+    # lag one batch behind. An error of this thread's is only reported once the helper's
+    # jobs for earlier batches are known to have passed, so the first bad row still wins.
+    pending: deque[Future] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlkit-lookup") as helper:
-        for batch in batches:
-            n = batch.num_rows
-            check_rows(plan, "columns", pos + n)
-            column = dict(zip(batch.schema.names, batch.columns))
-            if keys is not None:
-                keys.add(column[plan.primary_key])
-            resolving = None
-            if plan.foreign_keys:
-                resolving = helper.submit(_resolve_foreign_keys, plan, ctx, column,
-                                          parents[:, :n], pos, first_dangling)
-            converted = {}
-            if plan.time_column is not None:
-                values, valid = to_micros(column[plan.time_column],
-                                          where(plan.name, plan.time_column))
-                converted[plan.time_column] = (values, valid)
-                batch_times = rt[pos:pos + n]
-                np.copyto(batch_times, values)
-                batch_times[~valid] = fmt.NO_TIME
-                plan.num_null_times += int(n - np.count_nonzero(valid))
-            for c in plain_cols:
-                w = writers[c.name]
-                got = converted.get(c.name)
-                w.append(*(got if got is not None else w.convert(column[c.name])))
-            if text_cols:
-                encoded = ctx.texts.encode_row_major([column[c.name] for c in text_cols])
-                for c, (values, valid) in zip(text_cols, encoded):
-                    writers[c.name].append(values, valid)
-            for tw in tasks:
-                values, valid = writers[tw.task.target].last
-                tw.append(pos, rt[pos:pos + n], values, valid)
-            if resolving is not None:
-                resolving.result()
-                ctx.graph.append(parents[:, :n], plan.row_offset + pos)
-            pos += n
-            ctx.progress.advance(n)
+        own = None  # the helper's job for the batch this thread is converting
+        try:
+            for number, batch in enumerate(batches):
+                own = None
+                n = batch.num_rows
+                check_rows(plan, "columns", pos + n)
+                column = dict(zip(batch.schema.names, batch.columns))
+                if plan.foreign_keys:
+                    if len(pending) == 2:
+                        pending.popleft().result()  # frees the buffer of two batches ago
+                    own = helper.submit(_resolve_foreign_keys, plan, ctx, column,
+                                        parents[number % 2, :, :n], pos, first_dangling)
+                    pending.append(own)
+                _convert_batch(plan, ctx, column, n, pos, rt, keys, writers, plain_cols,
+                               text_cols, tasks)
+                pos += n
+                ctx.progress.advance(n)
+            own = None
+            while pending:
+                pending.popleft().result()
+        except BaseException:
+            for earlier in pending:
+                if earlier is not own:
+                    earlier.result()  # an earlier batch's error is reported instead
+            raise
     if needed:
         check_rows(plan, "columns", pos, final=True)
     elif plan.num_rows:
@@ -141,11 +137,39 @@ def stream_table(plan: TablePlan,
     return task_meta, warnings, key_bytes
 
 
+def _convert_batch(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.Array], n: int,
+                   pos: int, rt: np.ndarray, keys: PrimaryKeys | None,
+                   writers: dict[str, ColumnWriter], plain_cols: list, text_cols: list,
+                   tasks: list[TaskWriter]) -> None:
+    """This thread's share of a batch: primary keys, row times, feature columns, task seeds."""
+    if keys is not None:
+        keys.add(column[plan.primary_key])
+    converted = {}
+    if plan.time_column is not None:
+        values, valid = to_micros(column[plan.time_column], where(plan.name, plan.time_column))
+        converted[plan.time_column] = (values, valid)
+        batch_times = rt[pos:pos + n]
+        np.copyto(batch_times, values)
+        batch_times[~valid] = fmt.NO_TIME
+        plan.num_null_times += int(n - np.count_nonzero(valid))
+    for c in plain_cols:
+        w = writers[c.name]
+        got = converted.get(c.name)
+        w.append(*(got if got is not None else w.convert(column[c.name])))
+    if text_cols:
+        encoded = ctx.texts.encode_row_major([column[c.name] for c in text_cols])
+        for c, (values, valid) in zip(text_cols, encoded):
+            writers[c.name].append(values, valid)
+    for tw in tasks:
+        values, valid = writers[tw.task.target].last
+        tw.append(pos, rt[pos:pos + n], values, valid)
+
+
 def _resolve_foreign_keys(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.Array],
                           parents: np.ndarray, pos: int,
                           first_dangling: dict[int, tuple[int, Any]]) -> None:
     """Row ``r`` of the batch gets ``parents[k, r]``: its global parent id for foreign key
-    ``k``, or -1 (null or dangling key); the counts go to the plan."""
+    ``k``, or -1 (null or dangling key); the counts go to the plan, the edges to the graph."""
     n = parents.shape[1]
     for k, fkp in enumerate(plan.foreign_keys):
         arr = column[fkp.column]
@@ -156,3 +180,4 @@ def _resolve_foreign_keys(plan: TablePlan, ctx: TablePassContext, column: dict[s
         fkp.num_edges += num_valid - dangling
         if dangling and k not in first_dangling:
             first_dangling[k] = (pos + first, arr[first].as_py())
+    ctx.graph.append(parents, plan.row_offset + pos)

@@ -266,6 +266,8 @@ def _warm_up(embedder: Any) -> None:
         csr.append_parent_csr(parents[:, :2], 1, 0, po, pi)
         csr.transpose_csr(po, pi, np.zeros(3, np.int64), np.empty(4, np.int64),
                           np.empty(3, np.int64), np.empty(3, np.int64), threads=1)
+        csr.bucket_histogram(pi, np.int64(0), np.int64(3), 6, np.zeros(1, np.int32),
+                             np.zeros((1, 1), np.int64)[0])
     except Exception:  # pragma: no cover - warming up is only an optimisation
         pass
 
