@@ -8,8 +8,11 @@ from hypothesis import strategies as st
 
 from dlkit.core.bfs import (
     NO_TIME,
+    RECORD_WIDTH,
     VIA_CHILD,
     VIA_PARENT,
+    child_edge_records,
+    parent_edge_records,
     table_links_of,
     temporal_bfs,
     visible_prefix,
@@ -33,8 +36,26 @@ databases = st.builds(
 )
 
 
+def edge_records(g) -> tuple[np.ndarray, np.ndarray]:
+    """Both edge records, built by the kernels and checked here against their definition."""
+    edges = len(g.parent_ids)
+    parents = np.full((edges, RECORD_WIDTH), -7, np.int64)
+    children = np.full((edges, RECORD_WIDTH), -7, np.int64)
+    parent_edge_records(g.parent_ids, g.row_times, g.child_offsets, parents)
+    child_edge_records(g.child_ids, g.parent_offsets, g.child_offsets, children)
+    for e in range(edges):
+        p, c = int(g.parent_ids[e]), int(g.child_ids[e])
+        assert parents[e].tolist() == [p, int(g.row_times[p]), int(g.child_offsets[p]),
+                                       int(g.child_offsets[p + 1])]
+        num_parents = int(g.parent_offsets[c + 1] - g.parent_offsets[c])
+        num_children = int(g.child_offsets[c + 1] - g.child_offsets[c])
+        assert children[e].tolist() == [c, int(g.parent_offsets[c]), int(g.child_offsets[c]),
+                                        num_parents << 32 | num_children]
+    return parents, children
+
+
 def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, task, anchor,
-               table_offsets=None):
+               table_offsets=None, records=False):
     g = db.graph
     offsets = np.asarray(db.table_offsets) if table_offsets is None else table_offsets
     ncells = np.asarray([len(t.columns) for t in db.tables], dtype=np.int64)
@@ -42,9 +63,13 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
     out = [np.zeros(max_rows, np.int64) for _ in range(3)] + [np.zeros(max_rows, np.int8)]
     cutoff = INT64_MAX if obs_time == NO_TIME else obs_time
     links = table_links_of(g.parent_offsets, g.child_offsets, offsets)
+    if records:
+        parents, children = edge_records(g)
+    else:
+        parents = children = np.empty((0, RECORD_WIDTH), np.int64)
     n = temporal_bfs(g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids, g.child_times,
-                     g.row_times, offsets, ncells, links, seed_row, cutoff, width, max_cells,
-                     max_rows, k0, k1, anchor, *out)
+                     g.row_times, parents, children, offsets, ncells, links, seed_row, cutoff,
+                     width, max_cells, max_rows, k0, k1, anchor, *out)
     return [tuple(int(a[i]) for a in out) for i in range(n)]
 
 
@@ -55,12 +80,15 @@ def any_seed(db, draw):
 
 
 @given(db=databases, data=st.data(), width=st.integers(0, 6), max_cells=st.integers(1, 80),
-       max_rows=st.integers(1, 40), seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 2**64 - 1))
-def test_kernel_matches_reference(db, data, width, max_cells, max_rows, seed, epoch):
+       max_rows=st.integers(1, 40), seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 2**64 - 1),
+       records=st.booleans())
+def test_kernel_matches_reference(db, data, width, max_cells, max_rows, seed, epoch, records):
+    """Reading the CSR alone or the edge records, the walk is the reference's."""
     row, obs = any_seed(db, data.draw)
     task = data.draw(st.integers(0, 2**32 - 1))
     anchor = data.draw(st.integers(0, 2**63 - 1))
-    got = run_kernel(db, row, obs, width, max_cells, max_rows, seed, epoch, task, anchor)
+    got = run_kernel(db, row, obs, width, max_cells, max_rows, seed, epoch, task, anchor,
+                     records=records)
     want = naive.bfs(db, row, obs, width, max_cells, max_rows,
                      naive.Stream(seed, epoch, task, anchor))
     assert got == want

@@ -7,6 +7,7 @@ import pytest
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import BATCH_KEYS, BatchBuilder, BatchConfig, Sampler
+from dlkit.sampler import batch as batch_module
 from dlkit.sampler import hugepages
 from tests.sampler.fakedb import random_database
 
@@ -25,18 +26,17 @@ def test_copy_is_equal_and_read_only(dtype, n):
 
 
 def test_policy(monkeypatch):
-    arrays = [np.zeros(1000, np.int64)]
-    assert hugepages.use_huge_pages(True, arrays) is True
-    assert hugepages.use_huge_pages(False, arrays) is False
+    assert hugepages.use_huge_pages(True, 8000) is True
+    assert hugepages.use_huge_pages(False, 8000) is False
     with pytest.raises(InvalidArgumentError, match="huge_pages"):
-        hugepages.use_huge_pages("yes", arrays)
+        hugepages.use_huge_pages("yes", 8000)
     monkeypatch.setattr(hugepages, "huge_pages_available", lambda: False)
-    assert hugepages.use_huge_pages(None, arrays) is False
+    assert hugepages.use_huge_pages(None, 8000) is False
     monkeypatch.setattr(hugepages, "huge_pages_available", lambda: True)
     monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000)
-    assert hugepages.use_huge_pages(None, arrays) is True  # exactly a quarter fits
+    assert hugepages.use_huge_pages(None, 8000) is True  # exactly a quarter fits
     monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000 - 4)
-    assert hugepages.use_huge_pages(None, arrays) is False  # the copies would not fit
+    assert hugepages.use_huge_pages(None, 8000) is False  # the copies would not fit
 
 
 def test_batches_are_the_same_from_the_copies():
@@ -45,8 +45,12 @@ def test_batches_are_the_same_from_the_copies():
     mapped = BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3)
     copied = BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3)
     assert (mapped.huge_pages, copied.huge_pages) == (False, True)
+    assert copied.graph.has_records and not mapped.graph.has_records
     for a in copied.graph.walked() + copied.catalog.column_arrays():
         assert not a.flags.writeable
+    edges = copied.graph.parent_ids.shape[0]
+    assert copied.graph.huge_page_bytes() == sum(a.nbytes for a in copied.graph.walked())
+    assert copied.graph.parent_records.shape == (edges, 4)
     for view in mapped.tasks:
         idx = np.arange(min(view.num_seeds, 9))
         a = mapped.build(view, idx, 1).arrays
@@ -55,6 +59,22 @@ def test_batches_are_the_same_from_the_copies():
             assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
     with pytest.raises(InvalidArgumentError, match="huge_pages"):
         BatchConfig(huge_pages=1)
+
+
+def test_graphs_too_large_for_records_copy_the_csr(monkeypatch):
+    """Records pack per-row counts in 32 bits: past 2^31 edges the plain CSR is copied."""
+    db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
+    monkeypatch.setattr(batch_module, "MAX_RECORD_EDGES", 1)
+    config = dict(sequence_length=40, max_rows=10, bfs_child_width=2)
+    copied = BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3)
+    mapped = BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3)
+    assert copied.huge_pages and not copied.graph.has_records
+    assert len(copied.graph.walked()) == 6
+    view = mapped.tasks[0]
+    idx = np.arange(min(view.num_seeds, 9))
+    a = mapped.build(view, idx, 1).arrays
+    b = copied.build(copied.task(view.name), idx, 1).arrays
+    assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
 
 
 def test_sampler_takes_the_setting():

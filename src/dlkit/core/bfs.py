@@ -206,10 +206,48 @@ def table_links_of(parent_offsets, child_offsets, table_offsets):
     return out
 
 
+RECORD_WIDTH = 4  # int64 fields of an edge record: 32 bytes, never split across cache lines
+_COUNT_SHIFT = np.int64(32)
+_COUNT_MASK = np.int64(0xFFFFFFFF)
+
+
+@kernel
+def parent_edge_records(parent_ids, row_times, child_offsets, out):
+    """Per child -> parent edge ``e``: ``(parent, parent time, parent's child edges lo, hi)``.
+
+    What a parent push reads about the parent, in one line next to the edge itself instead of
+    three further reads that must wait for the parent's id (``out`` is int64[E, 4]).
+    """
+    for e in range(parent_ids.shape[0]):
+        parent = parent_ids[e]
+        out[e, 0] = parent
+        out[e, 1] = row_times[parent]
+        out[e, 2] = child_offsets[parent]
+        out[e, 3] = child_offsets[parent + 1]
+
+
+@kernel
+def child_edge_records(child_ids, parent_offsets, child_offsets, out):
+    """Per parent -> child edge ``e``: ``(child, child's parent edges lo, child's child edges
+    lo, parent count << 32 | child count)``: a drawn child's CSR ranges with its id (``out``
+    is int64[E, 4]; callers use it only for graphs of fewer than 2^31 edges each way, so
+    every count fits 32 bits)."""
+    for e in range(child_ids.shape[0]):
+        child = child_ids[e]
+        parent_lo = parent_offsets[child]
+        child_lo = child_offsets[child]
+        out[e, 0] = child
+        out[e, 1] = parent_lo
+        out[e, 2] = child_lo
+        out[e, 3] = ((parent_offsets[child + 1] - parent_lo) << _COUNT_SHIFT) | (
+            child_offsets[child + 1] - child_lo)
+
+
 @kernel
 def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-                 table_offsets, table_num_cells, table_links, seed_row, cutoff, child_width,
-                 max_cells, max_rows, k0, k1, anchor, out_rows, out_depth, out_source, out_via):
+                 parent_records, child_records, table_offsets, table_num_cells, table_links,
+                 seed_row, cutoff, child_width, max_cells, max_rows, k0, k1, anchor, out_rows,
+                 out_depth, out_source, out_via):
     """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``n``.
 
     ``out_source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
@@ -217,7 +255,11 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
     ``VIA_CHILD``: a child). Randomness is the sequence stream ``(k0, k1, anchor)``.
     ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when some row of table ``t``
     has a parent / a child: rows of other tables skip reading those offsets (a cache miss each).
+    ``parent_records`` / ``child_records`` are the edge records of ``parent_edge_records`` /
+    ``child_edge_records``, or empty (int64[0, 4]) to read the CSR alone: the walk is the same.
     """
+    records = parent_records.shape[0] > 0 or child_records.shape[0] > 0
+    parent_record_words = parent_records.reshape(-1)  # 1-D, for prefetch
     visited = np.full(row_set_capacity(max_rows), _EMPTY, dtype=np.int64)
     # (row, depth, source, parent_lo, parent_hi, child_lo, child_hi): a parent's CSR offsets
     # are read when it is pushed, so the cache misses of all of a row's parents overlap.
@@ -267,15 +309,24 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                 size = level_sizes[level]
                 r = uniform_below(k0, k1, anchor, stream, size)
                 entries = levels[level]
-                row = child_ids[entries[r, 0]]
+                edge = entries[r, 0]
                 source = entries[r, 1]
                 entries[r, 0] = entries[size - 1, 0]
                 entries[r, 1] = entries[size - 1, 1]
                 level_sizes[level] = size - 1
                 depth = level
                 via = VIA_CHILD
-                parent_lo, parent_hi, child_lo, child_hi = _links(
-                    parent_offsets, child_offsets, table_offsets, table_links, row)
+                if records:
+                    row = child_records[edge, 0]
+                    parent_lo = child_records[edge, 1]
+                    child_lo = child_records[edge, 2]
+                    counts = child_records[edge, 3]
+                    parent_hi = parent_lo + (counts >> _COUNT_SHIFT)
+                    child_hi = child_lo + (counts & _COUNT_MASK)
+                else:
+                    row = child_ids[edge]
+                    parent_lo, parent_hi, child_lo, child_hi = _links(
+                        parent_offsets, child_offsets, table_offsets, table_links, row)
         have_next = False
         if not row_set_insert(visited, row):
             continue
@@ -291,8 +342,12 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
         lo = child_lo
         hi = child_hi
         for e in range(parent_hi - 1, parent_lo - 1, -1):
-            parent = parent_ids[e]
-            t = row_times[parent]
+            if records:
+                parent = parent_records[e, 0]
+                t = parent_records[e, 1]
+            else:
+                parent = parent_ids[e]
+                t = row_times[parent]
             if t != NO_TIME and t > cutoff:
                 continue
             if top == stack.shape[0]:
@@ -300,19 +355,32 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             stack[top, 0] = parent
             stack[top, 1] = depth + 1
             stack[top, 2] = me
-            links = _links(parent_offsets, child_offsets, table_offsets, table_links, parent)
-            stack[top, 3] = links[0]
-            stack[top, 4] = links[1]
-            stack[top, 5] = links[2]
-            stack[top, 6] = links[3]
+            if records:
+                above_lo = np.int64(0)
+                above_hi = np.int64(0)
+                if table_links[table_of(table_offsets, parent)] & HAS_PARENTS:
+                    above_lo = parent_offsets[parent]
+                    above_hi = parent_offsets[parent + 1]
+                below_lo = parent_records[e, 2]
+                below_hi = parent_records[e, 3]
+            else:
+                above_lo, above_hi, below_lo, below_hi = _links(
+                    parent_offsets, child_offsets, table_offsets, table_links, parent)
+            stack[top, 3] = above_lo
+            stack[top, 4] = above_hi
+            stack[top, 5] = below_lo
+            stack[top, 6] = below_hi
             top += 1
             # A pushed parent is visited soon: start the reads its visit begins with now, so
             # they overlap with the other parents' instead of queueing behind them.
-            if links[1] > links[0]:
-                prefetch(parent_ids, links[0])
-            if links[3] > links[2]:
-                prefetch(child_times, links[2])
-                prefetch(child_times, links[3] - 1)
+            if above_hi > above_lo:
+                if records:
+                    prefetch(parent_record_words, above_lo * RECORD_WIDTH)
+                else:
+                    prefetch(parent_ids, above_lo)
+            if below_hi > below_lo:
+                prefetch(child_times, below_lo)
+                prefetch(child_times, below_hi - 1)
         visible = visible_prefix(child_times, lo, hi, cutoff)
         if visible == 0:
             continue

@@ -20,6 +20,7 @@ import numpy as np
 
 from dlkit.core.bfs import (
     NO_TIME,
+    RECORD_WIDTH,
     row_set_capacity,
     row_set_find,
     row_set_put,
@@ -315,16 +316,19 @@ def stable_order(keys, count, num_keys, out):
 
 
 @kernel
-def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids, col_sort_rank,
-                       num_columns, seq_row_ids, position_col, fk_adj, col_perm, out_perm,
-                       in_perm, scratch):
+def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids, parent_records,
+                       col_sort_rank, num_columns, seq_row_ids, position_col, fk_adj, col_perm,
+                       out_perm, in_perm, scratch):
     """``fk_adj`` and the permutations of sequence ``b`` (cells already laid out).
 
     ``fk_adj[b, i, j] = 1`` when row ``j`` is a foreign-key parent of row ``i``. ``col_perm``
     sorts positions by column id, ``out_perm`` by sequence row, ``in_perm`` by the sequence row
     of the row's first foreign-key parent present in the sequence (rows without one after all
-    others); every sort is stable and puts padding last. ``scratch`` is int64[S].
+    others); every sort is stable and puts padding last. ``scratch`` is int64[S]. Parent ids
+    come from ``parent_records`` when it is not empty (``dlkit.core.bfs``), else ``parent_ids``.
     """
+    records = parent_records.shape[0] > 0
+    record_words = parent_records.reshape(-1)  # 1-D, for prefetch
     # The rows' parent lists are random reads of the graph: fetch every row's offsets, then
     # every parent list, all at once (their misses overlap), before the loop that needs them.
     for i in range(num_rows):
@@ -340,12 +344,16 @@ def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids,
         parent_lo[i] = parent_offsets[rows[i]]
         parent_hi[i] = parent_offsets[rows[i] + 1]
         if parent_hi[i] > parent_lo[i]:
-            prefetch(parent_ids, parent_lo[i])
-            prefetch(parent_ids, parent_hi[i] - 1)
+            if records:
+                prefetch(record_words, parent_lo[i] * RECORD_WIDTH)
+                prefetch(record_words, (parent_hi[i] - 1) * RECORD_WIDTH)
+            else:
+                prefetch(parent_ids, parent_lo[i])
+                prefetch(parent_ids, parent_hi[i] - 1)
     first_parent = np.full(num_rows, num_rows, dtype=np.int64)
     for i in range(num_rows):
         for e in range(parent_lo[i], parent_hi[i]):
-            j = row_set_find(keys, index, parent_ids[e])
+            j = row_set_find(keys, index, parent_records[e, 0] if records else parent_ids[e])
             if j >= 0:
                 fk_adj[b, i, j] = 1
                 if first_parent[i] == num_rows:
@@ -364,7 +372,7 @@ def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids,
 @kernel
 def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_width,
                     max_rows, parent_offsets, parent_ids, child_offsets, child_ids, child_times,
-                    row_times, table_num_cells, table_offsets, table_col_start,
+                    row_times, parent_records, child_records, table_num_cells, table_offsets, table_col_start,
                     col_stype, col_column_id, col_sort_rank, col_value_slot, col_valid_slot,
                     col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols, i32_cols,
                     target_col, semantic_types, column_ids, seq_row_ids, numeric_values,
@@ -374,9 +382,10 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     """A batch: BFS, layout and structure of every sequence, then every value, then the text
     deduplication (design phases 1 and 2).
 
-    Output arrays arrive zeroed (``is_padding`` all ones). The ``visited_*`` arrays receive
-    each sequence's rows and their provenance (see ``temporal_bfs``). Returns the cell count
-    of each sequence and the batch's distinct text ids (ascending).
+    ``parent_records`` / ``child_records`` are the graph's edge records or empty (see
+    ``temporal_bfs``). Output arrays arrive zeroed (``is_padding`` all ones). The ``visited_*``
+    arrays receive each sequence's rows and their provenance (see ``temporal_bfs``). Returns
+    the cell count of each sequence and the batch's distinct text ids (ascending).
     """
     B = seed_rows.shape[0]
     S = semantic_types.shape[1]
@@ -392,7 +401,7 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
         cutoff = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b]
         visited_counts[b] = temporal_bfs(
             parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-            table_offsets, table_num_cells, links, seed_rows[b], cutoff, child_width, S,
+            parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b], cutoff, child_width, S,
             max_rows, k0, k1, anchors[b], visited_rows[b], visited_depth[b], visited_source[b],
             visited_via[b])
     for b in range(B):
@@ -402,8 +411,8 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
                                    semantic_types, column_ids, seq_row_ids, is_target,
                                    is_padding, position_col, position_row)
         sequence_structure(b, visited_rows[b], n, cells[b], parent_offsets, parent_ids,
-                           col_sort_rank, num_columns, seq_row_ids, position_col, fk_adj,
-                           col_perm, out_perm, in_perm, scratch)
+                           parent_records, col_sort_rank, num_columns, seq_row_ids,
+                           position_col, fk_adj, col_perm, out_perm, in_perm, scratch)
     text_cells, text_ids = fill_values(
         cells, position_col, position_row, is_target, col_stype, col_value_slot,
         col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols, i32_cols,

@@ -8,17 +8,19 @@ kernels release the GIL).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
 from dlkit.core.collate import build_sequences, gather_rows
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.catalog import ColumnCatalog, build_catalog, readonly_view
-from dlkit.sampler.hugepages import huge_page_copy, use_huge_pages
+from dlkit.sampler.hugepages import huge_page_copy, huge_page_empty, use_huge_pages
 
 MAX_U16_EXTENT = 1 << 16
+MAX_RECORD_EDGES = 1 << 31
 
 # key -> (dtype, shape in terms of B, S, R, U, D): exactly the seed's §3b layout.
 BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
@@ -46,10 +48,18 @@ BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
 BATCH_KEYS = tuple(BATCH_LAYOUT)
 
 
+def _no_records() -> np.ndarray:
+    empty = np.empty((0, RECORD_WIDTH), dtype=np.int64)
+    empty.setflags(write=False)
+    return empty
+
+
 @dataclass(frozen=True)
 class GraphArrays:
     """The CSR of ``graph.bin`` as read-only int64 views (lengths checked here; ids and
-    offsets were range-checked by the database reader on open)."""
+    offsets were range-checked by the database reader on open), and optionally the edge
+    records of ``dlkit.core.bfs`` (each edge's far row with the CSR ranges and time that a walk
+    reads next, so that read does not wait for the row id; empty when absent)."""
 
     parent_offsets: np.ndarray
     parent_ids: np.ndarray
@@ -58,6 +68,8 @@ class GraphArrays:
     child_times: np.ndarray
     row_times: np.ndarray
     row_table: np.ndarray
+    parent_records: np.ndarray = field(default_factory=_no_records)
+    child_records: np.ndarray = field(default_factory=_no_records)
 
     @classmethod
     def from_database(cls, db: Any) -> GraphArrays:
@@ -74,15 +86,50 @@ class GraphArrays:
             row_table=readonly_view(g.row_table, np.int32, n, "row_table", path),
         )
 
+    @property
+    def has_records(self) -> bool:
+        return self.parent_records.shape[0] > 0
+
+    def records_fit(self) -> bool:
+        """Edge records pack a row's parent and child counts in 32 bits each: graphs of fewer
+        than 2^31 edges (each way) always fit."""
+        return self.parent_ids.shape[0] < MAX_RECORD_EDGES
+
     def walked(self) -> tuple[np.ndarray, ...]:
         """The arrays the BFS and the structure pass read at random (row_table is not)."""
+        if self.has_records:
+            return (self.parent_offsets, self.child_offsets, self.child_times,
+                    self.parent_records, self.child_records)
         return (self.parent_offsets, self.parent_ids, self.child_offsets, self.child_ids,
                 self.child_times, self.row_times)
 
+    def huge_page_bytes(self) -> int:
+        """RAM that ``huge_page_copy`` takes."""
+        if not self.records_fit():
+            return sum(int(a.nbytes) for a in self.walked())
+        edges = int(self.parent_ids.shape[0])
+        return (int(self.parent_offsets.nbytes) + int(self.child_offsets.nbytes)
+                + int(self.child_times.nbytes) + 2 * edges * RECORD_WIDTH * 8)
+
     def huge_page_copy(self) -> GraphArrays:
-        """The same CSR with the walked arrays copied into huge pages."""
-        copies = [huge_page_copy(a) for a in self.walked()]
-        return GraphArrays(*copies, row_table=self.row_table)
+        """Offsets and child times copied into huge pages, plus both edge records built there
+        (the walk then reads parent and child ids and row times from the records only);
+        without records (2^31 edges or more) every walked array is copied instead."""
+        if not self.records_fit():
+            po, pi, co, ci, ct, rt = (huge_page_copy(a) for a in self.walked())
+            return GraphArrays(po, pi, co, ci, ct, rt, row_table=self.row_table)
+        edges = int(self.parent_ids.shape[0])
+        parent_records = huge_page_empty((edges, RECORD_WIDTH), np.int64)
+        child_records = huge_page_empty((edges, RECORD_WIDTH), np.int64)
+        parent_edge_records(self.parent_ids, self.row_times, self.child_offsets, parent_records)
+        child_edge_records(self.child_ids, self.parent_offsets, self.child_offsets,
+                           child_records)
+        parent_records.setflags(write=False)
+        child_records.setflags(write=False)
+        return replace(self, parent_offsets=huge_page_copy(self.parent_offsets),
+                       child_offsets=huge_page_copy(self.child_offsets),
+                       child_times=huge_page_copy(self.child_times),
+                       parent_records=parent_records, child_records=child_records)
 
 
 @dataclass(frozen=True)
@@ -158,8 +205,9 @@ class BatchBuilder:
         self.path = getattr(db, "path", None)
         self.graph = GraphArrays.from_database(db)
         self.catalog: ColumnCatalog = build_catalog(db)
+        column_bytes = sum(int(a.nbytes) for a in self.catalog.column_arrays())
         self.huge_pages = use_huge_pages(config.huge_pages,
-                                         self.graph.walked() + self.catalog.column_arrays())
+                                         self.graph.huge_page_bytes() + column_bytes)
         if self.huge_pages:
             self.graph = self.graph.huge_page_copy()
             self.catalog = self.catalog.with_columns(huge_page_copy)
@@ -228,8 +276,8 @@ class BatchBuilder:
         cells, unique = build_sequences(
             task.seed_rows[idx], obs, anchors, np.uint64(self.seed), np.uint64(epoch),
             task.index, cfg.bfs_child_width, R, g.parent_offsets, g.parent_ids,
-            g.child_offsets, g.child_ids, g.child_times, g.row_times,
-            *self.catalog.kernel_args(), task.target_col, arrays["semantic_types"],
+            g.child_offsets, g.child_ids, g.child_times, g.row_times, g.parent_records,
+            g.child_records, *self.catalog.kernel_args(), task.target_col, arrays["semantic_types"],
             arrays["column_ids"], arrays["seq_row_ids"], arrays["numeric_values"],
             arrays["timestamp_values"], arrays["bool_values"], arrays["categorical_embed_ids"],
             arrays["text_embed_ids"], arrays["is_null"], arrays["is_target"],

@@ -1,23 +1,23 @@
-"""Huge-page copies of the arrays a batch reads at random: the graph CSR and the columns.
+"""Huge-page memory for what a batch reads at random: the graph and the columns.
 
 A batch reads tens of thousands of random cache lines spread over the whole database (each
 visited row's offsets, parents, child times and ids; each cell's value and validity bit). The
 database is memory-mapped in 4 KiB pages, so nearly every such read also misses the TLB and
 walks the page tables, which on a virtual machine costs more than the read itself. Copied into
 anonymous memory that the kernel backs with 2 MiB transparent huge pages, the same reads
-mostly hit the TLB, and batches build faster (docs/batch_format.md, section 9).
+mostly hit the TLB, and batches build faster (docs/batch_format.md, section 9). The sampler
+also builds its edge records there (``dlkit.sampler.batch.GraphArrays``).
 
-The price is memory: the copies take the arrays' size in RAM in every process, where the
-memory map shares the page cache. ``HugePagePolicy`` decides: always, never, or (the
-default) when the kernel offers transparent huge pages and the copies fit in a quarter of the
-physical memory.
+The price is memory: the copies take their size in RAM in every process, where the memory
+map shares the page cache. ``use_huge_pages`` decides: always, never, or (the default) when
+the kernel offers transparent huge pages and the copies fit in a quarter of the physical
+memory.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +47,9 @@ def physical_memory() -> int:
         return 0
 
 
-def use_huge_pages(setting: bool | None, arrays: Iterable[np.ndarray]) -> bool:
-    """Resolve a ``huge_pages`` setting: True/False as given, None automatically."""
+def use_huge_pages(setting: bool | None, total_bytes: int) -> bool:
+    """Resolve a ``huge_pages`` setting: True/False as given, None automatically (copies of
+    ``total_bytes`` in all)."""
     if setting is not None and not isinstance(setting, bool):
         raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
                                    f"got {setting!r}")
@@ -56,23 +57,29 @@ def use_huge_pages(setting: bool | None, arrays: Iterable[np.ndarray]) -> bool:
         return setting
     if not huge_pages_available():
         return False
-    total = sum(int(a.nbytes) for a in arrays)
-    return 0 < total <= physical_memory() // MEMORY_SHARE
+    return 0 < total_bytes <= physical_memory() // MEMORY_SHARE
 
 
-def huge_page_copy(array: np.ndarray) -> np.ndarray:
-    """A read-only copy of the 1-D ``array`` in anonymous memory advised for huge pages.
+def huge_page_empty(shape: int | tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+    """A writable, uninitialised C-contiguous array in anonymous memory advised for huge pages.
 
-    Where the advice is unsupported the copy is still correct, only in ordinary pages.
+    Where the advice is unsupported the array is still correct, only in ordinary pages.
     """
-    size = max(int(array.nbytes), 1)
-    buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    buffer = mmap.mmap(-1, max(count * np.dtype(dtype).itemsize, 1),
+                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             buffer.madvise(mmap.MADV_HUGEPAGE)
         except OSError:
             pass  # the kernel declines: ordinary pages, same contents
-    copy = np.frombuffer(buffer, dtype=array.dtype, count=array.shape[0])
+    return np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)
+
+
+def huge_page_copy(array: np.ndarray) -> np.ndarray:
+    """A read-only copy of the 1-D ``array`` in anonymous memory advised for huge pages."""
+    copy = huge_page_empty(array.shape[0], array.dtype)
     copy[...] = array
     copy.setflags(write=False)
     return copy
