@@ -8,7 +8,9 @@ import pytest
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import BATCH_KEYS, BatchBuilder, BatchConfig, Sampler
 from dlkit.sampler import batch as batch_module
+from dlkit.sampler import catalog as catalog_module
 from dlkit.sampler import hugepages
+from dlkit.sampler.catalog import RowRecords, build_catalog
 from tests.sampler.fakedb import random_database
 
 SMALL = dict(sequence_length=48, max_rows=12, bfs_child_width=3, split_seed=5, seed=11)
@@ -51,6 +53,7 @@ def test_batches_are_the_same_from_the_copies():
     edges = copied.graph.parent_ids.shape[0]
     assert copied.graph.huge_page_bytes() == sum(a.nbytes for a in copied.graph.walked())
     assert copied.graph.parent_records.shape == (edges, 4)
+    assert copied.rows.words.size > 0 and mapped.rows.words.size == 0
     for view in mapped.tasks:
         idx = np.arange(min(view.num_seeds, 9))
         a = mapped.build(view, idx, 1).arrays
@@ -75,6 +78,46 @@ def test_graphs_too_large_for_records_copy_the_csr(monkeypatch):
     a = mapped.build(view, idx, 1).arrays
     b = copied.build(copied.task(view.name), idx, 1).arrays
     assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
+
+
+@pytest.mark.parametrize("seed", [3, 8, 21])
+def test_row_records_hold_every_cell(seed):
+    """Each record word against the column it came from: value bits, validity bit, padding."""
+    db = random_database(seed, num_tables=4, max_rows=50, null_prob=0.3)
+    catalog = build_catalog(db)
+    rows = RowRecords.build(catalog, lambda n, dtype: np.full(n, -5, dtype))
+    assert rows is not None and not rows.words.flags.writeable
+    for t, table in enumerate(db.tables):
+        width = int(rows.width[t])
+        assert width & (width - 1) == 0 and width >= 1 + len(table.columns)
+        assert int(rows.start[t]) % 8 == 0
+        records = rows.words[rows.start[t]:rows.start[t] + table.num_rows * width]
+        records = records.reshape(table.num_rows, width)
+        for k, column in enumerate(table.columns):
+            valid = np.asarray(column.valid, dtype=bool)
+            assert np.array_equal((records[:, 0] >> k) & 1, valid.astype(np.int64))
+            values = np.asarray(column.values)
+            if values.dtype == np.float64:
+                assert np.array_equal(records[:, 1 + k].view(np.float64), values)
+            else:
+                assert np.array_equal(records[:, 1 + k], values.astype(np.int64))
+        assert not records[:, 1 + len(table.columns):].any()
+        assert not (records[:, 0] >> len(table.columns)).any()
+
+
+def test_tables_too_wide_for_row_records_copy_the_columns(monkeypatch):
+    db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
+    monkeypatch.setattr(catalog_module, "MAX_ROW_COLUMNS", 0)
+    config = dict(sequence_length=40, max_rows=10, bfs_child_width=2)
+    copied = BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3)
+    mapped = BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3)
+    assert copied.huge_pages and copied.rows.words.size == 0
+    assert all(not a.flags.writeable for a in copied.catalog.column_arrays())
+    for view in mapped.tasks:
+        idx = np.arange(min(view.num_seeds, 9))
+        a = mapped.build(view, idx, 1).arrays
+        b = copied.build(copied.task(view.name), idx, 1).arrays
+        assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
 
 
 def test_sampler_takes_the_setting():

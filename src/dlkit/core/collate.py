@@ -298,6 +298,81 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
     return text_cells[:num_texts], text_ids[:num_texts]
 
 
+ROW_VALUES_AT = 1  # word 0 of a row record is the validity mask, column k's value is word 1 + k
+
+
+@kernel
+def fill_values_from_rows(cell_counts, position_col, position_row, is_target, table_col_start,
+                          col_stype, col_mean, col_std, col_cat_start, row_start, row_width,
+                          row_words, row_floats, numeric_values, timestamp_values, bool_values,
+                          categorical_embed_ids, is_null):
+    """``fill_values`` reading row records instead of column arrays (same outputs).
+
+    A row record of table ``t`` holds the validity of its ``k``-th column in bit ``k`` of word
+    0 and the value in word ``1 + k`` (a float64's bits for numeric columns); row ``r`` of
+    table ``t`` starts at word ``row_start[t] + r * row_width[t]``. ``row_floats`` is
+    ``row_words`` viewed as float64. A sequence's cells are row after row, so one record (one
+    or two cache lines) serves all of a row's cells, where columns cost two lines per cell;
+    cells are therefore filled in position order, each record fetched ahead.
+    """
+    B, S = position_col.shape
+    num_tables = table_col_start.shape[0] - 1
+    col_table = np.empty(col_stype.shape[0], dtype=np.int64)
+    for t in range(num_tables):
+        for c in range(table_col_start[t], table_col_start[t + 1]):
+            col_table[c] = t
+    cols = position_col.reshape(-1)
+    rows = position_row.reshape(-1)
+    targets = is_target.reshape(-1)
+    nulls = is_null.reshape(-1)
+    numbers_out = numeric_values.reshape(-1)
+    times_out = timestamp_values.reshape((B * S, timestamp_values.shape[2]))
+    times_flat = timestamp_values.reshape(-1)
+    flags_out = bool_values.reshape(-1)
+    categories_out = categorical_embed_ids.reshape(-1)
+    total = 0
+    for b in range(B):
+        total += cell_counts[b]
+    text_cells = np.empty(total, dtype=np.int64)
+    text_ids = np.empty(total, dtype=np.int64)
+    num_texts = 0
+    for b in range(B):
+        first = b * S
+        last = first + cell_counts[b]
+        for f in range(first, last):
+            ahead = f + _AHEAD
+            if ahead < last:
+                t_ahead = col_table[cols[ahead]]
+                prefetch(row_words, row_start[t_ahead] + rows[ahead] * row_width[t_ahead])
+                if col_stype[cols[ahead]] == TIMESTAMP:
+                    prefetch(times_flat, ahead * NUM_TIME_FEATURES)
+                    prefetch(times_flat, ahead * NUM_TIME_FEATURES + NUM_TIME_FEATURES - 1)
+            if targets[f] != 0:
+                continue
+            c = cols[f]
+            t = col_table[c]
+            k = c - table_col_start[t]
+            base = row_start[t] + rows[f] * row_width[t]
+            if (row_words[base] >> k) & 1 == 0:
+                nulls[f] = 1
+                continue
+            at = base + ROW_VALUES_AT + k
+            stype = col_stype[c]
+            if stype == NUMERIC:
+                numbers_out[f] = np.float32((row_floats[at] - col_mean[c]) / col_std[c])
+            elif stype == BOOLEAN:
+                flags_out[f] = 1 if row_words[at] != 0 else 0
+            elif stype == TIMESTAMP:
+                time_features(row_words[at], col_mean[c], col_std[c], times_out[f])
+            elif stype == CATEGORICAL:
+                categories_out[f] = np.uint32(col_cat_start[c] + row_words[at])
+            else:
+                text_cells[num_texts] = f
+                text_ids[num_texts] = row_words[at]
+                num_texts += 1
+    return text_cells[:num_texts], text_ids[:num_texts]
+
+
 @kernel
 def stable_order(keys, count, num_keys, out):
     """Positions ``0..count-1`` stably sorted by ``keys`` (each in ``[0, num_keys)``), then
@@ -372,20 +447,23 @@ def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids,
 @kernel
 def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_width,
                     max_rows, parent_offsets, parent_ids, child_offsets, child_ids, child_times,
-                    row_times, parent_records, child_records, table_num_cells, table_offsets, table_col_start,
-                    col_stype, col_column_id, col_sort_rank, col_value_slot, col_valid_slot,
-                    col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols, i32_cols,
-                    target_col, semantic_types, column_ids, seq_row_ids, numeric_values,
-                    timestamp_values, bool_values, categorical_embed_ids, text_embed_ids,
-                    is_null, is_target, is_padding, fk_adj, col_perm, out_perm, in_perm,
-                    visited_rows, visited_depth, visited_source, visited_via, visited_counts):
+                    row_times, parent_records, child_records, table_num_cells, table_offsets,
+                    table_col_start, col_stype, col_column_id, col_sort_rank, col_value_slot,
+                    col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols,
+                    i64_cols, i32_cols, row_start, row_width, row_words, row_floats, target_col,
+                    semantic_types, column_ids, seq_row_ids, numeric_values, timestamp_values,
+                    bool_values, categorical_embed_ids, text_embed_ids, is_null, is_target,
+                    is_padding, fk_adj, col_perm, out_perm, in_perm, visited_rows,
+                    visited_depth, visited_source, visited_via, visited_counts):
     """A batch: BFS, layout and structure of every sequence, then every value, then the text
     deduplication (design phases 1 and 2).
 
     ``parent_records`` / ``child_records`` are the graph's edge records or empty (see
-    ``temporal_bfs``). Output arrays arrive zeroed (``is_padding`` all ones). The ``visited_*``
-    arrays receive each sequence's rows and their provenance (see ``temporal_bfs``). Returns
-    the cell count of each sequence and the batch's distinct text ids (ascending).
+    ``temporal_bfs``); values come from the row records (``fill_values_from_rows``) when
+    ``row_words`` is not empty, else from the column arrays. Output arrays arrive zeroed
+    (``is_padding`` all ones). The ``visited_*`` arrays receive each sequence's rows and their
+    provenance (see ``temporal_bfs``). Returns the cell count of each sequence and the batch's
+    distinct text ids (ascending).
     """
     B = seed_rows.shape[0]
     S = semantic_types.shape[1]
@@ -413,10 +491,17 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
         sequence_structure(b, visited_rows[b], n, cells[b], parent_offsets, parent_ids,
                            parent_records, col_sort_rank, num_columns, seq_row_ids,
                            position_col, fk_adj, col_perm, out_perm, in_perm, scratch)
-    text_cells, text_ids = fill_values(
-        cells, position_col, position_row, is_target, col_stype, col_value_slot,
-        col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols, i32_cols,
-        numeric_values, timestamp_values, bool_values, categorical_embed_ids, is_null)
+    if row_words.shape[0] > 0:
+        text_cells, text_ids = fill_values_from_rows(
+            cells, position_col, position_row, is_target, table_col_start, col_stype, col_mean,
+            col_std, col_cat_start, row_start, row_width, row_words, row_floats,
+            numeric_values, timestamp_values, bool_values, categorical_embed_ids, is_null)
+    else:
+        text_cells, text_ids = fill_values(
+            cells, position_col, position_row, is_target, col_stype, col_value_slot,
+            col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
+            i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
+            is_null)
     return cells, dedup_text(text_cells, text_ids, text_embed_ids)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
 from dlkit.core.collate import build_sequences, gather_rows
 from dlkit.errors import DatabaseError, InvalidArgumentError
-from dlkit.sampler.catalog import ColumnCatalog, build_catalog, readonly_view
+from dlkit.sampler.catalog import ColumnCatalog, RowRecords, build_catalog, readonly_view
 from dlkit.sampler.hugepages import huge_page_copy, huge_page_empty, use_huge_pages
 
 MAX_U16_EXTENT = 1 << 16
@@ -211,12 +211,20 @@ class BatchBuilder:
         self.path = getattr(db, "path", None)
         self.graph = GraphArrays.from_database(db)
         self.catalog: ColumnCatalog = build_catalog(db)
-        column_bytes = sum(int(a.nbytes) for a in self.catalog.column_arrays())
+        num_tables = int(self.catalog.table_num_cells.shape[0])
+        self.rows = RowRecords.none(num_tables)
+        row_layout = RowRecords.layout(self.catalog)
+        value_bytes = (8 * row_layout[2] if row_layout is not None else
+                       sum(int(a.nbytes) for a in self.catalog.column_arrays()))
         self.huge_pages = use_huge_pages(config.huge_pages,
-                                         self.graph.huge_page_bytes() + column_bytes)
+                                         self.graph.huge_page_bytes() + value_bytes)
         if self.huge_pages:
             self.graph = self.graph.huge_page_copy()
-            self.catalog = self.catalog.with_columns(huge_page_copy)
+            rows = RowRecords.build(self.catalog, huge_page_empty)
+            if rows is None:  # a table too wide for one validity word: copy its columns
+                self.catalog = self.catalog.with_columns(huge_page_copy)
+            else:
+                self.rows = rows
         text = np.asarray(db.text_embeddings())
         if text.ndim != 2 or text.dtype != np.float16:
             raise DatabaseError(f"text embeddings have shape {text.shape} and dtype {text.dtype}, "
@@ -283,7 +291,7 @@ class BatchBuilder:
             task.seed_rows[idx], obs, anchors, np.uint64(self.seed), np.uint64(epoch),
             task.index, cfg.bfs_child_width, R, g.parent_offsets, g.parent_ids,
             g.child_offsets, g.child_ids, g.child_times, g.row_times, g.parent_records,
-            g.child_records, *self.catalog.kernel_args(), task.target_col, arrays["semantic_types"],
+            g.child_records, *self.catalog.kernel_args(), *self.rows.kernel_args(), task.target_col, arrays["semantic_types"],
             arrays["column_ids"], arrays["seq_row_ids"], arrays["numeric_values"],
             arrays["timestamp_values"], arrays["bool_values"], arrays["categorical_embed_ids"],
             arrays["text_embed_ids"], arrays["is_null"], arrays["is_target"],

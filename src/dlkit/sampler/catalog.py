@@ -106,6 +106,83 @@ class ColumnCatalog:
                 self.i64_cols, self.i32_cols)
 
 
+ROW_ALIGN_WORDS = 8  # every table's records start on a 64-byte cache line
+MAX_ROW_COLUMNS = 64  # one validity word per record
+
+
+@dataclass(frozen=True, eq=False)
+class RowRecords:
+    """Every table's cells row-major (``dlkit.core.collate.fill_values_from_rows``): row ``r``
+    of table ``t`` is ``width[t]`` int64 words from ``start[t] + r * width[t]``: the validity
+    of the table's column ``k`` in bit ``k`` of the first word, its value in word ``1 + k``
+    (float64 bits for numeric columns, the integer otherwise). Widths are powers of two, so
+    a record of up to 7 columns is one cache line. Empty ``words``: fill from the columns."""
+
+    start: np.ndarray
+    width: np.ndarray
+    words: np.ndarray
+
+    @classmethod
+    def none(cls, num_tables: int) -> RowRecords:
+        zeros = np.zeros(num_tables, dtype=np.int64)
+        return cls(zeros, zeros, np.empty(0, dtype=np.int64))
+
+    @staticmethod
+    def layout(catalog: ColumnCatalog) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """``(start, width, total words)`` of ``catalog``'s records; None when a table has
+        more than ``MAX_ROW_COLUMNS`` columns (its validity would not fit one word)."""
+        if int(catalog.table_num_cells.max(initial=0)) > MAX_ROW_COLUMNS:
+            return None
+        rows = np.diff(catalog.table_offsets)
+        # The smallest power of two that holds the validity word and every column.
+        width = np.asarray([1 << int(n).bit_length() for n in catalog.table_num_cells],
+                           dtype=np.int64)
+        start = np.zeros(rows.shape[0], dtype=np.int64)
+        total = 0
+        for t in range(rows.shape[0]):
+            start[t] = total
+            total += int(rows[t] * width[t])
+            total = -(-total // ROW_ALIGN_WORDS) * ROW_ALIGN_WORDS
+        return start, width, total
+
+    @classmethod
+    def build(cls, catalog: ColumnCatalog,
+              empty: Callable[[int, Any], np.ndarray]) -> RowRecords | None:
+        """The records of every table, in an array from ``empty(words, dtype)``; None when
+        ``layout`` says they do not fit."""
+        layout = cls.layout(catalog)
+        if layout is None:
+            return None
+        start, width, total = layout
+        words = empty(total, np.int64)
+        by_stype = {NUMERIC: catalog.f64_cols, BOOLEAN: catalog.u8_cols,
+                    TIMESTAMP: catalog.i64_cols, CATEGORICAL: catalog.i32_cols,
+                    TEXT: catalog.i64_cols}
+        for t in range(start.shape[0]):
+            n = int(catalog.table_offsets[t + 1] - catalog.table_offsets[t])
+            table = words[start[t]:start[t] + n * width[t]].reshape(n, int(width[t]))
+            table[:, 0] = 0
+            first = int(catalog.table_col_start[t])
+            for c in range(first, int(catalog.table_col_start[t + 1])):
+                k = c - first
+                stype = int(catalog.col_stype[c])
+                values = by_stype[stype][int(catalog.col_value_slot[c])]
+                if stype == NUMERIC:
+                    table.view(np.float64)[:, 1 + k] = values
+                else:
+                    table[:, 1 + k] = values
+                bitmap = catalog.u8_cols[int(catalog.col_valid_slot[c])]
+                valid = np.unpackbits(bitmap, count=n, bitorder="little").astype(np.int64)
+                table[:, 0] |= valid << np.int64(k)
+            table[:, 1 + int(catalog.table_num_cells[t]):] = 0
+        words.setflags(write=False)
+        return cls(start, width, words)
+
+    def kernel_args(self) -> tuple[np.ndarray, ...]:
+        """The row-record arguments of ``build_sequences``, in its order."""
+        return self.start, self.width, self.words, self.words.view(np.float64)
+
+
 def _statistics(column: Any, path: Any) -> tuple[float, float]:
     if column.stype not in (NUMERIC, TIMESTAMP):
         return 0.0, 1.0
