@@ -90,6 +90,22 @@ def test_parallel_sweeps_give_identical_bytes(monkeypatch):
             assert np.array_equal(a, b)
 
 
+def test_in_degrees_counted_while_edges_arrive_give_identical_bytes():
+    # the preprocess builder counts in-degrees batch by batch, then transposes with counted=True
+    rng = np.random.default_rng(3)
+    offsets, ids, times = _random_graph(rng, 5_000, 3, 100)
+    ref = csr.argsort_transpose(offsets, ids, times)
+    n = len(offsets) - 1
+    co = np.zeros(n + 1, dtype=np.int64)
+    for start in range(0, ids.size, 777):
+        csr.count_in_degrees(ids[start:start + 777], co)
+    ci = np.empty(ids.size, dtype=np.int64)
+    ct = np.empty(ids.size, dtype=np.int64)
+    csr.transpose_csr(offsets, ids, times, co, ci, ct, counted=True, threads=2)
+    for a, b in zip(ref, (co, ci, ct)):
+        assert np.array_equal(a, b)
+
+
 def test_buckets_never_span_more_parents_than_a_uint16_counts():
     # 300,000 parents with no edges between two busy ones: bucket spans must still be cut
     n = 300_002

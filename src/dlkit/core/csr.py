@@ -79,13 +79,6 @@ def append_parent_csr(fk, row_base, edge_base, parent_offsets, parent_ids):
 
 
 @kernel
-def fill_no_edges(parent_offsets, row_base, n, edge_base):
-    """Offsets for ``n`` rows without foreign keys: all equal to ``edge_base``."""
-    for r in range(n):
-        parent_offsets[row_base + r + 1] = edge_base
-
-
-@kernel
 def count_in_degrees(src_ids, child_offsets):
     """Pass 1 of the counting sort: ``child_offsets[p + 1] += 1`` for every edge to ``p``.
 
@@ -311,7 +304,8 @@ def _parallel(fn, ranges) -> list:
 
 def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, child_times,
                   threads: int | None = None, bucket_edges: int = BUCKET_EDGES,
-                  block_shift: int = BLOCK_SHIFT, empty=None, offsets_ready=None) -> int:
+                  block_shift: int = BLOCK_SHIFT, empty=None, offsets_ready=None,
+                  counted: bool = False) -> int:
     """Build the parent -> children CSR from the child -> parents CSR (see the module doc).
 
     Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` and
@@ -320,8 +314,11 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     thread. Both sweeps run on ``threads`` threads (default: the CPU count, at most 8) once
     the graph has ``PARALLEL_MIN_EDGES`` edges. ``offsets_ready()``, when given, is called as
     soon as ``child_offsets`` holds its final values (before the sweeps, which only read it).
-    ``bucket_edges`` and ``block_shift`` only change the speed, never the output. Returns the
-    number of lists that needed the time sort.
+    ``bucket_edges`` and ``block_shift`` only change the speed, never the output. With
+    ``counted``, ``child_offsets[p + 1]`` already holds parent ``p``'s in-degree (and
+    ``child_offsets[0]`` zero), as :func:`count_in_degrees` over ``src_ids`` leaves it: a
+    builder that sees the edges arrive can count them then. Returns the number of lists that
+    needed the time sort.
     """
     if not 0 <= block_shift <= 16 or bucket_edges < 1:
         raise ValueError(f"need 0 <= block_shift <= 16 and bucket_edges >= 1, got "
@@ -332,8 +329,9 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     num_nodes = src_offsets.shape[0] - 1
     num_edges = src_ids.shape[0]
     threads = threads or min(8, os.cpu_count() or 1)
-    child_offsets[:] = 0
-    count_in_degrees(src_ids, child_offsets)
+    if not counted:
+        child_offsets[:] = 0
+        count_in_degrees(src_ids, child_offsets)
     prefix_sum_inplace(child_offsets)
     if offsets_ready is not None:
         offsets_ready()

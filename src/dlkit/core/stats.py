@@ -44,6 +44,48 @@ def welford_result(state) -> tuple[int, float, float]:
 
 
 @kernel
+def gather_seeds(valid, first_row, row_times, values, anchor_row, obs_time, target):
+    """A batch's task seeds (rows with ``valid``): their row ids (``first_row`` + position),
+    times and targets (as float64), packed from position 0; returns how many."""
+    n = 0
+    for i in range(valid.shape[0]):
+        if valid[i]:
+            anchor_row[n] = first_row + i
+            obs_time[n] = row_times[i]
+            target[n] = np.float64(values[i])
+            n += 1
+    return n
+
+
+@kernel
+def mark_used_entries(indices, valid, used):
+    """``used[indices[i]] = True`` for every valid row; returns the first valid row whose
+    index lies outside ``used`` (-1 when none), which is then left unmarked."""
+    size = used.shape[0]
+    for i in range(indices.shape[0]):
+        if valid[i]:
+            k = indices[i]
+            if k < 0 or k >= size:
+                return i
+            used[k] = True
+    return -1
+
+
+@kernel
+def map_entries(indices, mapping, valid, null, values):
+    """``values[i] = mapping[indices[i]]`` for valid rows whose entry maps to an id (``>= 0``);
+    every other row becomes a null: ``valid[i] = False``, ``values[i] = null``. The valid
+    rows' indices must lie inside ``mapping`` (checked by :func:`mark_used_entries`)."""
+    for i in range(indices.shape[0]):
+        v = mapping[indices[i]] if valid[i] else -1
+        if v >= 0:
+            values[i] = v
+        else:
+            valid[i] = False
+            values[i] = null
+
+
+@kernel
 def remap_ids(values, mapping):
     """``values[i] = mapping[values[i]]`` in place; a negative value (a null) becomes 0."""
     for i in range(values.shape[0]):

@@ -12,12 +12,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dlkit.core.stats import remap_ids, welford_result, welford_update
+from dlkit.core.stats import (
+    map_entries,
+    mark_used_entries,
+    remap_ids,
+    welford_result,
+    welford_update,
+)
 from dlkit.db import format as fmt
 from dlkit.db.convert import dictionary_parts, to_boolean, to_micros, to_numeric
 from dlkit.db.hashing import HashedFile, Hasher
 from dlkit.db.plan import ColumnPlan, TablePlan, where
 from dlkit.db.scratch import empty_small_pages
+from dlkit.errors import DataError
 
 class BitmapWriter:
     """Packs bool batches into an LSB-first bitmap (bit ``i % 8`` of byte ``i // 8``)."""
@@ -44,8 +51,10 @@ class BitmapWriter:
 def _used_entries(indices: np.ndarray, valid: np.ndarray, size: int) -> np.ndarray:
     """Which dictionary entries some non-null row refers to (dictionaries may hold extras)."""
     used = np.zeros(size, dtype=bool)
-    if size:
-        used[indices[valid]] = True
+    bad = int(mark_used_entries(indices, valid, used))
+    if bad >= 0:
+        raise DataError(f"corrupt dictionary-encoded data: row {bad} refers to entry "
+                        f"{int(indices[bad])} of a dictionary of {size}")
     return used
 
 
@@ -75,9 +84,8 @@ def apply_mapping(indices: np.ndarray, mapping: np.ndarray, valid: np.ndarray,
                   null: int) -> tuple[np.ndarray, np.ndarray]:
     """``(mapping[indices], valid)``, a row whose entry maps to nothing being a null
     (``valid`` is updated in place) holding ``null``."""
-    values = mapping[indices] if mapping.size else np.zeros(len(valid), dtype=mapping.dtype)
-    valid &= values >= 0
-    values[~valid] = null
+    values = np.empty(len(valid), dtype=mapping.dtype)
+    map_entries(indices, mapping, valid, mapping.dtype.type(null), values)
     return values, valid
 
 

@@ -8,6 +8,7 @@ writer thread, bypassing the page cache where possible):
   -> parents arrays (:meth:`GraphWriter.append`, :func:`dlkit.core.csr.append_parent_csr`);
   the edge count is not known yet, so ``parent_ids`` is sized for the most edges there could
   be (pages never written cost nothing);
+* the parents' in-degrees are counted as the edges arrive, so the transpose starts from them;
 * the ``graph`` stage (:meth:`GraphWriter.finish`) queues the header and the parent sections
   for writing, builds the transpose (:func:`dlkit.core.csr.transpose_csr`) meanwhile
   (queuing the child offsets as soon as they are final, before its sweeps), then queues the
@@ -39,18 +40,28 @@ class GraphWriter:
         self.parent_offsets = arrays.empty(np.int64, self.num_rows + 1)
         self.parent_ids = arrays.empty(np.int64, max_edges)
         self.parent_offsets[0] = 0
+        # The parents' in-degrees, counted as the edges arrive (on the thread appending
+        # them, in parallel with the column work), then turned into the child offsets.
+        # Zeroed in full here: pages the counts never reach, first touched by the graph
+        # stage's prefix sum, made it take 0.35 s instead of 0.01 s in our full builds.
+        self.child_offsets = arrays.empty(np.int64, self.num_rows + 1)
+        self.child_offsets[:] = 0
         self.num_edges = 0
         self.row_times = arrays.empty(np.int64, self.num_rows)
         self.size = 0
 
     def no_edges(self, plan: TablePlan) -> None:
-        """The rows of a table without foreign keys."""
-        csr.fill_no_edges(self.parent_offsets, plan.row_offset, plan.num_rows, self.num_edges)
+        """The rows of a table without foreign keys (numpy, not a kernel: the first table's
+        pass comes before the kernels are loaded, and must not wait for them)."""
+        start = plan.row_offset + 1
+        self.parent_offsets[start:start + plan.num_rows] = self.num_edges
 
     def append(self, parents: np.ndarray, first_row: int) -> None:
         """Rows ``first_row..`` (global ids) with ``parents`` (``int64[K, n]``, -1 for none)."""
-        self.num_edges = csr.append_parent_csr(parents, first_row, self.num_edges,
+        first_edge = self.num_edges
+        self.num_edges = csr.append_parent_csr(parents, first_row, first_edge,
                                                self.parent_offsets, self.parent_ids)
+        csr.count_in_degrees(self.parent_ids[first_edge:self.num_edges], self.child_offsets)
 
     def finish(self) -> int:
         """Stage ``graph``: build the transpose and write the file; returns how many child
@@ -63,12 +74,12 @@ class GraphWriter:
         self.parent_offsets = self.parent_ids = None
         _write_section(out, layout, "parent_offsets", parent_offsets)
         _write_section(out, layout, "parent_ids", parent_ids)
-        child_offsets = self.arrays.empty(np.int64, V + 1)
+        child_offsets, self.child_offsets = self.child_offsets, None
         child_ids = self.arrays.empty(np.int64, E)
         child_times = self.arrays.empty(np.int64, E)
         unsorted = csr.transpose_csr(
             parent_offsets, parent_ids, self.row_times, child_offsets, child_ids, child_times,
-            empty=self.arrays.empty,
+            empty=self.arrays.empty, counted=True,
             offsets_ready=lambda: _write_section(out, layout, "child_offsets", child_offsets))
         for name, array in (("child_ids", child_ids), ("child_times", child_times),
                             ("row_times", self.row_times)):

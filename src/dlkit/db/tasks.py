@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.core.stats import remap_ids
+from dlkit.core.stats import gather_seeds, remap_ids
 from dlkit.db import format as fmt
 from dlkit.db.hashing import Hasher
 from dlkit.db.plan import ColumnPlan
@@ -32,17 +32,24 @@ class TaskWriter:
         if self.categorical:
             self.provisional = empty_small_pages("<f8", num_rows)
         self.num_seeds = 0
+        self._ones = np.ones(0, dtype=np.uint8)
 
     def append(self, start: int, row_times: np.ndarray, values: np.ndarray, valid: np.ndarray) -> None:
-        local = np.flatnonzero(valid)
-        self.files["anchor_row"].write((local + start).astype("<i8"))
-        self.files["obs_time"].write(np.ascontiguousarray(row_times[local], dtype="<i8"))
-        self.files["target_valid"].write(np.ones(local.size, dtype=np.uint8))
-        if self.categorical:
-            self.provisional[self.num_seeds:self.num_seeds + local.size] = values[local]
-        else:
-            self.target.write(values[local].astype("<f8"))
-        self.num_seeds += int(local.size)
+        n = valid.shape[0]
+        # fresh arrays each batch: the files hold on to what they were given until written
+        anchor_row = np.empty(n, dtype="<i8")
+        obs_time = np.empty(n, dtype="<i8")
+        target = (self.provisional[self.num_seeds:self.num_seeds + n] if self.categorical
+                  else np.empty(n, dtype="<f8"))
+        count = int(gather_seeds(valid, start, row_times, values, anchor_row, obs_time, target))
+        self.files["anchor_row"].write(anchor_row[:count])
+        self.files["obs_time"].write(obs_time[:count])
+        if self._ones.size < count:
+            self._ones = np.ones(count, dtype=np.uint8)  # never modified: shared by every write
+        self.files["target_valid"].write(self._ones[:count])
+        if not self.categorical:
+            self.target.write(target[:count])
+        self.num_seeds += count
 
     def finish(self, mapping: np.ndarray | None) -> dict[str, Any]:
         for f in self.files.values():

@@ -50,7 +50,13 @@ import numpy as np
 import pyarrow as pa
 
 from dlkit.core import csr
-from dlkit.core.stats import remap_ids, welford_update
+from dlkit.core.stats import (
+    gather_seeds,
+    map_entries,
+    mark_used_entries,
+    remap_ids,
+    welford_update,
+)
 from dlkit.db import format as fmt
 from dlkit.db.convert import to_micros, to_numeric
 from dlkit.db.embed import HashedNgramEmbedder, embed_texts, load_embedder
@@ -248,26 +254,35 @@ def _warm_up(embedder: Any) -> None:
     (strided batch slices, arrays over maps, ...), on a background thread while the input is
     scanned; the first real call then costs nothing."""
     try:
+        # in the order a pass first needs them: a table's columns, its keys, the lookups of
+        # a table with foreign keys, its task seeds, then the graph stage's
+        state = np.zeros(4)
+        welford_update(*to_micros(pa.array([1, None], pa.timestamp("us")), ""), state)
+        welford_update(*to_numeric(pa.array([1.0, None])), state)
+        indices, valid = np.zeros(2, np.int64), np.ones(2, bool)
+        mark_used_entries(indices, valid, np.zeros(1, bool))
+        map_entries(indices, np.zeros(1, np.int32), valid, np.int32(-1), np.empty(2, np.int32))
         for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):
             KeyIndex.build_int(keys, "").lookup(pa.array([1, 5]), 0, np.empty(2, np.int64), "")
-            check_unique_ints(keys, "", (int(keys.min()), int(keys.max())))
         KeyIndex.build_str(pa.array(["a", "b"]), "").lookup(
             pa.array(["a", None]), 0, np.empty(2, np.int64), "")
-        state = np.zeros(4)
-        welford_update(*to_numeric(pa.array([1.0, None])), state)
-        welford_update(*to_micros(pa.array([1, None], pa.timestamp("us")), ""), state)
-        remap_ids(np.zeros(2, np.int32), np.zeros(1, np.int32))
-        remap_ids(np.zeros(2, np.float64), np.zeros(1, np.int32))
-        embed_texts(embedder, ["warm up"]) if isinstance(embedder, HashedNgramEmbedder) else None
         po = np.zeros(4, np.int64)
         pi = np.zeros(3, np.int64)
-        csr.fill_no_edges(po, 0, 1, 0)
         parents = np.array([[0, -1, 0], [1, 2, 0]], dtype=np.int64)
-        csr.append_parent_csr(parents[:, :2], 1, 0, po, pi)
+        # a full batch: a C-contiguous slice (5 edges)
+        csr.append_parent_csr(parents, 0, 0, po, np.zeros(6, np.int64))
+        csr.append_parent_csr(parents[:, :2], 1, 0, po, pi)  # a shorter one: strided
+        gather_seeds(valid, 0, np.zeros(2, np.int64), np.zeros(2), np.empty(2, np.int64),
+                     np.empty(2, np.int64), np.empty(2))
+        for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):
+            check_unique_ints(keys, "", (int(keys.min()), int(keys.max())))
+        remap_ids(np.zeros(2, np.int32), np.zeros(1, np.int32))
+        remap_ids(np.zeros(2, np.float64), np.zeros(1, np.int32))
         csr.transpose_csr(po, pi, np.zeros(3, np.int64), np.empty(4, np.int64),
                           np.empty(3, np.int64), np.empty(3, np.int64), threads=1)
         csr.bucket_histogram(pi, np.int64(0), np.int64(3), 6, np.zeros(1, np.int32),
                              np.zeros((1, 1), np.int64)[0])
+        embed_texts(embedder, ["warm up"]) if isinstance(embedder, HashedNgramEmbedder) else None
     except Exception:  # pragma: no cover - warming up is only an optimisation
         pass
 
