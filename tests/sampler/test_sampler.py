@@ -247,6 +247,24 @@ def test_shutdown_joins_every_thread_and_then_raises(db):
     assert set(dlkit_threads()) <= before
 
 
+def test_shutdown_frees_the_copies_without_waiting_for_the_garbage_collector(db):
+    """The huge-page copies go when the sampler shuts down, not when a GC pass finds it."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        with Sampler(db, 0, 1, batch_size=4, huge_pages=True, **SMALL) as s:
+            s.next_train_batch()
+            copy = weakref.ref(s.builder.graph.parent_records.base)
+            assert copy() is not None
+        assert copy() is None
+        with pytest.raises(SamplerShutdown):
+            s.builder.build(s.builder.tasks[0], np.arange(1), 0)
+    finally:
+        gc.enable()
+
+
 def test_rank_and_world_size_default_to_the_torchrun_environment(db, monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "3")

@@ -327,7 +327,6 @@ def fill_values_from_rows(cell_counts, position_col, position_row, is_target, ta
     nulls = is_null.reshape(-1)
     numbers_out = numeric_values.reshape(-1)
     times_out = timestamp_values.reshape((B * S, timestamp_values.shape[2]))
-    times_flat = timestamp_values.reshape(-1)
     flags_out = bool_values.reshape(-1)
     categories_out = categorical_embed_ids.reshape(-1)
     total = 0
@@ -337,6 +336,9 @@ def fill_values_from_rows(cell_counts, position_col, position_row, is_target, ta
     text_ids = np.empty(total, dtype=np.int64)
     num_texts = 0
     for b in range(B):
+        # timestamp_values arrives uninitialised: each sequence's block is zeroed just before
+        # its cells are written, so those writes hit the cache.
+        timestamp_values[b, :, :] = 0
         first = b * S
         last = first + cell_counts[b]
         for f in range(first, last):
@@ -344,9 +346,6 @@ def fill_values_from_rows(cell_counts, position_col, position_row, is_target, ta
             if ahead < last:
                 t_ahead = col_table[cols[ahead]]
                 prefetch(row_words, row_start[t_ahead] + rows[ahead] * row_width[t_ahead])
-                if col_stype[cols[ahead]] == TIMESTAMP:
-                    prefetch(times_flat, ahead * NUM_TIME_FEATURES)
-                    prefetch(times_flat, ahead * NUM_TIME_FEATURES + NUM_TIME_FEATURES - 1)
             if targets[f] != 0:
                 continue
             c = cols[f]
@@ -426,6 +425,8 @@ def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids,
                 prefetch(parent_ids, parent_lo[i])
                 prefetch(parent_ids, parent_hi[i] - 1)
     first_parent = np.full(num_rows, num_rows, dtype=np.int64)
+    # fk_adj arrives uninitialised: zeroed here, its writes below hit the cache.
+    fk_adj[b, :, :] = 0
     for i in range(num_rows):
         for e in range(parent_lo[i], parent_hi[i]):
             j = row_set_find(keys, index, parent_records[e, 0] if records else parent_ids[e])
@@ -461,7 +462,8 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     ``parent_records`` / ``child_records`` are the graph's edge records or empty (see
     ``temporal_bfs``); values come from the row records (``fill_values_from_rows``) when
     ``row_words`` is not empty, else from the column arrays. Output arrays arrive zeroed
-    (``is_padding`` all ones). The ``visited_*`` arrays receive each sequence's rows and their
+    (``is_padding`` all ones), except the two large ones, ``fk_adj`` and ``timestamp_values``,
+    which the kernels zero sequence by sequence just before writing them. The ``visited_*`` arrays receive each sequence's rows and their
     provenance (see ``temporal_bfs``). Returns the cell count of each sequence and the batch's
     distinct text ids (ascending).
     """
@@ -497,6 +499,7 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
             col_std, col_cat_start, row_start, row_width, row_words, row_floats,
             numeric_values, timestamp_values, bool_values, categorical_embed_ids, is_null)
     else:
+        timestamp_values[:, :, :] = 0
         text_cells, text_ids = fill_values(
             cells, position_col, position_row, is_target, col_stype, col_value_slot,
             col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,

@@ -329,7 +329,8 @@ class Sampler:
             raise SamplerShutdown("the sampler was shut down")
 
     def shutdown(self) -> None:
-        """Stop and join every producer thread and close the database (idempotent)."""
+        """Stop and join every producer thread, release the in-memory copies and close the
+        database (idempotent)."""
         if getattr(self, "_shut", True):
             return
         self._shut = True
@@ -337,6 +338,7 @@ class Sampler:
             self._train.close()
             self._val.close()
         finally:
+            self.builder.release()
             if self._owns_db:
                 self._db.close()
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
 from dlkit.core.collate import build_sequences, gather_rows
-from dlkit.errors import DatabaseError, InvalidArgumentError
+from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
 from dlkit.sampler.catalog import ColumnCatalog, RowRecords, build_catalog, readonly_view
 from dlkit.sampler.hugepages import huge_page_copy, huge_page_empty, use_huge_pages
 
@@ -47,6 +47,9 @@ BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
     "cat_emb_count": (np.dtype(np.uint32), "1"),
 }
 BATCH_KEYS = tuple(BATCH_LAYOUT)
+# The two largest arrays (2 MiB each at B=32, S=1024, R=256) are zeroed by the kernels, a
+# sequence at a time right before they write it, instead of up front (build_sequences).
+SELF_ZEROED = frozenset({"fk_adj", "timestamp_values"})
 
 
 def _no_records() -> np.ndarray:
@@ -261,6 +264,12 @@ class BatchBuilder:
                         int(self.catalog.col_cat_start[target_col]),
                         int(self.catalog.col_cat_count[target_col]))
 
+    def release(self) -> None:
+        """Drop the graph, column and record arrays now (the huge-page copies are gigabytes
+        for a large database) rather than whenever the garbage collector gets to the sampler;
+        ``build`` refuses afterwards."""
+        self.graph = self.catalog = self.rows = None  # type: ignore[assignment]
+
     def task(self, name_or_index: str | int) -> TaskView:
         for view in self.tasks:
             if name_or_index in (view.name, view.index):
@@ -270,13 +279,16 @@ class BatchBuilder:
 
     def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int) -> BuiltBatch:
         """The batch of ``task``'s seeds ``seed_indices`` (positions in its seed list)."""
+        if self.graph is None:
+            raise SamplerShutdown("the batch builder was released: no more batches")
         cfg = self.config
         idx = np.asarray(seed_indices, dtype=np.int64)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= task.num_seeds):
             raise InvalidArgumentError(f"seed indices outside task {task.name}'s "
                                        f"{task.num_seeds} seeds")
         B, S, R = idx.shape[0], cfg.sequence_length, cfg.max_rows
-        arrays = {key: np.zeros(_shape(spec, B, S, R), dtype=dtype)
+        arrays = {key: (np.empty if key in SELF_ZEROED else np.zeros)(_shape(spec, B, S, R),
+                                                                      dtype=dtype)
                   for key, (dtype, spec) in BATCH_LAYOUT.items() if key != "text_batch_embeddings"}
         arrays["is_padding"].fill(1)
         visited = np.zeros((B, R), dtype=np.int64)
