@@ -30,5 +30,6 @@ bench: $(STAMP)  ## run every benchmark (prints ratios against baselines)
 golden: $(STAMP)  ## regenerate golden files (review the diff before committing!)
 	$(BIN)/python fixtures/make_golden.py
 
-clean:  ## remove generated outputs (keeps .venv)
+clean:  ## remove generated outputs and compiled kernels (keeps .venv)
 	rm -rf $(OUT) .pytest_cache .hypothesis
+	find src -name '*.nbi' -o -name '*.nbc' | xargs rm -f

@@ -41,12 +41,17 @@ def edge_records(g) -> tuple[np.ndarray, np.ndarray]:
     edges = len(g.parent_ids)
     parents = np.full((edges, RECORD_WIDTH), -7, np.int64)
     children = np.full((edges, RECORD_WIDTH), -7, np.int64)
-    parent_edge_records(g.parent_ids, g.row_times, g.child_offsets, parents)
+    parent_edge_records(g.parent_ids, g.row_times, g.parent_offsets, g.child_offsets, parents)
     child_edge_records(g.child_ids, g.parent_offsets, g.child_offsets, children)
+
+    def counts(row: int) -> int:
+        return (int(g.child_offsets[row + 1] - g.child_offsets[row]) << 32
+                | int(g.parent_offsets[row + 1] - g.parent_offsets[row]))
+
     for e in range(edges):
         p, c = int(g.parent_ids[e]), int(g.child_ids[e])
         assert parents[e].tolist() == [p, int(g.row_times[p]), int(g.child_offsets[p]),
-                                       int(g.child_offsets[p + 1])]
+                                       counts(p)]
         num_parents = int(g.parent_offsets[c + 1] - g.parent_offsets[c])
         num_children = int(g.child_offsets[c + 1] - g.child_offsets[c])
         assert children[e].tolist() == [c, int(g.parent_offsets[c]), int(g.child_offsets[c]),

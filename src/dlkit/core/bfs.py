@@ -212,18 +212,23 @@ _COUNT_MASK = np.int64(0xFFFFFFFF)
 
 
 @kernel
-def parent_edge_records(parent_ids, row_times, child_offsets, out):
-    """Per child -> parent edge ``e``: ``(parent, parent time, parent's child edges lo, hi)``.
+def parent_edge_records(parent_ids, row_times, parent_offsets, child_offsets, out):
+    """Per child -> parent edge ``e``: ``(parent, parent time, parent's child edges lo, child
+    count << 32 | parent count)``.
 
     What a parent push reads about the parent, in one line next to the edge itself instead of
-    three further reads that must wait for the parent's id (``out`` is int64[E, 4]).
+    reads that must wait for the parent's id (``out`` is int64[E, 4]; callers use it only for
+    graphs of fewer than 2^31 edges each way, so every count fits 32 bits). The parent's own
+    parent range starts at ``parent_offsets[parent]``, read only when the count is not 0.
     """
     for e in range(parent_ids.shape[0]):
         parent = parent_ids[e]
+        child_lo = child_offsets[parent]
         out[e, 0] = parent
         out[e, 1] = row_times[parent]
-        out[e, 2] = child_offsets[parent]
-        out[e, 3] = child_offsets[parent + 1]
+        out[e, 2] = child_lo
+        out[e, 3] = ((child_offsets[parent + 1] - child_lo) << _COUNT_SHIFT) | (
+            parent_offsets[parent + 1] - parent_offsets[parent])
 
 
 @kernel
@@ -356,13 +361,14 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             stack[top, 1] = depth + 1
             stack[top, 2] = me
             if records:
+                counts = parent_records[e, 3]
+                below_lo = parent_records[e, 2]
+                below_hi = below_lo + (counts >> _COUNT_SHIFT)
                 above_lo = np.int64(0)
                 above_hi = np.int64(0)
-                if table_links[table_of(table_offsets, parent)] & HAS_PARENTS:
+                if counts & _COUNT_MASK:
                     above_lo = parent_offsets[parent]
-                    above_hi = parent_offsets[parent + 1]
-                below_lo = parent_records[e, 2]
-                below_hi = parent_records[e, 3]
+                    above_hi = above_lo + (counts & _COUNT_MASK)
             else:
                 above_lo, above_hi, below_lo, below_hi = _links(
                     parent_offsets, child_offsets, table_offsets, table_links, parent)

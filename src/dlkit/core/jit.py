@@ -7,6 +7,10 @@ before calling, so no kernel divides by zero or indexes out of bounds).
 
 Setting ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python, which the test suite uses
 for coverage.
+
+Numba's cache checks only the source file of the kernel it loads: a kernel whose callee in
+another file changed still loads its old machine code. After changing a kernel, ``make clean``
+drops every compiled kernel (installed packages are safe: an upgrade rewrites every file).
 """
 
 from __future__ import annotations

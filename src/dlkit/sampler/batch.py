@@ -128,7 +128,7 @@ class GraphArrays:
         # Two gathers of random reads, each a nogil kernel: one on each of two threads.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlkit-records") as pool:
             built = [pool.submit(parent_edge_records, self.parent_ids, self.row_times,
-                                 self.child_offsets, parent_records),
+                                 self.parent_offsets, self.child_offsets, parent_records),
                      pool.submit(child_edge_records, self.child_ids, self.parent_offsets,
                                  self.child_offsets, child_records)]
             for future in built:
