@@ -66,6 +66,7 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
     ncells = np.asarray([len(t.columns) for t in db.tables], dtype=np.int64)
     k0, k1 = sequence_key(np.uint64(seed), np.uint64(epoch), task)
     out = [np.zeros(max_rows, np.int64) for _ in range(3)] + [np.zeros(max_rows, np.int8)]
+    parent_lo, parent_hi = np.full(max_rows, -9, np.int64), np.full(max_rows, -9, np.int64)
     cutoff = INT64_MAX if obs_time == NO_TIME else obs_time
     links = table_links_of(g.parent_offsets, g.child_offsets, offsets)
     if records:
@@ -74,7 +75,11 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
         parents = children = np.empty((0, RECORD_WIDTH), np.int64)
     n = temporal_bfs(g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids, g.child_times,
                      g.row_times, parents, children, offsets, ncells, links, seed_row, cutoff,
-                     width, max_cells, max_rows, k0, k1, anchor, *out)
+                     width, max_cells, max_rows, k0, k1, anchor, *out, parent_lo, parent_hi)
+    for i in range(n):  # each visited row's parent edges, as the structure pass reuses them
+        row = int(out[0][i])
+        want = list(range(int(g.parent_offsets[row]), int(g.parent_offsets[row + 1])))
+        assert list(range(int(parent_lo[i]), int(parent_hi[i]))) == want
     return [tuple(int(a[i]) for a in out) for i in range(n)]
 
 

@@ -252,12 +252,14 @@ def child_edge_records(child_ids, parent_offsets, child_offsets, out):
 def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
                  parent_records, child_records, table_offsets, table_num_cells, table_links,
                  seed_row, cutoff, child_width, max_cells, max_rows, k0, k1, anchor, out_rows,
-                 out_depth, out_source, out_via):
+                 out_depth, out_source, out_via, out_parent_lo, out_parent_hi):
     """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``n``.
 
     ``out_source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
     seed) and ``out_via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
-    ``VIA_CHILD``: a child). Randomness is the sequence stream ``(k0, k1, anchor)``.
+    ``VIA_CHILD``: a child), and ``out_parent_lo[i]:out_parent_hi[i]`` its parent edges (an
+    empty range may be ``0:0``), which the structure pass reuses instead of reading the offsets
+    again. Randomness is the sequence stream ``(k0, k1, anchor)``.
     ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when some row of table ``t``
     has a parent / a child: rows of other tables skip reading those offsets (a cache miss each).
     ``parent_records`` / ``child_records`` are the edge records of ``parent_edge_records`` /
@@ -339,6 +341,8 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
         out_depth[count] = depth
         out_source[count] = source
         out_via[count] = via
+        out_parent_lo[count] = parent_lo
+        out_parent_hi[count] = parent_hi
         me = count
         count += 1
         cells += table_num_cells[table_of(table_offsets, row)]

@@ -390,45 +390,37 @@ def stable_order(keys, count, num_keys, out):
 
 
 @kernel
-def sequence_structure(b, rows, num_rows, num_cells, parent_offsets, parent_ids, parent_records,
-                       col_sort_rank, num_columns, seq_row_ids, position_col, fk_adj, col_perm,
-                       out_perm, in_perm, scratch):
+def sequence_structure(b, rows, num_rows, num_cells, row_parent_lo, row_parent_hi, parent_ids,
+                       parent_records, col_sort_rank, num_columns, seq_row_ids, position_col,
+                       fk_adj, col_perm, out_perm, in_perm, scratch):
     """``fk_adj`` and the permutations of sequence ``b`` (cells already laid out).
 
     ``fk_adj[b, i, j] = 1`` when row ``j`` is a foreign-key parent of row ``i``. ``col_perm``
     sorts positions by column id, ``out_perm`` by sequence row, ``in_perm`` by the sequence row
     of the row's first foreign-key parent present in the sequence (rows without one after all
-    others); every sort is stable and puts padding last. ``scratch`` is int64[S]. Parent ids
-    come from ``parent_records`` when it is not empty (``dlkit.core.bfs``), else ``parent_ids``.
+    others); every sort is stable and puts padding last. ``scratch`` is int64[S]. Row ``i``'s
+    parent edges are ``row_parent_lo[i]:row_parent_hi[i]`` (from the walk); their ids come
+    from ``parent_records`` when it is not empty (``dlkit.core.bfs``), else ``parent_ids``.
     """
     records = parent_records.shape[0] > 0
     record_words = parent_records.reshape(-1)  # 1-D, for prefetch
-    # The rows' parent lists are random reads of the graph: fetch every row's offsets, then
-    # every parent list, all at once (their misses overlap), before the loop that needs them.
+    # The walk read most of these parent lists; fetch the rest all at once (their misses
+    # overlap) before the loop that needs them.
     for i in range(num_rows):
-        prefetch(parent_offsets, rows[i])
-        prefetch(parent_offsets, rows[i] + 1)
+        if row_parent_hi[i] > row_parent_lo[i]:
+            if records:
+                prefetch(record_words, row_parent_lo[i] * RECORD_WIDTH)
+            else:
+                prefetch(parent_ids, row_parent_lo[i])
     keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
     index = np.empty(keys.shape[0], dtype=np.int64)
     for i in range(num_rows):
         row_set_put(keys, index, rows[i], i)
-    parent_lo = np.empty(num_rows, dtype=np.int64)
-    parent_hi = np.empty(num_rows, dtype=np.int64)
-    for i in range(num_rows):
-        parent_lo[i] = parent_offsets[rows[i]]
-        parent_hi[i] = parent_offsets[rows[i] + 1]
-        if parent_hi[i] > parent_lo[i]:
-            if records:
-                prefetch(record_words, parent_lo[i] * RECORD_WIDTH)
-                prefetch(record_words, (parent_hi[i] - 1) * RECORD_WIDTH)
-            else:
-                prefetch(parent_ids, parent_lo[i])
-                prefetch(parent_ids, parent_hi[i] - 1)
     first_parent = np.full(num_rows, num_rows, dtype=np.int64)
     # fk_adj arrives uninitialised: zeroed here, its writes below hit the cache.
     fk_adj[b, :, :] = 0
     for i in range(num_rows):
-        for e in range(parent_lo[i], parent_hi[i]):
+        for e in range(row_parent_lo[i], row_parent_hi[i]):
             j = row_set_find(keys, index, parent_records[e, 0] if records else parent_ids[e])
             if j >= 0:
                 fk_adj[b, i, j] = 1
@@ -475,6 +467,8 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     position_row = np.empty((B, S), dtype=np.int64)
     scratch = np.empty(S, dtype=np.int64)
     cells = np.zeros(B, dtype=np.int64)
+    visited_parent_lo = np.empty((B, max_rows), dtype=np.int64)
+    visited_parent_hi = np.empty((B, max_rows), dtype=np.int64)
     num_columns = col_stype.shape[0]
     links = table_links_of(parent_offsets, child_offsets, table_offsets)
     for b in range(B):
@@ -483,15 +477,15 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
             parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
             parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b], cutoff, child_width, S,
             max_rows, k0, k1, anchors[b], visited_rows[b], visited_depth[b], visited_source[b],
-            visited_via[b])
+            visited_via[b], visited_parent_lo[b], visited_parent_hi[b])
     for b in range(B):
         n = visited_counts[b]
         cells[b] = layout_sequence(b, visited_rows[b], n, table_offsets,
                                    table_col_start, col_stype, col_column_id, target_col,
                                    semantic_types, column_ids, seq_row_ids, is_target,
                                    is_padding, position_col, position_row)
-        sequence_structure(b, visited_rows[b], n, cells[b], parent_offsets, parent_ids,
-                           parent_records, col_sort_rank, num_columns, seq_row_ids,
+        sequence_structure(b, visited_rows[b], n, cells[b], visited_parent_lo[b],
+                           visited_parent_hi[b], parent_ids, parent_records, col_sort_rank, num_columns, seq_row_ids,
                            position_col, fk_adj, col_perm, out_perm, in_perm, scratch)
     if row_words.shape[0] > 0:
         text_cells, text_ids = fill_values_from_rows(
