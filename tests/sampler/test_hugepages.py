@@ -43,9 +43,7 @@ def test_policy(monkeypatch):
 
 def test_batches_are_the_same_from_the_copies():
     db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
-    config = dict(sequence_length=40, max_rows=10, bfs_child_width=2)
-    mapped = BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3)
-    copied = BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3)
+    mapped, copied = builders(db)
     assert (mapped.huge_pages, copied.huge_pages) == (False, True)
     assert copied.graph.has_records and not mapped.graph.has_records
     for a in copied.graph.walked() + copied.catalog.column_arrays():
@@ -54,30 +52,35 @@ def test_batches_are_the_same_from_the_copies():
     assert copied.graph.huge_page_bytes() == sum(a.nbytes for a in copied.graph.walked())
     assert copied.graph.parent_records.shape == (edges, 4)
     assert copied.rows.words.size > 0 and mapped.rows.words.size == 0
+    assert_same_batches(mapped, copied)
+    with pytest.raises(InvalidArgumentError, match="huge_pages"):
+        BatchConfig(huge_pages=1)
+
+
+def builders(db) -> tuple[BatchBuilder, BatchBuilder]:
+    """(memory map, huge-page copies) builders of the same configuration."""
+    config = dict(sequence_length=40, max_rows=10, bfs_child_width=2)
+    return (BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3),
+            BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3))
+
+
+def assert_same_batches(mapped: BatchBuilder, copied: BatchBuilder) -> None:
     for view in mapped.tasks:
         idx = np.arange(min(view.num_seeds, 9))
         a = mapped.build(view, idx, 1).arrays
         b = copied.build(copied.task(view.name), idx, 1).arrays
         for key in BATCH_KEYS:
             assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
-    with pytest.raises(InvalidArgumentError, match="huge_pages"):
-        BatchConfig(huge_pages=1)
 
 
 def test_graphs_too_large_for_records_copy_the_csr(monkeypatch):
     """Records pack per-row counts in 32 bits: past 2^31 edges the plain CSR is copied."""
     db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
     monkeypatch.setattr(batch_module, "MAX_RECORD_EDGES", 1)
-    config = dict(sequence_length=40, max_rows=10, bfs_child_width=2)
-    copied = BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3)
-    mapped = BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3)
+    mapped, copied = builders(db)
     assert copied.huge_pages and not copied.graph.has_records
     assert len(copied.graph.walked()) == 6
-    view = mapped.tasks[0]
-    idx = np.arange(min(view.num_seeds, 9))
-    a = mapped.build(view, idx, 1).arrays
-    b = copied.build(copied.task(view.name), idx, 1).arrays
-    assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
+    assert_same_batches(mapped, copied)
 
 
 @pytest.mark.parametrize("seed", [3, 8, 21])
@@ -108,16 +111,10 @@ def test_row_records_hold_every_cell(seed):
 def test_tables_too_wide_for_row_records_copy_the_columns(monkeypatch):
     db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
     monkeypatch.setattr(catalog_module, "MAX_ROW_COLUMNS", 0)
-    config = dict(sequence_length=40, max_rows=10, bfs_child_width=2)
-    copied = BatchBuilder(db, BatchConfig(**config, huge_pages=True), seed=3)
-    mapped = BatchBuilder(db, BatchConfig(**config, huge_pages=False), seed=3)
+    mapped, copied = builders(db)
     assert copied.huge_pages and copied.rows.words.size == 0
     assert all(not a.flags.writeable for a in copied.catalog.column_arrays())
-    for view in mapped.tasks:
-        idx = np.arange(min(view.num_seeds, 9))
-        a = mapped.build(view, idx, 1).arrays
-        b = copied.build(copied.task(view.name), idx, 1).arrays
-        assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
+    assert_same_batches(mapped, copied)
 
 
 def test_sampler_takes_the_setting():

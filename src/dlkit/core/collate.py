@@ -182,6 +182,18 @@ def _prefetch_ahead(order, rows, q, last, valid, values):
 
 
 @kernel
+def _flat(position_col, position_row, is_target, is_null, numeric_values, timestamp_values,
+          bool_values, categorical_embed_ids):
+    """The per-position arrays of a batch addressed flat (``f = b * S + p``); timestamp
+    features as ``[B * S, 15]``."""
+    B, S = position_col.shape
+    return (position_col.reshape(-1), position_row.reshape(-1), is_target.reshape(-1),
+            is_null.reshape(-1), numeric_values.reshape(-1),
+            timestamp_values.reshape((B * S, timestamp_values.shape[2])),
+            bool_values.reshape(-1), categorical_embed_ids.reshape(-1))
+
+
+@kernel
 def fill_values(cell_counts, position_col, position_row, is_target, col_stype, col_value_slot,
                 col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
                 i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
@@ -195,15 +207,10 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
     """
     B, S = position_col.shape
     C = col_stype.shape[0]
-    cols = position_col.reshape(-1)
-    rows = position_row.reshape(-1)
-    targets = is_target.reshape(-1)
-    nulls = is_null.reshape(-1)
-    numbers_out = numeric_values.reshape(-1)
-    times_out = timestamp_values.reshape((B * S, timestamp_values.shape[2]))
-    flags_out = bool_values.reshape(-1)
+    cols, rows, targets, nulls, numbers_out, times_out, flags_out, categories_out = _flat(
+        position_col, position_row, is_target, is_null, numeric_values, timestamp_values,
+        bool_values, categorical_embed_ids)
     times_flat = timestamp_values.reshape(-1)
-    categories_out = categorical_embed_ids.reshape(-1)
     starts = np.zeros(C + 1, dtype=np.int64)
     for b in range(B):
         for f in range(b * S, b * S + cell_counts[b]):
@@ -321,14 +328,9 @@ def fill_values_from_rows(cell_counts, position_col, position_row, is_target, ta
     for t in range(num_tables):
         for c in range(table_col_start[t], table_col_start[t + 1]):
             col_table[c] = t
-    cols = position_col.reshape(-1)
-    rows = position_row.reshape(-1)
-    targets = is_target.reshape(-1)
-    nulls = is_null.reshape(-1)
-    numbers_out = numeric_values.reshape(-1)
-    times_out = timestamp_values.reshape((B * S, timestamp_values.shape[2]))
-    flags_out = bool_values.reshape(-1)
-    categories_out = categorical_embed_ids.reshape(-1)
+    cols, rows, targets, nulls, numbers_out, times_out, flags_out, categories_out = _flat(
+        position_col, position_row, is_target, is_null, numeric_values, timestamp_values,
+        bool_values, categorical_embed_ids)
     total = 0
     for b in range(B):
         total += cell_counts[b]
