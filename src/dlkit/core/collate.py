@@ -194,6 +194,49 @@ def _flat(position_col, position_row, is_target, is_null, numeric_values, timest
 
 
 @kernel
+def _put_value(stype, f, value, mean, std, cat_start, numbers_out, times_out, flags_out,
+               categories_out):
+    """Write the value of valid, non-text cell ``f`` (the one rule both fill paths share)."""
+    if stype == NUMERIC:
+        numbers_out[f] = np.float32((np.float64(value) - mean) / std)
+    elif stype == BOOLEAN:
+        flags_out[f] = 1 if value != 0 else 0
+    elif stype == TIMESTAMP:
+        time_features(np.int64(value), mean, std, times_out[f])
+    else:
+        categories_out[f] = np.uint32(cat_start + np.int64(value))
+
+
+@kernel
+def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_start, nulls,
+                 numbers_out, times_out, times_flat, flags_out, categories_out, text_cells,
+                 text_ids, num_texts):
+    """The cells ``order[first:last]`` of one column (validity bitmap ``valid``); null cells
+    get ``is_null = 1`` and keep 0 values, text cells are appended to ``text_cells`` /
+    ``text_ids``. Returns the new text cell count."""
+    for q in range(first, last):
+        _prefetch_ahead(order, rows, q, last, valid, values)
+        if stype == TIMESTAMP and q + _AHEAD < last:
+            # A cell's 15 features land on one or two lines of a 2 MiB output that is no
+            # longer cached: fetched ahead, those writes stop waiting for memory.
+            at = order[q + _AHEAD] * NUM_TIME_FEATURES
+            prefetch(times_flat, at)
+            prefetch(times_flat, at + NUM_TIME_FEATURES - 1)
+        f = order[q]
+        local = rows[f]
+        if not is_valid(valid, local):
+            nulls[f] = 1
+        elif stype == TEXT:
+            text_cells[num_texts] = f
+            text_ids[num_texts] = values[local]
+            num_texts += 1
+        else:
+            _put_value(stype, f, values[local], mean, std, cat_start, numbers_out, times_out,
+                       flags_out, categories_out)
+    return num_texts
+
+
+@kernel
 def fill_values(cell_counts, position_col, position_row, is_target, col_stype, col_value_slot,
                 col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
                 i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
@@ -211,6 +254,7 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
         position_col, position_row, is_target, is_null, numeric_values, timestamp_values,
         bool_values, categorical_embed_ids)
     times_flat = timestamp_values.reshape(-1)
+    timestamp_values[:, :, :] = 0  # arrives uninitialised (see build_sequences)
     starts = np.zeros(C + 1, dtype=np.int64)
     for b in range(B):
         for f in range(b * S, b * S + cell_counts[b]):
@@ -237,71 +281,21 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
         first, last = starts[c], starts[c + 1]
         if first == last:
             continue
+        # A column's values are one of four typed lists; _fill_column is compiled per dtype.
         valid = u8_cols[col_valid_slot[c]]
         stype = col_stype[c]
         slot = col_value_slot[c]
-        # One loop per type, so each column's arrays are bound once; null cells keep 0 values.
+        args = (order, rows, first, last, stype, col_mean[c], col_std[c], col_cat_start[c],
+                nulls, numbers_out, times_out, times_flat, flags_out, categories_out,
+                text_cells, text_ids, num_texts)
         if stype == NUMERIC:
-            numbers = f64_cols[slot]
-            mean, std = col_mean[c], col_std[c]
-            for q in range(first, last):
-                _prefetch_ahead(order, rows, q, last, valid, numbers)
-                f = order[q]
-                local = rows[f]
-                if is_valid(valid, local):
-                    numbers_out[f] = np.float32((numbers[local] - mean) / std)
-                else:
-                    nulls[f] = 1
+            num_texts = _fill_column(f64_cols[slot], valid, *args)
         elif stype == BOOLEAN:
-            flags = u8_cols[slot]
-            for q in range(first, last):
-                _prefetch_ahead(order, rows, q, last, valid, flags)
-                f = order[q]
-                local = rows[f]
-                if is_valid(valid, local):
-                    flags_out[f] = 1 if flags[local] != 0 else 0
-                else:
-                    nulls[f] = 1
-        elif stype == TIMESTAMP:
-            times = i64_cols[slot]
-            mean, std = col_mean[c], col_std[c]
-            for q in range(first, last):
-                _prefetch_ahead(order, rows, q, last, valid, times)
-                # A cell's 15 features land on one or two lines of a 2 MiB output that is no
-                # longer cached: fetched ahead, those writes stop waiting for memory.
-                if q + _AHEAD < last:
-                    at = order[q + _AHEAD] * NUM_TIME_FEATURES
-                    prefetch(times_flat, at)
-                    prefetch(times_flat, at + NUM_TIME_FEATURES - 1)
-                f = order[q]
-                local = rows[f]
-                if is_valid(valid, local):
-                    time_features(times[local], mean, std, times_out[f])
-                else:
-                    nulls[f] = 1
+            num_texts = _fill_column(u8_cols[slot], valid, *args)
         elif stype == CATEGORICAL:
-            categories = i32_cols[slot]
-            offset = col_cat_start[c]
-            for q in range(first, last):
-                _prefetch_ahead(order, rows, q, last, valid, categories)
-                f = order[q]
-                local = rows[f]
-                if is_valid(valid, local):
-                    categories_out[f] = np.uint32(offset + categories[local])
-                else:
-                    nulls[f] = 1
-        else:
-            texts = i64_cols[slot]
-            for q in range(first, last):
-                _prefetch_ahead(order, rows, q, last, valid, texts)
-                f = order[q]
-                local = rows[f]
-                if is_valid(valid, local):
-                    text_cells[num_texts] = f
-                    text_ids[num_texts] = texts[local]
-                    num_texts += 1
-                else:
-                    nulls[f] = 1
+            num_texts = _fill_column(i32_cols[slot], valid, *args)
+        else:  # timestamps and text ids are int64
+            num_texts = _fill_column(i64_cols[slot], valid, *args)
     return text_cells[:num_texts], text_ids[:num_texts]
 
 
@@ -359,18 +353,16 @@ def fill_values_from_rows(cell_counts, position_col, position_row, is_target, ta
                 continue
             at = base + ROW_VALUES_AT + k
             stype = col_stype[c]
-            if stype == NUMERIC:
-                numbers_out[f] = np.float32((row_floats[at] - col_mean[c]) / col_std[c])
-            elif stype == BOOLEAN:
-                flags_out[f] = 1 if row_words[at] != 0 else 0
-            elif stype == TIMESTAMP:
-                time_features(row_words[at], col_mean[c], col_std[c], times_out[f])
-            elif stype == CATEGORICAL:
-                categories_out[f] = np.uint32(col_cat_start[c] + row_words[at])
-            else:
+            if stype == TEXT:
                 text_cells[num_texts] = f
                 text_ids[num_texts] = row_words[at]
                 num_texts += 1
+            elif stype == NUMERIC:
+                _put_value(stype, f, row_floats[at], col_mean[c], col_std[c], col_cat_start[c],
+                           numbers_out, times_out, flags_out, categories_out)
+            else:
+                _put_value(stype, f, row_words[at], col_mean[c], col_std[c], col_cat_start[c],
+                           numbers_out, times_out, flags_out, categories_out)
     return text_cells[:num_texts], text_ids[:num_texts]
 
 
@@ -495,7 +487,6 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
             col_std, col_cat_start, row_start, row_width, row_words, row_floats,
             numeric_values, timestamp_values, bool_values, categorical_embed_ids, is_null)
     else:
-        timestamp_values[:, :, :] = 0
         text_cells, text_ids = fill_values(
             cells, position_col, position_row, is_target, col_stype, col_value_slot,
             col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,

@@ -71,7 +71,6 @@ class GraphArrays:
     child_ids: np.ndarray
     child_times: np.ndarray
     row_times: np.ndarray
-    row_table: np.ndarray
     parent_records: np.ndarray = field(default_factory=_no_records)
     child_records: np.ndarray = field(default_factory=_no_records)
 
@@ -87,7 +86,6 @@ class GraphArrays:
             child_ids=readonly_view(g.child_ids, np.int64, num_children, "child_ids", path),
             child_times=readonly_view(g.child_times, np.int64, num_children, "child_times", path),
             row_times=readonly_view(g.row_times, np.int64, n, "row_times", path),
-            row_table=readonly_view(g.row_table, np.int32, n, "row_table", path),
         )
 
     @property
@@ -100,7 +98,7 @@ class GraphArrays:
         return self.parent_ids.shape[0] < MAX_RECORD_EDGES
 
     def walked(self) -> tuple[np.ndarray, ...]:
-        """The arrays the BFS and the structure pass read at random (row_table is not)."""
+        """The arrays the BFS and the structure pass read at random."""
         if self.has_records:
             return (self.parent_offsets, self.child_offsets, self.child_times,
                     self.parent_records, self.child_records)
@@ -120,8 +118,7 @@ class GraphArrays:
         (the walk then reads parent and child ids and row times from the records only);
         without records (2^31 edges or more) every walked array is copied instead."""
         if not self.records_fit():
-            po, pi, co, ci, ct, rt = (huge_page_copy(a) for a in self.walked())
-            return GraphArrays(po, pi, co, ci, ct, rt, row_table=self.row_table)
+            return GraphArrays(*(huge_page_copy(a) for a in self.walked()))
         edges = int(self.parent_ids.shape[0])
         parent_records = huge_page_empty((edges, RECORD_WIDTH), np.int64)
         child_records = huge_page_empty((edges, RECORD_WIDTH), np.int64)
