@@ -12,12 +12,13 @@ from dlkit.core.bfs import (
     VIA_CHILD,
     VIA_PARENT,
     child_edge_records,
+    choose_without_replacement,
     parent_edge_records,
     table_links_of,
     temporal_bfs,
     visible_prefix,
 )
-from dlkit.core.streams import sequence_key
+from dlkit.core.streams import new_stream, next_draw, sequence_key
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
 
@@ -73,13 +74,20 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
         parents, children = edge_records(g)
     else:
         parents = children = np.empty((0, RECORD_WIDTH), np.int64)
-    n = temporal_bfs(g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids, g.child_times,
-                     g.row_times, parents, children, offsets, ncells, links, seed_row, cutoff,
-                     width, max_cells, max_rows, k0, k1, anchor, *out, parent_lo, parent_hi)
-    for i in range(n):  # each visited row's parent edges, as the structure pass reuses them
+    # A one-entry buffer at a non-zero fill: the walk must grow it and append after it.
+    n, parent_buffer, used = temporal_bfs(
+        g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids, g.child_times, g.row_times,
+        parents, children, offsets, ncells, links, seed_row, cutoff, width, max_cells, max_rows,
+        k0, k1, anchor, *out, parent_lo, parent_hi, np.full(1, -7, np.int64), 1)
+    assert parent_buffer[0] == -7
+    end = 1
+    for i in range(n):  # each visited row's parent ids, in edge order, for the structure pass
         row = int(out[0][i])
-        want = list(range(int(g.parent_offsets[row]), int(g.parent_offsets[row + 1])))
-        assert list(range(int(parent_lo[i]), int(parent_hi[i]))) == want
+        want = g.parent_ids[int(g.parent_offsets[row]):int(g.parent_offsets[row + 1])].tolist()
+        assert int(parent_lo[i]) == end
+        assert parent_buffer[int(parent_lo[i]):int(parent_hi[i])].tolist() == want
+        end = int(parent_hi[i])
+    assert used == end
     return [tuple(int(a[i]) for a in out) for i in range(n)]
 
 
@@ -164,6 +172,54 @@ def test_visible_prefix_counts_the_visible_children(times, cutoff, data):
     hi = data.draw(st.integers(lo, arr.shape[0]))
     expected = sum(t == NO_TIME or t <= cutoff for t in arr[lo:hi].tolist())
     assert visible_prefix(arr, lo, hi, cutoff) == expected
+
+
+def naive_floyd(stream: naive.Stream, population: int, count: int) -> list[int]:
+    chosen: list[int] = []
+    for j in range(population - count, population):
+        t = stream.below(j + 1)
+        chosen.append(j if t in chosen else t)
+    return sorted(chosen)
+
+
+@given(seed=st.integers(0, 2**64 - 1), anchor=st.integers(0, 2**63 - 1),
+       skip=st.integers(0, 3), count=st.integers(1, 40), data=st.data())
+def test_floyd_matches_reference(seed, anchor, skip, count, data):
+    """Small and huge populations (near 2^62 about a quarter of the raw draws fall where
+    ``uniform_below`` may reject them), either stream parity, both sort paths: the same picks,
+    and the stream ends where the reference's does."""
+    population = data.draw(st.one_of(st.integers(count, 10 * count + 10),
+                                     st.integers(2**62, 2**62 + 2**40)))
+    reference = naive.Stream(seed, 5, 6, anchor)
+    k0, k1 = sequence_key(np.uint64(seed), np.uint64(5), 6)
+    state = new_stream()
+    for _ in range(skip):  # an odd start takes its first draw from the cached half block
+        next_draw(k0, k1, anchor, state)
+        reference.next_u64()
+    out = np.full(count + 1, -1, np.int64)
+    choose_without_replacement(k0, k1, anchor, state, population, count, out,
+                               np.empty(count, np.uint64))
+    assert out[:count].tolist() == naive_floyd(reference, population, count)
+    assert out[count] == -1
+    assert int(state[0]) == reference.draw
+    assert int(next_draw(k0, k1, anchor, state)) == reference.next_u64()
+
+
+def test_floyd_rejects_like_uniform_below():
+    """Some draw of these huge-population picks is rejected (the stream advances by more than
+    the pick count), and the result still equals the reference's."""
+    rejected = 0
+    for anchor in range(40):
+        reference = naive.Stream(3, 5, 6, anchor)
+        k0, k1 = sequence_key(np.uint64(3), np.uint64(5), 6)
+        state = new_stream()
+        out = np.empty(8, np.int64)
+        choose_without_replacement(k0, k1, anchor, state, 2**62 + 7, 8, out,
+                                   np.empty(8, np.uint64))
+        assert out.tolist() == naive_floyd(reference, 2**62 + 7, 8)
+        assert int(state[0]) == reference.draw
+        rejected += reference.draw - 8
+    assert rejected > 0
 
 
 def test_child_cap_draws_each_subset_uniformly():

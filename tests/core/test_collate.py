@@ -1,4 +1,4 @@
-"""Calendar features and the counting sort of the collation kernels, against Python."""
+"""Calendar features and the counting sorts of the collation kernels, against Python."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlkit.core.collate import calendar_of, stable_order, time_features
+from dlkit.core.collate import calendar_of, order_by_column, order_by_row_key, time_features
 from tests import naive_sampler as naive
 
 # Python's datetime covers years 1..9999.
@@ -53,9 +53,40 @@ def test_time_features_at_extreme_int64_do_not_fail():
         assert np.all(np.isfinite(out[:14])) and np.all(np.abs(out[:14]) <= 1)
 
 
-@given(keys=st.lists(st.integers(0, 5), max_size=40), padding=st.integers(0, 5))
-def test_stable_order_is_a_stable_sort_with_padding_last(keys, padding):
-    n = len(keys)
-    out = np.empty(n + padding, dtype=np.int64)
-    stable_order(np.asarray(keys + [0] * padding, dtype=np.int64), n, 6, out)
-    assert out.tolist() == sorted(range(n), key=lambda p: keys[p]) + list(range(n, n + padding))
+def _runs(lengths: list[int], padding: int) -> tuple[np.ndarray, list[int], int]:
+    """``row_first`` of rows with these cell counts, each cell's row, and the cell count."""
+    row_first = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    row_of = [i for i, n in enumerate(lengths) for _ in range(n)]
+    return row_first, row_of, len(row_of)
+
+
+@given(data=st.data(), padding=st.integers(0, 5))
+def test_order_by_row_key_is_a_stable_sort_with_padding_last(data, padding):
+    lengths = data.draw(st.lists(st.integers(0, 6), max_size=12))
+    keys = data.draw(st.lists(st.integers(0, len(lengths)), min_size=len(lengths),
+                              max_size=len(lengths)))
+    row_first, row_of, n = _runs(lengths, padding)
+    out = np.full(n + padding, 0xFFFF, dtype=np.uint16)
+    order_by_row_key(row_first, len(lengths), np.asarray(keys, dtype=np.int64),
+                     len(lengths) + 1, out)
+    want = sorted(range(n), key=lambda p: keys[row_of[p]]) + list(range(n, n + padding))
+    assert out.tolist() == want
+
+
+@given(data=st.data(), padding=st.integers(0, 5))
+def test_order_by_column_is_a_stable_sort_with_padding_last(data, padding):
+    """Rows of tables with 1-4 columns (the last row may be cut), column ranks shuffled."""
+    widths = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    starts = np.concatenate([[0], np.cumsum(widths)]).tolist()
+    rank = data.draw(st.permutations(range(starts[-1])))
+    tables = data.draw(st.lists(st.integers(0, len(widths) - 1), max_size=10))
+    lengths = [widths[t] for t in tables]
+    if lengths:
+        lengths[-1] = data.draw(st.integers(1, lengths[-1]))
+    row_first, row_of, n = _runs(lengths, padding)
+    column = [starts[tables[row_of[p]]] + p - int(row_first[row_of[p]]) for p in range(n)]
+    out = np.full(n + padding, 0xFFFF, dtype=np.uint16)
+    order_by_column(row_first, len(lengths), np.asarray(column + [-1] * padding, dtype=np.int32),
+                    np.asarray(rank, dtype=np.int64), len(rank), out)
+    want = sorted(range(n), key=lambda p: rank[column[p]]) + list(range(n, n + padding))
+    assert out.tolist() == want

@@ -29,7 +29,7 @@ import numpy as np
 from dlkit.core.jit import kernel
 from dlkit.core.memory import prefetch
 from dlkit.core.philox import MASK32
-from dlkit.core.streams import new_stream, uniform_below
+from dlkit.core.streams import UINT64_MAX, new_stream, next_draw, uniform_below
 
 NO_TIME = np.iinfo(np.int64).min
 VIA_SEED = 0
@@ -38,7 +38,7 @@ VIA_CHILD = 2
 HAS_PARENTS = 1
 HAS_CHILDREN = 2
 _EMPTY = -1
-_INSERTION_SORT_MAX = 32  # Floyd's picks up to this many are sorted by insertion
+_RANK_SORT_MAX = 32  # Floyd's picks up to this many are placed by rank
 _LEVEL_START = 512  # initial entries of a child level
 
 
@@ -141,38 +141,83 @@ def visible_prefix(child_times, lo, hi, cutoff):
 
 
 @kernel
-def choose_without_replacement(k0, k1, anchor, stream, population, count, out):
+def _is_among(values, count, value):
+    """Whether ``value`` is one of ``values[:count]`` (every entry compared, no early exit: a
+    short branch-free loop the compiler vectorises)."""
+    found = False
+    for q in range(count):
+        found |= values[q] == value
+    return found
+
+
+_TIME_LIST_PREFETCH_MAX = 256  # child lists up to this long are fetched whole ahead of a search
+
+
+@kernel
+def prefetch_child_times(child_times, lo, hi):
+    """Start reading the time-sorted child list ``child_times[lo:hi]`` that a visit will
+    search: a short list whole (its lines arrive together, where the binary search would wait
+    for one line after another), a long one at both ends (often enough to settle the search)."""
+    if hi <= lo:
+        return
+    if hi - lo <= _TIME_LIST_PREFETCH_MAX:
+        for i in range(lo, hi, 8):  # 8 int64 per 64-byte line
+            prefetch(child_times, i)
+    else:
+        prefetch(child_times, lo)
+    prefetch(child_times, hi - 1)
+
+
+@kernel
+def choose_without_replacement(k0, k1, anchor, stream, population, count, out, picks):
     """Floyd's algorithm: ``count`` distinct positions of ``[0, population)``, ascending.
 
-    Writes them to ``out[:count]``. Draw order: for ``j`` from ``population - count`` to
-    ``population - 1``, ``t = uniform(j + 1)``; take ``t`` unless already taken, else ``j``.
+    Writes them to ``out[:count]``; ``picks`` is uint64 scratch of ``count`` entries. Draw
+    order: for ``j`` from ``population - count`` to ``population - 1``, ``t = uniform(j + 1)``;
+    take ``t`` unless already taken, else ``j``.
+
+    The ``count`` draws are taken from the stream first (their Philox blocks are independent,
+    so they overlap), then reduced. A draw in the top ``n`` values of the 64-bit range might
+    be rejected by ``uniform_below`` (probability below ``2^-32`` for any child count): the
+    stream is then rewound to it and the rest is drawn one at a time, so the picks and the
+    stream's end state are exactly those of ``uniform_below`` called ``count`` times.
     """
-    taken = 0
-    for j in range(population - count, population):
-        t = uniform_below(k0, k1, anchor, stream, j + 1)
-        seen = False
-        for q in range(taken):
-            if out[q] == t:
-                seen = True
-                break
-        out[taken] = j if seen else t
-        taken += 1
-    if count <= _INSERTION_SORT_MAX:
-        # The child width is small: a general sort would cost more than the draws.
-        for q in range(1, count):
-            value = out[q]
-            k = q
-            while k > 0 and out[k - 1] > value:
-                out[k] = out[k - 1]
-                k -= 1
-            out[k] = value
+    start = stream[0]
+    for q in range(count):
+        picks[q] = next_draw(k0, k1, anchor, stream)
+    first = population - count
+    for q in range(count):
+        n = np.uint64(first + q + 1)
+        x = picks[q]
+        if x > UINT64_MAX - n:
+            stream[0] = start + np.uint64(q)
+            stream[1] = x  # draw ``start + q`` when it is the odd half of its block
+            for rest in range(q, count):
+                t = np.uint64(uniform_below(k0, k1, anchor, stream, first + rest + 1))
+                picks[rest] = np.uint64(first + rest) if _is_among(picks, rest, t) else t
+            break
+        t = x % n
+        picks[q] = np.uint64(first + q) if _is_among(picks, q, t) else t
+    if count <= _RANK_SORT_MAX:
+        # Distinct values: each one's rank is how many are smaller (branch-free counting, where
+        # a comparison sort of a few random values mispredicts a branch per step).
+        for q in range(count):
+            value = picks[q]
+            rank = 0
+            for r in range(count):
+                rank += 1 if picks[r] < value else 0
+            out[rank] = np.int64(value)
     else:
+        for q in range(count):
+            out[q] = np.int64(picks[q])
         out[:count].sort()
 
 
 @kernel
 def _grow(buffer, at_least):
-    bigger = np.empty((max(buffer.shape[0] * 2, at_least), buffer.shape[1]), dtype=buffer.dtype)
+    """A copy of ``buffer`` with room for at least ``at_least`` entries along axis 0."""
+    bigger = np.empty((max(buffer.shape[0] * 2, at_least),) + buffer.shape[1:],
+                      dtype=buffer.dtype)
     bigger[: buffer.shape[0]] = buffer
     return bigger
 
@@ -252,14 +297,16 @@ def child_edge_records(child_ids, parent_offsets, child_offsets, out):
 def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
                  parent_records, child_records, table_offsets, table_num_cells, table_links,
                  seed_row, cutoff, child_width, max_cells, max_rows, k0, k1, anchor, out_rows,
-                 out_depth, out_source, out_via, out_parent_lo, out_parent_hi):
-    """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``n``.
+                 out_depth, out_source, out_via, out_parent_lo, out_parent_hi, parents, used):
+    """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``(n, parents, used)``.
 
     ``out_source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
     seed) and ``out_via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
-    ``VIA_CHILD``: a child), and ``out_parent_lo[i]:out_parent_hi[i]`` its parent edges (an
-    empty range may be ``0:0``), which the structure pass reuses instead of reading the offsets
-    again. Randomness is the sequence stream ``(k0, k1, anchor)``.
+    ``VIA_CHILD``: a child). The ids of row ``i``'s foreign-key parents, in edge order, are
+    appended to ``parents`` (from position ``used``; a full buffer is replaced by a larger
+    copy, which is returned with the new fill) at ``out_parent_lo[i]:out_parent_hi[i]``: the
+    walk reads them anyway, and the structure pass would find them evicted from the cache.
+    Randomness is the sequence stream ``(k0, k1, anchor)``.
     ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when some row of table ``t``
     has a parent / a child: rows of other tables skip reading those offsets (a cache miss each).
     ``parent_records`` / ``child_records`` are the edge records of ``parent_edge_records`` /
@@ -279,6 +326,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
     levels = [np.empty((_LEVEL_START, 2), dtype=np.int64)]
     level_sizes = [0]
     picked = np.empty(max(child_width, 1), dtype=np.int64)
+    picks = np.empty(max(child_width, 1), dtype=np.uint64)
     shallowest = 0
     stream = new_stream()
     count = 0
@@ -330,10 +378,14 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                     counts = child_records[edge, 3]
                     parent_hi = parent_lo + (counts >> _COUNT_SHIFT)
                     child_hi = child_lo + (counts & _COUNT_MASK)
+                    # Both reads the visit starts with, issued together.
+                    if parent_hi > parent_lo:
+                        prefetch(parent_record_words, parent_lo * RECORD_WIDTH)
                 else:
                     row = child_ids[edge]
                     parent_lo, parent_hi, child_lo, child_hi = _links(
                         parent_offsets, child_offsets, table_offsets, table_links, row)
+                prefetch_child_times(child_times, child_lo, child_hi)
         have_next = False
         if not row_set_insert(visited, row):
             continue
@@ -341,22 +393,26 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
         out_depth[count] = depth
         out_source[count] = source
         out_via[count] = via
-        out_parent_lo[count] = parent_lo
-        out_parent_hi[count] = parent_hi
         me = count
         count += 1
         cells += table_num_cells[table_of(table_offsets, row)]
-        if cells >= max_cells or count >= max_rows:
-            break
+        last = cells >= max_cells or count >= max_rows
+        if used + parent_hi - parent_lo > parents.shape[0]:
+            parents = _grow(parents, used + parent_hi - parent_lo)
+        out_parent_lo[me] = used
+        used += parent_hi - parent_lo
+        out_parent_hi[me] = used
         lo = child_lo
         hi = child_hi
         for e in range(parent_hi - 1, parent_lo - 1, -1):
             if records:
                 parent = parent_records[e, 0]
-                t = parent_records[e, 1]
             else:
                 parent = parent_ids[e]
-                t = row_times[parent]
+            parents[out_parent_lo[me] + e - parent_lo] = parent
+            if last:
+                continue
+            t = parent_records[e, 1] if records else row_times[parent]
             if t != NO_TIME and t > cutoff:
                 continue
             if top == stack.shape[0]:
@@ -388,9 +444,9 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                     prefetch(parent_record_words, above_lo * RECORD_WIDTH)
                 else:
                     prefetch(parent_ids, above_lo)
-            if below_hi > below_lo:
-                prefetch(child_times, below_lo)
-                prefetch(child_times, below_hi - 1)
+            prefetch_child_times(child_times, below_lo, below_hi)
+        if last:
+            break
         visible = visible_prefix(child_times, lo, hi, cutoff)
         if visible == 0:
             continue
@@ -400,7 +456,8 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             level_sizes.append(0)
         take = visible if visible <= child_width else child_width
         if visible > child_width:
-            choose_without_replacement(k0, k1, anchor, stream, visible, child_width, picked)
+            choose_without_replacement(k0, k1, anchor, stream, visible, child_width, picked,
+                                       picks)
         # Bind the level once: every list item access costs a reference count update.
         size = level_sizes[child_level]
         entries = levels[child_level]
@@ -412,4 +469,4 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             entries[size + q, 0] = e
             entries[size + q, 1] = me
         level_sizes[child_level] = size + take
-    return count
+    return count, parents, used

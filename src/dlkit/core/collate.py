@@ -20,7 +20,6 @@ import numpy as np
 
 from dlkit.core.bfs import (
     NO_TIME,
-    RECORD_WIDTH,
     row_set_capacity,
     row_set_find,
     row_set_put,
@@ -131,18 +130,20 @@ def time_features(t, mean, std, out):
 @kernel
 def layout_sequence(b, rows, num_rows, table_offsets, table_col_start, col_stype,
                     col_column_id, target_col, semantic_types, column_ids, seq_row_ids,
-                    is_target, is_padding, position_col, position_row):
+                    is_target, is_padding, position_col, position_row, row_first):
     """Lay out sequence ``b``: which cell (catalog column, local row) sits at each position.
 
     Rows in visit order, each row's columns in order, cut at ``S``; returns the cell count.
+    Row ``i``'s cells are positions ``row_first[i]:row_first[i + 1]`` (int64[num_rows + 1]).
     Row 0 is the seed: its cell of catalog column ``target_col`` is marked ``is_target``.
-    Values are filled afterwards, column by column, by ``fill_values``.
+    Values are filled afterwards by ``fill_values``.
     """
     S = semantic_types.shape[1]
     pos = 0
     for i in range(num_rows):
+        row_first[i] = pos
         if pos == S:
-            break
+            continue
         row = rows[i]
         t = table_of(table_offsets, row)
         local = row - table_offsets[t]
@@ -158,6 +159,7 @@ def layout_sequence(b, rows, num_rows, table_offsets, table_col_start, col_stype
             if i == 0 and c == target_col:
                 is_target[b, pos] = 1
             pos += 1
+    row_first[num_rows] = pos
     return pos
 
 
@@ -300,21 +302,24 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
 
 
 ROW_VALUES_AT = 1  # word 0 of a row record is the validity mask, column k's value is word 1 + k
+_ROWS_AHEAD = 3  # rows between a row record's prefetch and its reads
 
 
 @kernel
-def fill_values_from_rows(cell_counts, position_col, position_row, is_target, table_col_start,
-                          col_stype, col_mean, col_std, col_cat_start, row_start, row_width,
-                          row_words, row_floats, numeric_values, timestamp_values, bool_values,
-                          categorical_embed_ids, is_null):
+def fill_values_from_rows(cell_counts, row_first, visited_counts, position_col, position_row,
+                          is_target, table_col_start, col_stype, col_mean, col_std,
+                          col_cat_start, row_start, row_width, row_words, row_floats,
+                          numeric_values, timestamp_values, bool_values, categorical_embed_ids,
+                          is_null):
     """``fill_values`` reading row records instead of column arrays (same outputs).
 
     A row record of table ``t`` holds the validity of its ``k``-th column in bit ``k`` of word
     0 and the value in word ``1 + k`` (a float64's bits for numeric columns); row ``r`` of
     table ``t`` starts at word ``row_start[t] + r * row_width[t]``. ``row_floats`` is
-    ``row_words`` viewed as float64. A sequence's cells are row after row, so one record (one
+    ``row_words`` viewed as float64. A sequence's cells are row after row (row ``i`` of
+    sequence ``b`` at positions ``row_first[b, i]:row_first[b, i + 1]``), so one record (one
     or two cache lines) serves all of a row's cells, where columns cost two lines per cell;
-    cells are therefore filled in position order, each record fetched ahead.
+    cells are therefore filled row by row, each record fetched a few rows ahead.
     """
     B, S = position_col.shape
     num_tables = table_col_start.shape[0] - 1
@@ -335,77 +340,105 @@ def fill_values_from_rows(cell_counts, position_col, position_row, is_target, ta
         # timestamp_values arrives uninitialised: each sequence's block is zeroed just before
         # its cells are written, so those writes hit the cache.
         timestamp_values[b, :, :] = 0
-        first = b * S
-        last = first + cell_counts[b]
-        for f in range(first, last):
-            ahead = f + _AHEAD
-            if ahead < last:
-                t_ahead = col_table[cols[ahead]]
-                prefetch(row_words, row_start[t_ahead] + rows[ahead] * row_width[t_ahead])
-            if targets[f] != 0:
-                continue
-            c = cols[f]
-            t = col_table[c]
-            k = c - table_col_start[t]
-            base = row_start[t] + rows[f] * row_width[t]
-            if (row_words[base] >> k) & 1 == 0:
-                nulls[f] = 1
-                continue
-            at = base + ROW_VALUES_AT + k
-            stype = col_stype[c]
-            if stype == TEXT:
-                text_cells[num_texts] = f
-                text_ids[num_texts] = row_words[at]
-                num_texts += 1
-            elif stype == NUMERIC:
-                _put_value(stype, f, row_floats[at], col_mean[c], col_std[c], col_cat_start[c],
-                           numbers_out, times_out, flags_out, categories_out)
-            else:
-                _put_value(stype, f, row_words[at], col_mean[c], col_std[c], col_cat_start[c],
-                           numbers_out, times_out, flags_out, categories_out)
+        firsts = row_first[b]
+        num_rows = visited_counts[b]
+        while num_rows > 0 and firsts[num_rows - 1] == firsts[num_rows]:
+            num_rows -= 1  # rows past the cut of S cells have none
+        for i in range(num_rows):
+            if i + _ROWS_AHEAD < num_rows:
+                f_ahead = b * S + firsts[i + _ROWS_AHEAD]
+                t_ahead = col_table[cols[f_ahead]]
+                prefetch(row_words, row_start[t_ahead] + rows[f_ahead] * row_width[t_ahead])
+            first = b * S + firsts[i]
+            first_col = cols[first]
+            t = col_table[first_col]
+            base = row_start[t] + rows[first] * row_width[t]
+            valid = row_words[base]
+            for k in range(firsts[i + 1] - firsts[i]):
+                f = first + k
+                if targets[f] != 0:
+                    continue
+                if (valid >> k) & 1 == 0:
+                    nulls[f] = 1
+                    continue
+                c = first_col + k
+                at = base + ROW_VALUES_AT + k
+                stype = col_stype[c]
+                if stype == TEXT:
+                    text_cells[num_texts] = f
+                    text_ids[num_texts] = row_words[at]
+                    num_texts += 1
+                elif stype == NUMERIC:
+                    _put_value(stype, f, row_floats[at], col_mean[c], col_std[c],
+                               col_cat_start[c], numbers_out, times_out, flags_out,
+                               categories_out)
+                else:
+                    _put_value(stype, f, row_words[at], col_mean[c], col_std[c],
+                               col_cat_start[c], numbers_out, times_out, flags_out,
+                               categories_out)
     return text_cells[:num_texts], text_ids[:num_texts]
 
 
 @kernel
-def stable_order(keys, count, num_keys, out):
-    """Positions ``0..count-1`` stably sorted by ``keys`` (each in ``[0, num_keys)``), then
-    ``count..len(out)-1`` in order (padding last): a counting sort."""
+def order_by_row_key(row_first, num_rows, row_key, num_keys, out):
+    """Positions stably sorted by the key of their row (row ``i``'s cells are positions
+    ``row_first[i]:row_first[i + 1]``, its key ``row_key[i]`` in ``[0, num_keys)``), then
+    the padding positions in order. A counting sort over rows: each row's cells move as one
+    run, where a sort of cells would update the same counter once per cell.
+    """
     starts = np.zeros(num_keys + 1, dtype=np.int64)
-    for p in range(count):
-        starts[keys[p] + 1] += 1
+    for i in range(num_rows):
+        starts[row_key[i] + 1] += row_first[i + 1] - row_first[i]
     for k in range(num_keys):
         starts[k + 1] += starts[k]
-    for p in range(count):
-        k = keys[p]
-        out[starts[k]] = p
-        starts[k] += 1
-    for p in range(count, out.shape[0]):
+    for i in range(num_rows):
+        at = starts[row_key[i]]
+        for p in range(row_first[i], row_first[i + 1]):
+            out[at] = p
+            at += 1
+        starts[row_key[i]] = at
+    for p in range(row_first[num_rows], out.shape[0]):
         out[p] = p
 
 
 @kernel
-def sequence_structure(b, rows, num_rows, num_cells, row_parent_lo, row_parent_hi, parent_ids,
-                       parent_records, col_sort_rank, num_columns, seq_row_ids, position_col,
-                       fk_adj, col_perm, out_perm, in_perm, scratch):
+def order_by_column(row_first, num_rows, row_columns, col_sort_rank, num_columns, out):
+    """Positions stably sorted by ``col_sort_rank`` of their column, then the padding
+    positions in order. A row's cells are consecutive catalog columns from the column of its
+    first cell (``row_columns[row_first[i]]``), so the keys come from the rank table directly.
+    """
+    starts = np.zeros(num_columns + 1, dtype=np.int64)
+    for i in range(num_rows):
+        if row_first[i + 1] > row_first[i]:
+            first_column = row_columns[row_first[i]]
+            for k in range(row_first[i + 1] - row_first[i]):
+                starts[col_sort_rank[first_column + k] + 1] += 1
+    for k in range(num_columns):
+        starts[k + 1] += starts[k]
+    for i in range(num_rows):
+        if row_first[i + 1] > row_first[i]:
+            first_column = row_columns[row_first[i]]
+            for k in range(row_first[i + 1] - row_first[i]):
+                rank = col_sort_rank[first_column + k]
+                out[starts[rank]] = row_first[i] + k
+                starts[rank] += 1
+    for p in range(row_first[num_rows], out.shape[0]):
+        out[p] = p
+
+
+@kernel
+def sequence_structure(b, rows, num_rows, row_first, row_parent_lo, row_parent_hi, parents,
+                       col_sort_rank, num_columns, position_col, fk_adj, col_perm, out_perm,
+                       in_perm):
     """``fk_adj`` and the permutations of sequence ``b`` (cells already laid out).
 
     ``fk_adj[b, i, j] = 1`` when row ``j`` is a foreign-key parent of row ``i``. ``col_perm``
     sorts positions by column id, ``out_perm`` by sequence row, ``in_perm`` by the sequence row
     of the row's first foreign-key parent present in the sequence (rows without one after all
-    others); every sort is stable and puts padding last. ``scratch`` is int64[S]. Row ``i``'s
-    parent edges are ``row_parent_lo[i]:row_parent_hi[i]`` (from the walk); their ids come
-    from ``parent_records`` when it is not empty (``dlkit.core.bfs``), else ``parent_ids``.
+    others); every sort is stable and puts padding last. Row ``i``'s cells are positions
+    ``row_first[i]:row_first[i + 1]`` (``layout_sequence``), its parent ids, in edge order, are ``parents[row_parent_lo[i]:row_parent_hi[i]]`` (written by
+    the walk).
     """
-    records = parent_records.shape[0] > 0
-    record_words = parent_records.reshape(-1)  # 1-D, for prefetch
-    # The walk read most of these parent lists; fetch the rest all at once (their misses
-    # overlap) before the loop that needs them.
-    for i in range(num_rows):
-        if row_parent_hi[i] > row_parent_lo[i]:
-            if records:
-                prefetch(record_words, row_parent_lo[i] * RECORD_WIDTH)
-            else:
-                prefetch(parent_ids, row_parent_lo[i])
     keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
     index = np.empty(keys.shape[0], dtype=np.int64)
     for i in range(num_rows):
@@ -415,20 +448,17 @@ def sequence_structure(b, rows, num_rows, num_cells, row_parent_lo, row_parent_h
     fk_adj[b, :, :] = 0
     for i in range(num_rows):
         for e in range(row_parent_lo[i], row_parent_hi[i]):
-            j = row_set_find(keys, index, parent_records[e, 0] if records else parent_ids[e])
+            j = row_set_find(keys, index, parents[e])
             if j >= 0:
                 fk_adj[b, i, j] = 1
                 if first_parent[i] == num_rows:
                     first_parent[i] = j
-    for p in range(num_cells):
-        scratch[p] = col_sort_rank[position_col[b, p]]
-    stable_order(scratch, num_cells, num_columns, col_perm[b])
+    order_by_column(row_first, num_rows, position_col[b], col_sort_rank, num_columns,
+                    col_perm[b])
     # Cells are laid out row after row, so the stable sort by sequence row is the identity.
     for p in range(out_perm.shape[1]):
         out_perm[b, p] = p
-    for p in range(num_cells):
-        scratch[p] = first_parent[seq_row_ids[b, p]]
-    stable_order(scratch, num_cells, num_rows + 1, in_perm[b])
+    order_by_row_key(row_first, num_rows, first_parent, num_rows + 1, in_perm[b])
 
 
 @kernel
@@ -459,33 +489,36 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     # Only the first cells[b] positions of each are written and read.
     position_col = np.empty((B, S), dtype=np.int32)
     position_row = np.empty((B, S), dtype=np.int64)
-    scratch = np.empty(S, dtype=np.int64)
+    row_first = np.empty((B, max_rows + 1), dtype=np.int64)
     cells = np.zeros(B, dtype=np.int64)
     visited_parent_lo = np.empty((B, max_rows), dtype=np.int64)
     visited_parent_hi = np.empty((B, max_rows), dtype=np.int64)
+    parents = np.empty(B * max_rows * 2, dtype=np.int64)  # grown by the walk when needed
+    used = 0
     num_columns = col_stype.shape[0]
     links = table_links_of(parent_offsets, child_offsets, table_offsets)
     for b in range(B):
         cutoff = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b]
-        visited_counts[b] = temporal_bfs(
+        visited_counts[b], parents, used = temporal_bfs(
             parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
             parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b], cutoff, child_width, S,
             max_rows, k0, k1, anchors[b], visited_rows[b], visited_depth[b], visited_source[b],
-            visited_via[b], visited_parent_lo[b], visited_parent_hi[b])
+            visited_via[b], visited_parent_lo[b], visited_parent_hi[b], parents, used)
     for b in range(B):
         n = visited_counts[b]
         cells[b] = layout_sequence(b, visited_rows[b], n, table_offsets,
                                    table_col_start, col_stype, col_column_id, target_col,
                                    semantic_types, column_ids, seq_row_ids, is_target,
-                                   is_padding, position_col, position_row)
-        sequence_structure(b, visited_rows[b], n, cells[b], visited_parent_lo[b],
-                           visited_parent_hi[b], parent_ids, parent_records, col_sort_rank, num_columns, seq_row_ids,
-                           position_col, fk_adj, col_perm, out_perm, in_perm, scratch)
+                                   is_padding, position_col, position_row, row_first[b])
+        sequence_structure(b, visited_rows[b], n, row_first[b], visited_parent_lo[b],
+                           visited_parent_hi[b], parents, col_sort_rank, num_columns,
+                           position_col, fk_adj, col_perm, out_perm, in_perm)
     if row_words.shape[0] > 0:
         text_cells, text_ids = fill_values_from_rows(
-            cells, position_col, position_row, is_target, table_col_start, col_stype, col_mean,
-            col_std, col_cat_start, row_start, row_width, row_words, row_floats,
-            numeric_values, timestamp_values, bool_values, categorical_embed_ids, is_null)
+            cells, row_first, visited_counts, position_col, position_row, is_target,
+            table_col_start, col_stype, col_mean, col_std, col_cat_start, row_start, row_width,
+            row_words, row_floats, numeric_values, timestamp_values, bool_values,
+            categorical_embed_ids, is_null)
     else:
         text_cells, text_ids = fill_values(
             cells, position_col, position_row, is_target, col_stype, col_value_slot,
