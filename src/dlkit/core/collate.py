@@ -569,11 +569,3 @@ def dedup_text(text_cells, text_ids, text_embed_ids):
     for q in range(n):
         flat[text_cells[q]] = np.uint32(index[slots[q]])
     return unique
-
-
-@kernel
-def gather_rows(table, ids, out):
-    """``out[u] = table[ids[u]]`` for a 2-D table (embedding rows, bit patterns as uint16)."""
-    for u in range(ids.shape[0]):
-        out[u, :] = table[ids[u], :]
-    return out

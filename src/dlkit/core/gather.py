@@ -10,20 +10,29 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.jit import kernel
+from dlkit.core.memory import prefetch
 
+_ROWS_AHEAD = 8  # rows between a row's prefetch and its copy
 _FNV_PRIME = np.uint64(0x100000001B3)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 
 
 @kernel
 def gather_rows(src, rows, out):
-    """``out[i, :] = src[rows[i], :]`` for every ``i``; returns the number of bytes copied.
+    """``out[i, :] = src[rows[i], :]`` for every ``i`` (``src`` C-contiguous); returns the
+    number of bytes copied.
 
     ``src`` is typically a read-only memory map (``[num_rows, width]``), so page faults on
     rows not yet in the page cache happen here, without the GIL.
     """
     width = src.shape[1]
+    flat = src.reshape(-1)  # 1-D, for prefetch
     for i in range(rows.shape[0]):
+        if i + _ROWS_AHEAD < rows.shape[0] and width > 0:
+            # Rows are scattered: fetched ahead, their misses overlap with the copies.
+            ahead = rows[i + _ROWS_AHEAD] * width
+            prefetch(flat, ahead)
+            prefetch(flat, ahead + width - 1)
         r = rows[i]
         for j in range(width):
             out[i, j] = src[r, j]

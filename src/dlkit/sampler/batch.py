@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
-from dlkit.core.collate import build_sequences, gather_rows
+from dlkit.core.collate import build_sequences
+from dlkit.core.gather import gather_rows
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
 from dlkit.sampler.catalog import ColumnCatalog, RowRecords, build_catalog, readonly_view
 from dlkit.sampler.hugepages import huge_page_copy, huge_page_empty, use_huge_pages
@@ -307,7 +308,8 @@ class BatchBuilder:
             arrays["is_padding"], arrays["fk_adj"], arrays["col_perm"], arrays["out_perm"],
             arrays["in_perm"], visited, depth, source, via, counts)
         D = self.text_bits.shape[1]
-        bits = gather_rows(self.text_bits, unique, np.empty((unique.shape[0], D), np.uint16))
+        bits = np.empty((unique.shape[0], D), np.uint16)
+        gather_rows(self.text_bits, unique, bits)
         arrays["text_batch_embeddings"] = bits.view(np.float16)
         arrays["target_stype"][0] = task.target_stype
         arrays["task_idx"][0] = task.index
