@@ -436,8 +436,8 @@ def sequence_structure(b, rows, num_rows, row_first, row_parent_lo, row_parent_h
     sorts positions by column id, ``out_perm`` by sequence row, ``in_perm`` by the sequence row
     of the row's first foreign-key parent present in the sequence (rows without one after all
     others); every sort is stable and puts padding last. Row ``i``'s cells are positions
-    ``row_first[i]:row_first[i + 1]`` (``layout_sequence``), its parent ids, in edge order, are ``parents[row_parent_lo[i]:row_parent_hi[i]]`` (written by
-    the walk).
+    ``row_first[i]:row_first[i + 1]`` (``layout_sequence``); its parent ids, in edge order,
+    are ``parents[row_parent_lo[i]:row_parent_hi[i]]`` (written by the walk).
     """
     keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
     index = np.empty(keys.shape[0], dtype=np.int64)
@@ -479,9 +479,9 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     ``temporal_bfs``); values come from the row records (``fill_values_from_rows``) when
     ``row_words`` is not empty, else from the column arrays. Output arrays arrive zeroed
     (``is_padding`` all ones), except the two large ones, ``fk_adj`` and ``timestamp_values``,
-    which the kernels zero sequence by sequence just before writing them. The ``visited_*`` arrays receive each sequence's rows and their
-    provenance (see ``temporal_bfs``). Returns the cell count of each sequence and the batch's
-    distinct text ids (ascending).
+    which the kernels zero sequence by sequence just before writing them. The ``visited_*``
+    arrays receive each sequence's rows and their provenance (see ``temporal_bfs``). Returns
+    the cell count of each sequence and the batch's distinct text ids (ascending).
     """
     B = seed_rows.shape[0]
     S = semantic_types.shape[1]
@@ -501,9 +501,10 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
         cutoff = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b]
         visited_counts[b], parents, used = temporal_bfs(
             parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-            parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b], cutoff, child_width, S,
-            max_rows, k0, k1, anchors[b], visited_rows[b], visited_depth[b], visited_source[b],
-            visited_via[b], visited_parent_lo[b], visited_parent_hi[b], parents, used)
+            parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b],
+            cutoff, child_width, S, max_rows, k0, k1, anchors[b], visited_rows[b],
+            visited_depth[b], visited_source[b], visited_via[b], visited_parent_lo[b],
+            visited_parent_hi[b], parents, used)
     for b in range(B):
         n = visited_counts[b]
         cells[b] = layout_sequence(b, visited_rows[b], n, table_offsets,
