@@ -53,7 +53,7 @@ def test_time_features_at_extreme_int64_do_not_fail():
         assert np.all(np.isfinite(out[:14])) and np.all(np.abs(out[:14]) <= 1)
 
 
-def _runs(lengths: list[int], padding: int) -> tuple[np.ndarray, list[int], int]:
+def _runs(lengths: list[int]) -> tuple[np.ndarray, list[int], int]:
     """``row_first`` of rows with these cell counts, each cell's row, and the cell count."""
     row_first = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     row_of = [i for i, n in enumerate(lengths) for _ in range(n)]
@@ -65,7 +65,7 @@ def test_order_by_row_key_is_a_stable_sort_with_padding_last(data, padding):
     lengths = data.draw(st.lists(st.integers(0, 6), max_size=12))
     keys = data.draw(st.lists(st.integers(0, len(lengths)), min_size=len(lengths),
                               max_size=len(lengths)))
-    row_first, row_of, n = _runs(lengths, padding)
+    row_first, row_of, n = _runs(lengths)
     out = np.full(n + padding, 0xFFFF, dtype=np.uint16)
     order_by_row_key(row_first, len(lengths), np.asarray(keys, dtype=np.int64),
                      len(lengths) + 1, out)
@@ -83,7 +83,7 @@ def test_order_by_column_is_a_stable_sort_with_padding_last(data, padding):
     lengths = [widths[t] for t in tables]
     if lengths:
         lengths[-1] = data.draw(st.integers(1, lengths[-1]))
-    row_first, row_of, n = _runs(lengths, padding)
+    row_first, row_of, n = _runs(lengths)
     column = [starts[tables[row_of[p]]] + p - int(row_first[row_of[p]]) for p in range(n)]
     out = np.full(n + padding, 0xFFFF, dtype=np.uint16)
     order_by_column(row_first, len(lengths), np.asarray(column + [-1] * padding, dtype=np.int32),
