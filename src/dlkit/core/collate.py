@@ -342,8 +342,11 @@ def fill_values_from_rows(cell_counts, row_first, visited_counts, position_col, 
         timestamp_values[b, :, :] = 0
         firsts = row_first[b]
         num_rows = visited_counts[b]
+        # Rows past the cut of S cells have none: dropped, every kept row starts below the
+        # sequence's cell count, so its first position (and the one prefetched ahead) holds a
+        # written column, also for a kept row of a table without cells.
         while num_rows > 0 and firsts[num_rows - 1] == firsts[num_rows]:
-            num_rows -= 1  # rows past the cut of S cells have none
+            num_rows -= 1
         for i in range(num_rows):
             if i + _ROWS_AHEAD < num_rows:
                 f_ahead = b * S + firsts[i + _ROWS_AHEAD]

@@ -230,7 +230,7 @@ class BatchBuilder:
         if text.ndim != 2 or text.dtype != np.float16:
             raise DatabaseError(f"text embeddings have shape {text.shape} and dtype {text.dtype}, "
                                 "expected a 2-D float16 array", path=self.path)
-        self.text_bits = text.view(np.uint16)
+        self.text_bits = np.ascontiguousarray(text.view(np.uint16))  # gather_rows wants C order
         self.tasks = tuple(self._task_view(task) for task in db.tasks)
         for view in self.tasks:
             cells = int(self.catalog.table_num_cells[view.table_index])
