@@ -67,7 +67,7 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
     ncells = np.asarray([len(t.columns) for t in db.tables], dtype=np.int64)
     k0, k1 = sequence_key(np.uint64(seed), np.uint64(epoch), task)
     out = [np.zeros(max_rows, np.int64) for _ in range(3)] + [np.zeros(max_rows, np.int8)]
-    parent_lo, parent_hi = np.full(max_rows, -9, np.int64), np.full(max_rows, -9, np.int64)
+    parent_start = np.full(max_rows + 1, -9, np.int64)
     cutoff = INT64_MAX if obs_time == NO_TIME else obs_time
     links = table_links_of(g.parent_offsets, g.child_offsets, offsets)
     if records:
@@ -78,15 +78,15 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
     n, parent_buffer, used = temporal_bfs(
         g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids, g.child_times, g.row_times,
         parents, children, offsets, ncells, links, seed_row, cutoff, width, max_cells, max_rows,
-        k0, k1, anchor, *out, parent_lo, parent_hi, np.full(1, -7, np.int64), 1)
+        k0, k1, anchor, *out, parent_start, np.full(1, -7, np.int64), 1)
     assert parent_buffer[0] == -7
     end = 1
     for i in range(n):  # each visited row's parent ids, in edge order, for the structure pass
         row = int(out[0][i])
         want = g.parent_ids[int(g.parent_offsets[row]):int(g.parent_offsets[row + 1])].tolist()
-        assert int(parent_lo[i]) == end
-        assert parent_buffer[int(parent_lo[i]):int(parent_hi[i])].tolist() == want
-        end = int(parent_hi[i])
+        assert int(parent_start[i]) == end
+        assert parent_buffer[int(parent_start[i]):int(parent_start[i + 1])].tolist() == want
+        end = int(parent_start[i + 1])
     assert used == end
     return [tuple(int(a[i]) for a in out) for i in range(n)]
 

@@ -297,15 +297,16 @@ def child_edge_records(child_ids, parent_offsets, child_offsets, out):
 def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
                  parent_records, child_records, table_offsets, table_num_cells, table_links,
                  seed_row, cutoff, child_width, max_cells, max_rows, k0, k1, anchor, out_rows,
-                 out_depth, out_source, out_via, out_parent_lo, out_parent_hi, parents, used):
+                 out_depth, out_source, out_via, out_parent_start, parents, used):
     """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``(n, parents, used)``.
 
     ``out_source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
     seed) and ``out_via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
     ``VIA_CHILD``: a child). The ids of row ``i``'s foreign-key parents, in edge order, are
     appended to ``parents`` (from position ``used``; a full buffer is replaced by a larger
-    copy, which is returned with the new fill) at ``out_parent_lo[i]:out_parent_hi[i]``: the
-    walk reads them anyway, and the structure pass would find them evicted from the cache.
+    copy, which is returned with the new fill) at ``out_parent_start[i]:out_parent_start[i +
+    1]`` (``out_parent_start`` has ``max_rows + 1`` entries): the walk reads them anyway, and
+    the structure pass would find them evicted from the cache.
     Randomness is the sequence stream ``(k0, k1, anchor)``.
     ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when some row of table ``t``
     has a parent / a child: rows of other tables skip reading those offsets (a cache miss each).
@@ -399,9 +400,8 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
         last = cells >= max_cells or count >= max_rows
         if used + parent_hi - parent_lo > parents.shape[0]:
             parents = _grow(parents, used + parent_hi - parent_lo)
-        out_parent_lo[me] = used
+        out_parent_start[me] = used
         used += parent_hi - parent_lo
-        out_parent_hi[me] = used
         lo = child_lo
         hi = child_hi
         for e in range(parent_hi - 1, parent_lo - 1, -1):
@@ -409,7 +409,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                 parent = parent_records[e, 0]
             else:
                 parent = parent_ids[e]
-            parents[out_parent_lo[me] + e - parent_lo] = parent
+            parents[out_parent_start[me] + e - parent_lo] = parent
             if last:
                 continue
             t = parent_records[e, 1] if records else row_times[parent]
@@ -469,4 +469,5 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             entries[size + q, 0] = e
             entries[size + q, 1] = me
         level_sizes[child_level] = size + take
+    out_parent_start[count] = used
     return count, parents, used

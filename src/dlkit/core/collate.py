@@ -430,9 +430,8 @@ def order_by_column(row_first, num_rows, row_columns, col_sort_rank, num_columns
 
 
 @kernel
-def sequence_structure(b, rows, num_rows, row_first, row_parent_lo, row_parent_hi, parents,
-                       col_sort_rank, num_columns, position_col, fk_adj, col_perm, out_perm,
-                       in_perm):
+def sequence_structure(b, rows, num_rows, row_first, parent_start, parents, col_sort_rank,
+                       num_columns, position_col, fk_adj, col_perm, out_perm, in_perm):
     """``fk_adj`` and the permutations of sequence ``b`` (cells already laid out).
 
     ``fk_adj[b, i, j] = 1`` when row ``j`` is a foreign-key parent of row ``i``. ``col_perm``
@@ -440,7 +439,7 @@ def sequence_structure(b, rows, num_rows, row_first, row_parent_lo, row_parent_h
     of the row's first foreign-key parent present in the sequence (rows without one after all
     others); every sort is stable and puts padding last. Row ``i``'s cells are positions
     ``row_first[i]:row_first[i + 1]`` (``layout_sequence``); its parent ids, in edge order,
-    are ``parents[row_parent_lo[i]:row_parent_hi[i]]`` (written by the walk).
+    are ``parents[parent_start[i]:parent_start[i + 1]]`` (written by the walk).
     """
     keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
     index = np.empty(keys.shape[0], dtype=np.int64)
@@ -450,7 +449,7 @@ def sequence_structure(b, rows, num_rows, row_first, row_parent_lo, row_parent_h
     # fk_adj arrives uninitialised: zeroed here, its writes below hit the cache.
     fk_adj[b, :, :] = 0
     for i in range(num_rows):
-        for e in range(row_parent_lo[i], row_parent_hi[i]):
+        for e in range(parent_start[i], parent_start[i + 1]):
             j = row_set_find(keys, index, parents[e])
             if j >= 0:
                 fk_adj[b, i, j] = 1
@@ -494,8 +493,7 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     position_row = np.empty((B, S), dtype=np.int64)
     row_first = np.empty((B, max_rows + 1), dtype=np.int64)
     cells = np.zeros(B, dtype=np.int64)
-    visited_parent_lo = np.empty((B, max_rows), dtype=np.int64)
-    visited_parent_hi = np.empty((B, max_rows), dtype=np.int64)
+    parent_start = np.empty((B, max_rows + 1), dtype=np.int64)
     parents = np.empty(B * max_rows * 2, dtype=np.int64)  # grown by the walk when needed
     used = 0
     num_columns = col_stype.shape[0]
@@ -506,17 +504,17 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
             parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
             parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b],
             cutoff, child_width, S, max_rows, k0, k1, anchors[b], visited_rows[b],
-            visited_depth[b], visited_source[b], visited_via[b], visited_parent_lo[b],
-            visited_parent_hi[b], parents, used)
+            visited_depth[b], visited_source[b], visited_via[b], parent_start[b], parents,
+            used)
     for b in range(B):
         n = visited_counts[b]
         cells[b] = layout_sequence(b, visited_rows[b], n, table_offsets,
                                    table_col_start, col_stype, col_column_id, target_col,
                                    semantic_types, column_ids, seq_row_ids, is_target,
                                    is_padding, position_col, position_row, row_first[b])
-        sequence_structure(b, visited_rows[b], n, row_first[b], visited_parent_lo[b],
-                           visited_parent_hi[b], parents, col_sort_rank, num_columns,
-                           position_col, fk_adj, col_perm, out_perm, in_perm)
+        sequence_structure(b, visited_rows[b], n, row_first[b], parent_start[b], parents,
+                           col_sort_rank, num_columns, position_col, fk_adj, col_perm,
+                           out_perm, in_perm)
     if row_words.shape[0] > 0:
         text_cells, text_ids = fill_values_from_rows(
             cells, row_first, visited_counts, position_col, position_row, is_target,
