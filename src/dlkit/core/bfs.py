@@ -401,6 +401,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
         if used + parent_hi - parent_lo > parents.shape[0]:
             parents = _grow(parents, used + parent_hi - parent_lo)
         out_parent_start[me] = used
+        first_parent = used
         used += parent_hi - parent_lo
         lo = child_lo
         hi = child_hi
@@ -409,7 +410,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                 parent = parent_records[e, 0]
             else:
                 parent = parent_ids[e]
-            parents[out_parent_start[me] + e - parent_lo] = parent
+            parents[first_parent + e - parent_lo] = parent
             if last:
                 continue
             t = parent_records[e, 1] if records else row_times[parent]
