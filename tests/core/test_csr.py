@@ -101,9 +101,13 @@ def test_in_degrees_counted_while_edges_arrive_give_identical_bytes():
         csr.count_in_degrees(ids[start:start + 777], co)
     ci = np.empty(ids.size, dtype=np.int64)
     ct = np.empty(ids.size, dtype=np.int64)
-    csr.transpose_csr(offsets, ids, times, co, ci, ct, counted=True, threads=2)
+    # the builder also hands in its own, longer scratch for the edges' bucket-local parents
+    scratch = np.full(ids.size + 100, 0xFFFF, dtype=np.uint16)
+    csr.transpose_csr(offsets, ids, times, co, ci, ct, counted=True, threads=2,
+                      local_parent=scratch)
     for a, b in zip(ref, (co, ci, ct)):
         assert np.array_equal(a, b)
+    assert (scratch[ids.size:] == 0xFFFF).all()  # nothing written past the edges
 
 
 def test_buckets_never_span_more_parents_than_a_uint16_counts():

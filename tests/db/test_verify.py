@@ -117,9 +117,11 @@ def test_structure_checks_without_hashes(copy_db):
     """A consistent-looking corruption (manifest rewritten to match) is caught by structure."""
     from dlkit.db.manifest import database_hash, hash_files, render_manifest
 
+    from dlkit.db import format as fmt
+
     db = copy_db()
     meta = json.loads((db / "metadata.json").read_text())
-    layout_off = 64  # parent_offsets start right after the 64-byte header
+    layout_off = fmt.graph_layout(meta["num_rows"], meta["num_edges"])[0]["parent_offsets"][0]
     graph = bytearray((db / "graph.bin").read_bytes())
     # make parent_offsets[1] huge: offsets no longer monotone/in range
     graph[layout_off + 8:layout_off + 16] = np.int64(10**12).tobytes()

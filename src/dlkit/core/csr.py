@@ -305,7 +305,7 @@ def _parallel(fn, ranges) -> list:
 def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, child_times,
                   threads: int | None = None, bucket_edges: int = BUCKET_EDGES,
                   block_shift: int = BLOCK_SHIFT, empty=None, offsets_ready=None,
-                  counted: bool = False) -> int:
+                  counted: bool = False, local_parent=None) -> int:
     """Build the parent -> children CSR from the child -> parents CSR (see the module doc).
 
     Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` and
@@ -317,8 +317,9 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     ``bucket_edges`` and ``block_shift`` only change the speed, never the output. With
     ``counted``, ``child_offsets[p + 1]`` already holds parent ``p``'s in-degree (and
     ``child_offsets[0]`` zero), as :func:`count_in_degrees` over ``src_ids`` leaves it: a
-    builder that sees the edges arrive can count them then. Returns the number of lists that
-    needed the time sort.
+    builder that sees the edges arrive can count them then. ``local_parent`` (uint16, at least
+    E long) is the 2-bytes-per-edge temporary, when the caller has it ready. Returns the
+    number of lists that needed the time sort.
     """
     if not 0 <= block_shift <= 16 or bucket_edges < 1:
         raise ValueError(f"need 0 <= block_shift <= 16 and bucket_edges >= 1, got "
@@ -345,7 +346,8 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
                                  bucket_of_block, first_parent)
     first_parent = first_parent[:num_buckets + 1]
     bucket_start = child_offsets[first_parent]
-    local_parent = empty(np.uint16, num_edges)
+    local_parent = (empty(np.uint16, num_edges) if local_parent is None
+                    else local_parent[:num_edges])
     parts = threads if num_edges >= PARALLEL_MIN_EDGES else 1
 
     # Sweep A over consecutive child ranges; each range's edges of a bucket go after those

@@ -80,8 +80,9 @@ def check_metadata(meta: Any, checks: Checks) -> None:
     if _req(meta, "format", str, "top", checks) != fmt.FORMAT_NAME:
         checks.fail(M, "metadata.schema", f"format is {meta['format']!r}", fatal=True)
     if _req(meta, "format_version", int, "top", checks) != fmt.FORMAT_VERSION:
-        checks.fail(M, "metadata.schema", f"unsupported format_version {meta['format_version']}",
-                    fatal=True)
+        checks.fail(M, "metadata.schema", f"format_version {meta['format_version']}; this dlkit "
+                    f"reads version {fmt.FORMAT_VERSION}: build the database again with "
+                    "`dlkit preprocess`", fatal=True)
     _req(meta, "database_id", str, "top", checks)
     for key in ("num_tables", "num_rows", "num_edges", "num_columns", "num_texts",
                 "num_categories", "num_tasks"):

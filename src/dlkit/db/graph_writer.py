@@ -9,15 +9,19 @@ writer thread, bypassing the page cache where possible):
   the edge count is not known yet, so ``parent_ids`` is sized for the most edges there could
   be (pages never written cost nothing);
 * the parents' in-degrees are counted as the edges arrive, so the transpose starts from them;
-* the ``graph`` stage (:meth:`GraphWriter.finish`) queues the header and the parent sections
-  for writing, builds the transpose (:func:`dlkit.core.csr.transpose_csr`) meanwhile
-  (queuing the child offsets as soon as they are final, before its sweeps), then queues the
-  other child sections, the row times and the row tables.
+* the ``graph`` stage (:meth:`GraphWriter.finish`) queues the header, the parent sections,
+  the row times and the row tables for writing, builds the transpose
+  (:func:`dlkit.core.csr.transpose_csr`) meanwhile (queuing the child offsets as soon as they
+  are final, before its sweeps), then queues the child ids and times. The file's sections are
+  in this order, so its hash runs alongside the transpose and only the last two sections
+  are left to hash when it ends.
 
-Padding between sections (to multiples of 64 bytes) is zeros, as the format requires.
+Padding between sections (to page boundaries) is zeros, as the format requires.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -25,7 +29,7 @@ from dlkit.core import csr
 from dlkit.db import format as fmt
 from dlkit.db.hashing import HashedFile, Hasher
 from dlkit.db.plan import TablePlan
-from dlkit.db.scratch import Arrays
+from dlkit.db.scratch import Arrays, populate
 
 ROW_TABLE_BLOCK = 1 << 20
 
@@ -49,6 +53,17 @@ class GraphWriter:
         self.num_edges = 0
         self.row_times = arrays.empty(np.int64, self.num_rows)
         self.size = 0
+        # The transpose's output and its largest temporary, faulted in on a helper thread
+        # while the tables stream by (when the other threads leave a core idle), so the graph
+        # stage, where both cores are busy, does not pay for first touches.
+        self.child_ids = arrays.empty(np.int64, max_edges)
+        self.child_times = arrays.empty(np.int64, max_edges)
+        self.local_parent = arrays.empty(np.uint16, max_edges)
+        self.populated = threading.Thread(
+            target=lambda: [populate(a) for a in (self.child_ids, self.child_times,
+                                                  self.local_parent)],
+            name="dlkit-populate", daemon=True)
+        self.populated.start()
 
     def no_edges(self, plan: TablePlan) -> None:
         """The rows of a table without foreign keys (numpy, not a kernel: the first table's
@@ -74,21 +89,23 @@ class GraphWriter:
         self.parent_offsets = self.parent_ids = None
         _write_section(out, layout, "parent_offsets", parent_offsets)
         _write_section(out, layout, "parent_ids", parent_ids)
-        child_offsets, self.child_offsets = self.child_offsets, None
-        child_ids = self.arrays.empty(np.int64, E)
-        child_times = self.arrays.empty(np.int64, E)
-        unsorted = csr.transpose_csr(
-            parent_offsets, parent_ids, self.row_times, child_offsets, child_ids, child_times,
-            empty=self.arrays.empty, counted=True,
-            offsets_ready=lambda: _write_section(out, layout, "child_offsets", child_offsets))
-        for name, array in (("child_ids", child_ids), ("child_times", child_times),
-                            ("row_times", self.row_times)):
-            _write_section(out, layout, name, array)
+        _write_section(out, layout, "row_times", self.row_times)
         out.write(bytes(layout["row_table"][0] - out.size), bounded=False)
         for plan in self.plans:  # each table's index, repeated: one small array per table
             block = np.full(max(1, min(plan.num_rows, ROW_TABLE_BLOCK)), plan.index, dtype="<i4")
             for start in range(0, plan.num_rows, block.size):
                 out.write(block[:min(block.size, plan.num_rows - start)], bounded=False)
+        child_offsets, self.child_offsets = self.child_offsets, None
+        self.populated.join()
+        child_ids, child_times = self.child_ids[:E], self.child_times[:E]
+        local_parent, self.child_ids, self.child_times, self.local_parent = (
+            self.local_parent, None, None, None)
+        unsorted = csr.transpose_csr(
+            parent_offsets, parent_ids, self.row_times, child_offsets, child_ids, child_times,
+            empty=self.arrays.empty, counted=True, local_parent=local_parent,
+            offsets_ready=lambda: _write_section(out, layout, "child_offsets", child_offsets))
+        _write_section(out, layout, "child_ids", child_ids)
+        _write_section(out, layout, "child_times", child_times)
         out.write(bytes(self.size - out.size), bounded=False)
         out.close()
         self.row_times = None

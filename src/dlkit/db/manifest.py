@@ -92,9 +92,13 @@ def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict
         raise DatabaseError(f"not valid JSON: {exc}", path=where) from None
     if not isinstance(doc, dict) or set(doc) != {"database_hash", "files", "format", "format_version"}:
         raise DatabaseError("not a dlkit database manifest (wrong keys)", path=where)
-    if doc["format"] != MANIFEST_FORMAT or doc["format_version"] != FORMAT_VERSION:
-        raise DatabaseError(f"unsupported manifest format {doc['format']!r} version "
-                            f"{doc['format_version']!r}", path=where)
+    if doc["format"] != MANIFEST_FORMAT:
+        raise DatabaseError(f"not a dlkit database manifest (format {doc['format']!r})",
+                            path=where)
+    if doc["format_version"] != FORMAT_VERSION:
+        raise DatabaseError(f"database format version {doc['format_version']!r}; this dlkit "
+                            f"reads version {FORMAT_VERSION}: build the database again with "
+                            "`dlkit preprocess`", path=where)
     try:
         recorded = parse_hex_digest(doc["database_hash"], "database_hash")
     except ValueError as exc:

@@ -1,0 +1,64 @@
+"""``graph.bin``'s layout (format 2) and the refusal of databases in another format version."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dlkit.db import format as fmt
+from dlkit.db import open_database, verify_database
+from dlkit.errors import DatabaseError
+
+ORDER = ["parent_offsets", "parent_ids", "row_times", "row_table", "child_offsets", "child_ids",
+         "child_times"]
+
+
+@given(st.integers(0, 10**7), st.integers(0, 10**8))
+def test_sections_are_page_aligned_in_build_order_without_overlap(rows, edges):
+    layout, size = fmt.graph_layout(rows, edges)
+    assert list(layout) == ORDER
+    end = fmt.GRAPH_HEADER_SIZE
+    for name in ORDER:
+        offset, dtype, count = layout[name]
+        assert offset % 4096 == 0 and offset >= end
+        assert offset - end < 4096  # no more padding than alignment needs
+        assert count == {"parent_offsets": rows + 1, "child_offsets": rows + 1,
+                         "row_times": rows, "row_table": rows}.get(name, edges)
+        end = offset + count * dtype.itemsize
+    assert size % 4096 == 0 and 0 <= size - end < 4096
+
+
+def test_built_graph_sections_match_the_layout(example_db):
+    meta = json.loads((example_db / "metadata.json").read_text())
+    layout, size = fmt.graph_layout(meta["num_rows"], meta["num_edges"])
+    data = (example_db / fmt.GRAPH_FILE).read_bytes()
+    assert len(data) == size
+    with open_database(example_db) as db:
+        for name, (offset, dtype, count) in layout.items():
+            stored = data[offset:offset + count * dtype.itemsize]
+            assert stored == getattr(db.graph, name).astype(dtype).tobytes()
+    # every byte outside the sections (header aside) is zero padding
+    covered = bytearray(size)
+    covered[:fmt.GRAPH_HEADER_SIZE] = b"\x01" * fmt.GRAPH_HEADER_SIZE
+    for offset, dtype, count in layout.values():
+        covered[offset:offset + count * dtype.itemsize] = b"\x01" * (count * dtype.itemsize)
+    assert all(b == 0 for b, c in zip(data, covered) if not c)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_other_format_versions_are_refused_with_a_way_out(example_db, tmp_path, version):
+    db = tmp_path / "db"
+    shutil.copytree(example_db, db)
+    manifest = json.loads((db / fmt.MANIFEST_FILE).read_text())
+    manifest["format_version"] = version
+    (db / fmt.MANIFEST_FILE).write_text(json.dumps(manifest))
+    report = verify_database(db)
+    assert not report.ok
+    message = str(report.failures[0])
+    assert f"version {version}" in message and "dlkit preprocess" in message
+    with pytest.raises(DatabaseError, match="build the database again"):
+        open_database(db)
