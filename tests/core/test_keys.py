@@ -43,7 +43,8 @@ def test_int_duplicate_named(keys):
         KeyIndex.build_int(np.array(k, dtype=np.int64), "t")
 
 
-@given(st.lists(st.text(max_size=6), unique=True, max_size=40), st.lists(st.text(max_size=6), max_size=40))
+@given(st.lists(st.text(max_size=12), unique=True, max_size=40),
+       st.lists(st.text(max_size=12), max_size=40))
 def test_string_index_lookup_matches_dict(pk, fk):
     index = KeyIndex.build_str(pa.array(pk, pa.string()), "t")
     probe = pk[::2] + fk + [None]
@@ -66,9 +67,48 @@ def test_forced_hash_collisions_never_link_wrong_rows():
     _, pdata, poffsets = _buffers(probe)
     out = np.empty(len(probe), dtype=np.int64)
     dangling, first = kk.hash_lookup_strings(np.zeros(4, np.int64), np.ones(4, bool), pdata,
-                                             poffsets, slots, data, 0, out)
+                                             poffsets, slots, data, offsets, 0, out)
     assert out.tolist() == [2, -1, 0, 3]
     assert (dangling, first) == (1, 1)
+
+
+# Keys that agree in everything a slot holds but the bytes after the eighth, or that differ
+# only by trailing zero bytes or length: with every hash forced equal, only the comparison
+# can tell them apart.
+_LOOKALIKES = ["customer-0001", "customer-0002", "customer-000", "customer", "custome",
+               "ab", "ab\x00", "ab\x00\x00", "", "\x00", "\x00" * 9, "\x00" * 8 + "\x01",
+               "ünïcødé-kéy-1", "ünïcødé-kéy-2"]
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_lookalike_keys_resolve_to_their_own_rows(forced):
+    arr, data, offsets = _buffers(_LOOKALIKES)
+    n = len(_LOOKALIKES)
+    hashes = np.zeros(n, np.int64)
+    if not forced:
+        kk.hash_strings(data, offsets, hashes)
+    slots, dup, _ = kk.hash_index_strings(hashes, data, offsets, kk.table_size(n))
+    assert dup == -1
+    probe = list(reversed(_LOOKALIKES)) + ["customer-0003", "ab\x00\x00\x00", "\x00" * 10]
+    _, pdata, poffsets = _buffers(probe)
+    phashes = np.zeros(len(probe), np.int64)
+    if not forced:
+        kk.hash_strings(pdata, poffsets, phashes)
+    out = np.empty(len(probe), dtype=np.int64)
+    dangling, first = kk.hash_lookup_strings(phashes, np.ones(len(probe), bool), pdata, poffsets,
+                                             slots, data, offsets, 1000, out)
+    expect = [1000 + n - 1 - i for i in range(n)] + [-1, -1, -1]
+    assert out.tolist() == expect
+    assert (dangling, first) == (3, n)
+
+
+def test_string_hash_depends_on_every_byte_and_the_length():
+    keys = ["", "\x00", "\x00" * 8, "\x00" * 9, "a" * 8, "a" * 8 + "b", "b" + "a" * 8,
+            "a" * 16, "a" * 15 + "b", "a" * 7 + "b" + "a" * 8]
+    _, data, offsets = _buffers(keys)
+    hashes = np.empty(len(keys), np.int64)
+    kk.hash_strings(data, offsets, hashes)
+    assert len(set(hashes.tolist())) == len(keys)
 
 
 def test_forced_collision_duplicate_detected():

@@ -2,9 +2,10 @@
 
 Integer keys use a *dense* index when their range is small (``max - min < 4 n + 1024``): a
 table ``slot[key - min] = row``; otherwise a hash index (open addressing over ``mix64(key)``).
-String keys are hashed (64-bit FNV-1a over the UTF-8 bytes, then a splitmix64 finaliser) into
-a hash index; every hash hit is confirmed by comparing the bytes, so a hash collision can
-never link a foreign key to the wrong row (colliding keys just share a probe run).
+String keys are hashed (the UTF-8 bytes eight at a time, FNV style, then a splitmix64
+finaliser) into a hash index; every hash hit is confirmed by comparing the bytes, so a hash
+collision can never link a foreign key to the wrong row (colliding keys just share a probe
+run).
 
 String arrays are passed as Arrow's large-string buffers: ``data`` (uint8) and ``offsets``
 (int64, length n + 1).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.jit import kernel
+from dlkit.core.memory import prefetch
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -29,13 +31,33 @@ def mix64(h):
 
 
 @kernel
+def word_at(data, start, end):
+    """Bytes ``data[start:min(end, start + 8)]`` as a little-endian word, zero padded."""
+    if end - start >= 8:  # written out, so the compiler makes it one 8-byte load
+        return (np.uint64(data[start]) | np.uint64(data[start + 1]) << np.uint64(8)
+                | np.uint64(data[start + 2]) << np.uint64(16)
+                | np.uint64(data[start + 3]) << np.uint64(24)
+                | np.uint64(data[start + 4]) << np.uint64(32)
+                | np.uint64(data[start + 5]) << np.uint64(40)
+                | np.uint64(data[start + 6]) << np.uint64(48)
+                | np.uint64(data[start + 7]) << np.uint64(56))
+    w = np.uint64(0)
+    for k in range(min(end - start, 8)):
+        w |= np.uint64(data[start + k]) << np.uint64(8 * k)
+    return w
+
+
+@kernel
 def hash_strings(data, offsets, out):
-    """``out[i]`` = 64-bit hash of string ``i`` (as int64)."""
+    """``out[i]`` = 64-bit hash of string ``i`` (as int64): its bytes eight at a time, then
+    its length, through splitmix64."""
     for i in range(offsets.shape[0] - 1):
+        a = offsets[i]
+        b = offsets[i + 1]
         h = FNV_OFFSET
-        for j in range(offsets[i], offsets[i + 1]):
-            h = (h ^ np.uint64(data[j])) * FNV_PRIME
-        out[i] = np.int64(mix64(h))
+        for j in range(a, b, 8):
+            h = (h ^ word_at(data, j, b)) * FNV_PRIME
+        out[i] = np.int64(mix64(h ^ np.uint64(b - a)))
 
 
 @kernel
@@ -177,64 +199,71 @@ def hash_lookup_ints(fk, valid, keys, slots, base, out):
     return resolve_rows(out, valid, base)
 
 
+# A string slot is four int64: (hash, row, first eight bytes as a word, length); row -1 marks
+# an empty slot. A probe reads that one cache line; a key of up to eight bytes is confirmed
+# from it alone, a longer one also compares its remaining bytes.
+STRING_SLOT = 4
+
+
 @kernel
 def hash_index_strings(hashes, data, offsets, size):
     """``(table, dup_row, first_row)`` for string keys with precomputed ``hashes``.
 
-    ``table`` is ``int64[size, 4]``: per slot ``(hash, row, start, end)`` with ``row = -1`` for
-    an empty slot, so a probe reads one cache line and the key bytes, nothing else.
+    ``table`` is ``int64[size, STRING_SLOT]`` (see ``STRING_SLOT``); the first duplicate or
+    ``(-1, -1)``.
     """
     mask = np.uint64(size - 1)
-    table = np.zeros((size, 4), dtype=np.int64)
+    table = np.zeros((size, STRING_SLOT), dtype=np.int64)
     table[:, 1] = -1
     for i in range(hashes.shape[0]):
         h = hashes[i]
+        a = offsets[i]
+        b = offsets[i + 1]
         s = np.int64(np.uint64(h) & mask)
         while table[s, 1] >= 0:
-            if table[s, 0] == h and _bytes_equal(data, table[s, 2], table[s, 3], data, offsets[i],
-                                                 offsets[i + 1]):
-                return table, i, table[s, 1]
+            j = table[s, 1]
+            if table[s, 0] == h and _bytes_equal(data, offsets[j], offsets[j + 1], data, a, b):
+                return table, i, j
             s = (s + 1) & (size - 1)
         table[s, 0] = h
         table[s, 1] = i
-        table[s, 2] = offsets[i]
-        table[s, 3] = offsets[i + 1]
+        table[s, 2] = np.int64(word_at(data, a, b))
+        table[s, 3] = b - a
     return table, -1, -1
 
 
 @kernel
-def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, base, out):
-    """Resolve string foreign keys: one probe run, hash compared first, then the bytes."""
+def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, pk_offsets, base, out):
+    """Resolve string foreign keys through :func:`hash_index_strings` (built over
+    ``pk_data``/``pk_offsets``); see :func:`dense_lookup`.
+
+    The home slots of a block of keys are prefetched first, so their cache misses overlap;
+    each probe then compares hash, length and first word from the slot, and only a key
+    longer than eight bytes reads the rest of the stored key.
+    """
     size = table.shape[0]
     mask = np.uint64(size - 1)
-    home_hash = np.empty(PROBE_BLOCK, dtype=np.int64)
-    home_byte = np.empty(PROBE_BLOCK, dtype=np.int64)  # first key byte of the home slot
+    slots = table.reshape(-1)  # the same memory, for prefetch
     for block in range(0, fk_hashes.shape[0], PROBE_BLOCK):
         end = min(block + PROBE_BLOCK, fk_hashes.shape[0])
         for i in range(block, end):
-            s = np.int64(np.uint64(fk_hashes[i]) & mask)
-            home_hash[i - block] = table[s, 0]
-            home_byte[i - block] = table[s, 2]
-        for j in range(end - block):  # the home slots' key bytes: independent loads too
-            start = home_byte[j]
-            home_byte[j] = np.int64(pk_data[start]) if start < pk_data.shape[0] else -1
+            prefetch(slots, np.int64(np.uint64(fk_hashes[i]) & mask) * STRING_SLOT)
         for i in range(block, end):
             row = -1
             if valid[i]:
                 h = fk_hashes[i]
                 a = offsets[i]
                 b = offsets[i + 1]
+                word = np.int64(word_at(data, a, b))
                 s = np.int64(np.uint64(h) & mask)
-                if (table[s, 1] >= 0 and home_hash[i - block] == h
-                        and (a == b or home_byte[i - block] == data[a])
-                        and _bytes_equal(data, a, b, pk_data, table[s, 2], table[s, 3])):
-                    row = table[s, 1]
-                else:
-                    while table[s, 1] >= 0:
-                        if table[s, 0] == h and _bytes_equal(data, a, b, pk_data, table[s, 2],
-                                                              table[s, 3]):
-                            row = table[s, 1]
-                            break
-                        s = (s + 1) & (size - 1)
+                while table[s, 1] >= 0:
+                    j = table[s, 1]
+                    if (table[s, 0] == h and table[s, 3] == b - a and table[s, 2] == word
+                            and (b - a <= 8 or _bytes_equal(data, a + 8, b, pk_data,
+                                                            pk_offsets[j] + 8,
+                                                            pk_offsets[j + 1]))):
+                        row = j
+                        break
+                    s = (s + 1) & (size - 1)
             out[i] = row
     return resolve_rows(out, valid, base)

@@ -24,7 +24,7 @@ class KeyIndex:
 
     family: str  # "integer" | "string"
     num_rows: int
-    slots: np.ndarray  # dense/hash slots; for strings the (hash, row, start, end) table
+    slots: np.ndarray  # dense/hash slots; for strings the (hash, row, word, length) table
     keys: np.ndarray | None = None  # integer keys (hash index only)
     kmin: int | None = None  # dense integer index when set
     data: np.ndarray | None = None
@@ -79,7 +79,8 @@ class KeyIndex:
             hashes = np.empty(len(valid), dtype=np.int64)
             kk.hash_strings(data, offsets, hashes)
             dangling, first = kk.hash_lookup_strings(hashes, valid, data, offsets, self.slots,
-                                                     self.data, np.int64(base), out)
+                                                     self.data, self.offsets, np.int64(base),
+                                                     out)
         return int(np.count_nonzero(valid)), int(dangling), int(first)
 
 
@@ -130,14 +131,16 @@ class PrimaryKeys:
             row = self.pos + int(np.flatnonzero(~valid_mask(arr))[0])
             raise DataError(f"{self.where}: null primary key at row {row}")
         if self.integer:
-            chunk = to_int_keys(arr, self.where)[0].astype("<i8", copy=False)
-            self.out.write(chunk)
+            chunk = self.keys[self.pos:self.pos + len(arr)]
+            chunk[:] = to_int_keys(arr, self.where)[0]
+            # the keys stay in memory until finish: queued without a copy (page aligned
+            # batches go to disk straight from them)
+            self.out.write(chunk, bounded=False)
             if chunk.size:
                 lo, hi = int(chunk.min()), int(chunk.max())
                 if self.pos:
                     lo, hi = min(lo, self.bounds[0]), max(hi, self.bounds[1])
                 self.bounds = (lo, hi)
-                self.keys[self.pos:self.pos + chunk.size] = chunk
         else:
             self.chunks.append(arr.cast(pa.large_string()))
         self.pos += len(arr)
