@@ -43,20 +43,21 @@ def empty_small_pages(dtype, shape) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype=dtype).reshape(shape)
 
 
-def populate(array: np.ndarray) -> None:
+def populate(array: np.ndarray) -> bool:
     """Fault in every page of ``array`` (from :func:`empty_small_pages`) now, ahead of its
-    first use: one ``madvise(MADV_POPULATE_WRITE)`` costs about half as much CPU as the page
-    faults it replaces, and the caller can spend it on a thread while a core is idle. Falls
-    back to writing a zero into each page. The contents are left undefined (as ``empty``)."""
+    first use: ``madvise(MADV_POPULATE_WRITE)`` costs about half as much CPU as the page faults
+    it replaces, and the caller can spend it on a thread while a core is idle. It never
+    changes the contents, so other threads may already be writing the array. Returns False
+    (and does nothing) for file maps, small arrays and kernels without that advice (before
+    Linux 5.14): the pages then fault in on first use, as they would have anyway."""
     if isinstance(array, np.memmap) or array.nbytes < _PAGE:
-        return
+        return False
     address = array.ctypes.data
     start = address - address % _PAGE
     length = address + array.nbytes - start
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_POPULATE_WRITE) != 0:
-        flat = array.reshape(-1).view(np.uint8)
-        flat[::_PAGE] = 0
+    return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length),
+                        _MADV_POPULATE_WRITE) == 0
 
 
 class Arrays:
@@ -79,6 +80,15 @@ class Arrays:
         self.count += 1
         return np.lib.format.open_memmap(self.scratch / f"a{self.count}.npy", mode="w+",
                                          dtype=dtype, shape=shape)
+
+    def zeros(self, dtype, shape) -> np.ndarray:
+        """Like :meth:`empty`, zero-filled at no cost: a fresh anonymous map and a fresh
+        scratch file both read as zeros until written (arrays under a page come from numpy's
+        allocator and are zeroed here)."""
+        array = self.empty(dtype, shape)
+        if array.nbytes < _PAGE:
+            array[...] = 0
+        return array
 
     def release(self, array: np.ndarray) -> None:
         if not isinstance(array, np.memmap):
