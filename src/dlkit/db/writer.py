@@ -29,8 +29,10 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    the atomic rename into place (``dlkit.db.output``).
 
 Memory: a few record batches at a time, plus the index arrays: row times and both CSRs,
-about ``24 V + 26 E`` bytes at the peak of the graph stage (V rows, E edges; pages of the
-edge arrays that the edges never reach are never touched), plus the key indexes (8 bytes
+about ``24 V + 26 E`` bytes at the peak of the graph stage (V rows, E edges; the edge arrays
+are sized for the most edges there could be, every foreign key non-null, and faulted in by a
+helper thread while the first tables stream by, so a null foreign key costs its 26 bytes
+too), plus the key indexes (8 bytes
 per key value in the key range of integer keys, about 64 bytes per row and the keys
 themselves for string keys; only for tables a foreign key refers to) and the distinct texts
 seen so far. Index arrays live in memory up to ``memory_budget`` bytes and in memory-mapped
