@@ -51,8 +51,9 @@ def _from_buffers(arr: pa.Array, dtype, finite_only: bool = False) -> tuple[np.n
     validity, data = arr.buffers()[:2]
     storage = arr.type.to_pandas_dtype() if not pa.types.is_timestamp(arr.type) else np.int64
     width = np.dtype(storage).itemsize
-    src = (np.frombuffer(data, dtype=storage, count=n, offset=arr.offset * width)
-           if n else np.zeros(0, dtype=storage))
+    # read-only either way (an empty array too): one compiled kernel per dtype
+    src = np.frombuffer(data if n else b"", dtype=storage, count=n,
+                        offset=arr.offset * width if n else 0)
     bitmap = (np.frombuffer(validity, dtype=np.uint8)
               if validity is not None and arr.null_count else _NO_BITMAP)
     values = np.empty(n, dtype=dtype)
