@@ -51,10 +51,8 @@ def convert_fixed_width(src, bitmap, bit_offset, finite_only, values, valid):
     """An Arrow fixed-width array read from its buffers: ``values[i] = src[i]`` converted to
     ``values``' dtype, or 0 for a null; ``valid[i]`` whether it is not null. ``bitmap`` is
     Arrow's validity bitmap (bit ``bit_offset + i``, LSB first), empty when there are no
-    nulls; with ``finite_only``, NaN and +-inf count as nulls too. Returns how many are
-    valid."""
+    nulls; with ``finite_only``, NaN and +-inf count as nulls too."""
     has_bitmap = bitmap.shape[0] > 0
-    count = 0
     for i in range(src.shape[0]):
         ok = True
         if has_bitmap:
@@ -68,8 +66,6 @@ def convert_fixed_width(src, bitmap, bit_offset, finite_only, values, valid):
         else:
             values[i] = 0
         valid[i] = ok
-        count += ok
-    return count
 
 
 @kernel

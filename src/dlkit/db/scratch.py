@@ -17,6 +17,7 @@ import numpy as np
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels refuse it (EINVAL)
 _PAGE = mmap.PAGESIZE
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def default_memory_budget() -> int:
@@ -55,8 +56,7 @@ def populate(array: np.ndarray) -> bool:
     address = array.ctypes.data
     start = address - address % _PAGE
     length = address + array.nbytes - start
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length),
+    return _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length),
                         _MADV_POPULATE_WRITE) == 0
 
 
