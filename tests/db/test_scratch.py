@@ -16,7 +16,7 @@ def _resident_bytes() -> int:
 
 
 def test_populate_faults_in_every_page_and_keeps_the_contents():
-    size = 64 << 20
+    size = (64 << 20) + 3 * 4096 + 8  # many chunks of the advice, the last one partial
     array = scratch.empty_small_pages(np.int64, size // 8)
     array[:1000] = np.arange(1000)  # written by another thread first: kept
     before = _resident_bytes()

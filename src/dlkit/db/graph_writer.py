@@ -21,6 +21,7 @@ Padding between sections (to page boundaries) is zeros, as the format requires.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -60,7 +61,7 @@ class GraphWriter:
         # sum and transpose, where both cores are busy).
         ahead = (self.child_offsets, self.parent_offsets, self.parent_ids, self.row_times,
                  self.child_ids, self.child_times, self.local_parent)
-        self.populated = threading.Thread(target=lambda: [populate(a) for a in ahead],
+        self.populated = threading.Thread(target=_populate_all, args=(ahead,),
                                           name="dlkit-populate", daemon=True)
         self.populated.start()
 
@@ -109,6 +110,15 @@ class GraphWriter:
         out.close()
         self.row_times = None
         return unsorted
+
+
+def _populate_all(arrays) -> None:
+    try:  # at the lowest priority: a core that would otherwise idle does it
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+    for array in arrays:
+        populate(array)
 
 
 def _write_section(out: HashedFile, layout: dict, name: str, array: np.ndarray) -> None:

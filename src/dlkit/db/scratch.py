@@ -17,6 +17,7 @@ import numpy as np
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels refuse it (EINVAL)
 _PAGE = mmap.PAGESIZE
+_POPULATE_CHUNK = 4 << 20
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -55,9 +56,15 @@ def populate(array: np.ndarray) -> bool:
         return False
     address = array.ctypes.data
     start = address - address % _PAGE
-    length = address + array.nbytes - start
-    return _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length),
-                        _MADV_POPULATE_WRITE) == 0
+    end = address + array.nbytes
+    # In chunks: the advice holds the process's memory-map lock while it runs, and other
+    # threads' mmap/munmap (large allocations) and page faults queue behind it.
+    for chunk in range(start, end, _POPULATE_CHUNK):
+        length = min(_POPULATE_CHUNK, end - chunk)
+        if _LIBC.madvise(ctypes.c_void_p(chunk), ctypes.c_size_t(length),
+                         _MADV_POPULATE_WRITE) != 0:
+            return False
+    return True
 
 
 class Arrays:

@@ -9,8 +9,8 @@ Every Arrow/OS failure is turned into a :class:`DataError` naming the table, fil
 
 from __future__ import annotations
 
-import queue
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,52 +106,18 @@ class TableSource:
         """Record batches of ``columns`` in row order.
 
         Arrow decodes on its own threads; with ``prefetch > 0`` a reader thread decodes up to
-        ``prefetch`` batches ahead, so decoding overlaps the caller's work on the current one.
-        The string columns named in ``dictionary`` come dictionary-encoded (indices into
-        distinct values), straight from Parquet's own dictionary pages where it has them:
-        far cheaper than materialising every string for a column that repeats its values.
+        ``prefetch`` batches ahead (:class:`ReadAhead`), so decoding overlaps the caller's
+        work on the current one. The string columns named in ``dictionary`` come
+        dictionary-encoded (indices into distinct values), straight from Parquet's own
+        dictionary pages where it has them: far cheaper than materialising every string for
+        a column that repeats its values.
         """
-        batches = self._read_batches(columns, batch_rows, list(dictionary))
+        job = ReadJob(self, list(columns), list(dictionary))
         if prefetch <= 0:
-            yield from batches
+            yield from job.batches(batch_rows)
             return
-        q: queue.Queue = queue.Queue(maxsize=prefetch)
-        stop = threading.Event()
-        done = object()
-
-        def put(item) -> bool:
-            """Queue ``item`` unless the consumer has stopped; False when it has."""
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def produce() -> None:
-            try:
-                for batch in batches:
-                    if not put(batch):
-                        return
-                item = done
-            except BaseException as exc:  # handed to the consumer
-                item = exc
-            put(item)
-
-        reader = threading.Thread(target=produce, name=f"dlkit-read-{self.name}", daemon=True)
-        reader.start()
-        try:
-            while True:
-                item = q.get()
-                if item is done:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            stop.set()
-            reader.join()
+        with ReadAhead([job], batch_rows, budget=0, min_batches=prefetch) as ahead:
+            yield from ahead.batches(0)
 
     def _read_batches(self, columns: list[str], batch_rows: int,
                       dictionary: list[str]) -> Iterator[pa.RecordBatch]:
@@ -168,6 +134,105 @@ class TableSource:
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise DataError(f"table {self.name!r}, {what}: corrupt Parquet data: {exc}",
                                 path=f) from None
+
+
+@dataclass(frozen=True)
+class ReadJob:
+    """Some columns of one table, to read in record batches."""
+
+    source: TableSource
+    columns: list[str]
+    dictionary: list[str]  # string columns to read dictionary-encoded
+
+    def batches(self, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        if not self.columns:
+            return iter(())
+        return self.source._read_batches(self.columns, batch_rows, self.dictionary)
+
+
+_END = object()
+
+
+class ReadAhead:
+    """The record batches of several read jobs, in order, decoded on one reader thread up to
+    ``budget`` bytes (and at least ``min_batches`` batches) ahead of the consumer.
+
+    Reading straight on into the next table keeps a core decoding across table boundaries,
+    and at the start while the kernels load, instead of stopping at each table's end until
+    its last batch is processed. The consumer takes the jobs in order (:meth:`batches`);
+    a reader error is raised there, at the batch where it happened.
+    """
+
+    def __init__(self, jobs: list[ReadJob], batch_rows: int, budget: int, min_batches: int = 2):
+        self._jobs = jobs
+        self._batch_rows = batch_rows
+        self._budget = budget
+        self._min_batches = max(1, min_batches)
+        self._cond = threading.Condition()
+        self._items: deque = deque()  # (job index, batch | _END | exception, bytes)
+        self._bytes = 0
+        self._stopped = False
+        self._next = 0
+        self._thread = threading.Thread(target=self._produce, name="dlkit-read", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _put(self, job: int, item, nbytes: int) -> bool:
+        """Queue ``item`` once there is room; False when the consumer has stopped."""
+        with self._cond:
+            while (not self._stopped and len(self._items) >= self._min_batches
+                   and self._bytes + nbytes > self._budget):
+                self._cond.wait()
+            if self._stopped:
+                return False
+            self._items.append((job, item, nbytes))
+            self._bytes += nbytes
+            self._cond.notify_all()
+            return True
+
+    def _produce(self) -> None:
+        job = 0
+        try:
+            for job, read in enumerate(self._jobs):
+                for batch in read.batches(self._batch_rows):
+                    if not self._put(job, batch, batch.nbytes):
+                        return
+                if not self._put(job, _END, 0):
+                    return
+        except BaseException as exc:  # handed to the consumer
+            self._put(job, exc, 0)
+
+    def batches(self, job: int) -> Iterator[pa.RecordBatch]:
+        """Job ``job``'s batches; jobs are taken in order, each to its end."""
+        if job != self._next:
+            raise ValueError(f"read job {job} taken out of order (next: {self._next})")
+        while True:
+            with self._cond:
+                while not self._items:
+                    self._cond.wait()
+                got, item, nbytes = self._items.popleft()
+                self._bytes -= nbytes
+                self._cond.notify_all()
+            if got != job:
+                raise AssertionError(f"read job {got}'s batch while job {job} was taken")
+            if item is _END:
+                self._next += 1
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stop reading (batches not taken yet are dropped) and wait for the reader."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join()
 
 
 def _open_file(table: str, f: Path) -> pq.FileMetaData:

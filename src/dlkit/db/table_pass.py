@@ -11,6 +11,7 @@ as their rows go by.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from dlkit.db.keys import KeyIndex, PrimaryKeys
 from dlkit.db.plan import TablePlan, check_rows, where
 from dlkit.db.report import Progress
 from dlkit.db.schema import Schema
+from dlkit.db.source import ReadJob
 from dlkit.db.tasks import TaskWriter
 from dlkit.db.texts import TextStore
 from dlkit.errors import DataError
@@ -49,10 +51,23 @@ class TablePassContext:
     referenced: set[str]  # tables some foreign key refers to
 
 
-def stream_table(plan: TablePlan,
-                 ctx: TablePassContext) -> tuple[list[dict[str, Any]], list[str], int]:
-    """One pass over ``plan``'s columns: ``(metadata of its tasks, warnings, bytes of
-    primary keys written)``; the primary keys too, when they are read in this pass."""
+def read_job(plan: TablePlan, keys_in_pass: set[str]) -> ReadJob:
+    """The columns a table's pass reads: foreign keys, features, time, and the primary key
+    when it is read in this pass (repeating strings dictionary-encoded)."""
+    needed = [f.column for f in plan.foreign_keys] + [c.name for c in plan.columns]
+    for extra in (plan.time_column, plan.name in keys_in_pass and plan.primary_key):
+        if extra and extra not in needed:
+            needed.append(extra)
+    repeating = [c.name for c in plan.columns
+                 if c.stype in (fmt.CATEGORICAL, fmt.TEXT) and c.family == "string"]
+    return ReadJob(plan.source, needed, repeating)
+
+
+def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
+                 batches: Iterable[pa.RecordBatch]) -> tuple[list[dict[str, Any]], list[str], int]:
+    """One pass over ``plan``'s columns (``job``, read as ``batches``): ``(metadata of its
+    tasks, warnings, bytes of primary keys written)``; the primary keys too, when they are
+    read in this pass."""
     writers = {c.name: ColumnWriter(plan, c, ctx.hasher) for c in plan.columns}
     text_cols = [c for c in plan.columns if c.stype == fmt.TEXT]
     plain_cols = [c for c in plan.columns if c.stype != fmt.TEXT]
@@ -63,20 +78,12 @@ def stream_table(plan: TablePlan,
     if plan.time_column is None:
         rt[:] = fmt.NO_TIME
     keys = PrimaryKeys(plan, ctx.hasher) if plan.name in ctx.keys_in_pass else None
-    needed = [f.column for f in plan.foreign_keys] + [c.name for c in plan.columns]
-    for extra in (plan.time_column, keys and plan.primary_key):
-        if extra and extra not in needed:
-            needed.append(extra)
     # Two parent buffers: the helper may still resolve one batch while the next is queued.
     parents = np.empty((2, len(plan.foreign_keys), ctx.batch_rows), dtype=np.int64)
     first_dangling: dict[int, tuple[int, Any]] = {}
     if not plan.foreign_keys:
         ctx.graph.no_edges(plan)
     pos = 0
-    repeating = [c.name for c in plan.columns
-                 if c.stype in (fmt.CATEGORICAL, fmt.TEXT) and c.family == "string"]
-    batches = (plan.source.iter_batches(needed, ctx.batch_rows, dictionary=repeating)
-               if needed else iter(()))
     # Foreign keys are resolved and their edges appended to the graph on a helper thread
     # (nogil kernels), in batch order, while this one converts the columns; the helper may
     # lag one batch behind. An error of this thread's is only reported once the helper's
@@ -108,7 +115,7 @@ def stream_table(plan: TablePlan,
                 if earlier is not own:
                     earlier.result()  # an earlier batch's error is reported instead
             raise
-    if needed:
+    if job.columns:
         check_rows(plan, "columns", pos, final=True)
     elif plan.num_rows:
         ctx.progress.advance(plan.num_rows)

@@ -10,7 +10,8 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    foreign key refers to keep a key index (``dlkit.db.keys``). The other tables' keys are
    read the same way during their own pass in stage 3.
 3. ``tables``: one pass per table over all its other columns (``dlkit.db.table_pass``), in
-   record batches decoded on Arrow's threads: the time column gives the row times; foreign
+   record batches decoded on Arrow's threads by one reader that runs on from table to table
+   up to ``READ_AHEAD_BYTES`` ahead (``dlkit.db.source.ReadAhead``): the time column gives the row times; foreign
    keys are resolved to global parent ids (null -> no edge; dangling -> counted, then dropped
    or an error) and appended to the child -> parents CSR at once; every feature column is
    converted and appended to its values file and validity bitmap, with streaming statistics
@@ -76,14 +77,18 @@ from dlkit.db.plan import TablePlan, infer_string_column, plan_tables, where
 from dlkit.db.report import PreprocessReport, Progress, StageReport, timed_stage
 from dlkit.db.schema import SCHEMA_FILE, Schema, load_schema
 from dlkit.db.scratch import Arrays, default_memory_budget
-from dlkit.db.source import DEFAULT_BATCH_ROWS
-from dlkit.db.table_pass import TablePassContext, stream_table
+from dlkit.db.source import DEFAULT_BATCH_ROWS, ReadAhead
+from dlkit.db.table_pass import TablePassContext, read_job, stream_table
 from dlkit.db.texts import TextStore
 from dlkit.errors import InvalidArgumentError, SchemaError
 
 __all__ = ["ON_DANGLING", "STAGES", "PreprocessReport", "Progress", "StageReport", "preprocess"]
 
 ON_DANGLING = ("drop", "error")
+# Decoded record batches held ahead of the tables pass (at least two are always allowed):
+# enough to keep a core decoding while the kernels load at the start (~10 batches of a
+# six-column table at the default batch size).
+READ_AHEAD_BYTES = 128 << 20
 STAGES = ("scan", "keys", "tables", "graph", "embeddings", "manifest", "commit")
 
 
@@ -173,21 +178,24 @@ class _Builder:
         with self._stage("tables", self.num_rows) as st:
             cat_start = 0
             keys = self.stages["keys"]
-            for plan in self.plans:
-                task_meta, warnings, key_bytes = stream_table(plan, ctx)
-                if plan.name in self.keys_in_pass:
-                    keys.rows += plan.num_rows
-                    keys.columns += 1
-                    keys.bytes += key_bytes
-                self.task_meta.extend(task_meta)
-                self.warnings.extend(warnings)
-                for col in plan.columns:
-                    if col.stype == fmt.CATEGORICAL:
-                        col.cat_emb_start = cat_start
-                        cat_start += len(col.categories)
-                st.rows += plan.num_rows
-                st.columns += len(plan.columns)
-                st.edges += sum(f.num_edges for f in plan.foreign_keys)
+            jobs = [read_job(plan, self.keys_in_pass) for plan in self.plans]
+            with ReadAhead(jobs, self.batch_rows, READ_AHEAD_BYTES) as ahead:
+                for i, (plan, job) in enumerate(zip(self.plans, jobs)):
+                    task_meta, warnings, key_bytes = stream_table(plan, ctx, job,
+                                                                  ahead.batches(i))
+                    if plan.name in self.keys_in_pass:
+                        keys.rows += plan.num_rows
+                        keys.columns += 1
+                        keys.bytes += key_bytes
+                    self.task_meta.extend(task_meta)
+                    self.warnings.extend(warnings)
+                    for col in plan.columns:
+                        if col.stype == fmt.CATEGORICAL:
+                            col.cat_emb_start = cat_start
+                            cat_start += len(col.categories)
+                    st.rows += plan.num_rows
+                    st.columns += len(plan.columns)
+                    st.edges += sum(f.num_edges for f in plan.foreign_keys)
             self.texts.close()
             self.task_meta.sort(key=lambda t: t["index"])
             self.num_categories = cat_start
