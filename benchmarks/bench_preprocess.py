@@ -160,9 +160,10 @@ def step_csr(db: str) -> dict:
         expect = (np.array(g.child_offsets), np.array(g.child_ids), np.array(g.child_times))
     V, E = po.shape[0] - 1, pi.shape[0]
     # compile / warm up on a small graph
-    csr.transpose_csr(po[:2] * 0, pi[:0], rt[:1], np.zeros(2, np.int64), np.zeros(0, np.int64),
+    csr.transpose_csr(po[:2] * 0, pi[:0], rt[:1], np.zeros(2, np.int64), np.zeros(0, pi.dtype),
                       np.zeros(0, np.int64))
-    co, ci, ct = np.empty(V + 1, np.int64), np.empty(E, np.int64), np.empty(E, np.int64)
+    # child ids of the database's own row id dtype
+    co, ci, ct = np.empty(V + 1, np.int64), np.empty(E, pi.dtype), np.empty(E, np.int64)
     started = time.perf_counter()
     csr.transpose_csr(po, pi, rt, co, ci, ct)
     t_kernel = time.perf_counter() - started
@@ -177,14 +178,12 @@ def step_csr(db: str) -> dict:
 
 def run_step(name: str, *args: str) -> dict:
     cmd = [sys.executable, __file__, "--step", name, *args]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise SystemExit(f"step {name} failed")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["peak_rss_mb"] = json.loads(proc.stderr.strip().splitlines()[-1])["peak_rss_mb"]
-    del before
     return result
 
 

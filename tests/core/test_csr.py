@@ -33,7 +33,7 @@ def _python_children(offsets, ids, times):
 def _build(offsets, ids, times, **kwargs):
     n = len(offsets) - 1
     co = np.empty(n + 1, dtype=np.int64)
-    ci = np.empty(ids.size, dtype=np.int64)
+    ci = np.empty(ids.size, dtype=ids.dtype)  # row ids: int32 or int64, as graph.bin stores
     ct = np.empty(ids.size, dtype=np.int64)
     csr.transpose_csr(offsets, ids, times, co, ci, ct, **kwargs)
     return co, ci, ct
@@ -41,10 +41,13 @@ def _build(offsets, ids, times, **kwargs):
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 60), k=st.integers(0, 4),
        trange=st.sampled_from([0, 3, 1000]), bucket_edges=st.sampled_from([1, 2, 7, 1 << 15]),
-       block_shift=st.integers(0, 7), threads=st.integers(1, 3))
-def test_transpose_matches_python(seed, n, k, trange, bucket_edges, block_shift, threads):
+       block_shift=st.integers(0, 7), threads=st.integers(1, 3),
+       id_dtype=st.sampled_from([np.int32, np.int64]))
+def test_transpose_matches_python(seed, n, k, trange, bucket_edges, block_shift, threads,
+                                  id_dtype):
     rng = np.random.default_rng(seed)
     offsets, ids, times = _random_graph(rng, n, k, trange)
+    ids = ids.astype(id_dtype)
     co, ci, ct = _build(offsets, ids, times, bucket_edges=bucket_edges, block_shift=block_shift,
                         threads=threads)
     ref = _python_children(offsets, ids, times)

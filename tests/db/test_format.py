@@ -1,10 +1,11 @@
-"""``graph.bin``'s layout (format 2) and the refusal of databases in another format version."""
+"""``graph.bin``'s layout (format 3) and the refusal of databases in another format version."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,10 +18,12 @@ ORDER = ["parent_offsets", "parent_ids", "row_times", "row_table", "child_offset
          "child_times"]
 
 
-@given(st.integers(0, 10**7), st.integers(0, 10**8))
-def test_sections_are_page_aligned_in_build_order_without_overlap(rows, edges):
-    layout, size = fmt.graph_layout(rows, edges)
+@given(st.integers(0, 10**7), st.integers(0, 10**8), st.sampled_from([None, "<i4", "<i8"]))
+def test_sections_are_page_aligned_in_build_order_without_overlap(rows, edges, ids):
+    layout, size = fmt.graph_layout(rows, edges, ids)
     assert list(layout) == ORDER
+    id_dtype = np.dtype(ids or "<i4")  # int32 row ids while every id fits
+    assert layout["parent_ids"][1] == layout["child_ids"][1] == id_dtype
     end = fmt.GRAPH_HEADER_SIZE
     for name in ORDER:
         offset, dtype, count = layout[name]
@@ -37,6 +40,9 @@ def test_built_graph_sections_match_the_layout(example_db):
     layout, size = fmt.graph_layout(meta["num_rows"], meta["num_edges"])
     data = (example_db / fmt.GRAPH_FILE).read_bytes()
     assert len(data) == size
+    header = fmt.GRAPH_HEADER.unpack_from(data, 0)
+    assert header == (fmt.GRAPH_MAGIC, 3, 64, meta["num_rows"], meta["num_edges"],
+                      meta["num_tables"], 4)
     with open_database(example_db) as db:
         for name, (offset, dtype, count) in layout.items():
             stored = data[offset:offset + count * dtype.itemsize]
@@ -49,7 +55,7 @@ def test_built_graph_sections_match_the_layout(example_db):
     assert all(b == 0 for b, c in zip(data, covered) if not c)
 
 
-@pytest.mark.parametrize("version", [1, 3])
+@pytest.mark.parametrize("version", [1, 2, 4])
 def test_other_format_versions_are_refused_with_a_way_out(example_db, tmp_path, version):
     db = tmp_path / "db"
     shutil.copytree(example_db, db)
@@ -62,3 +68,30 @@ def test_other_format_versions_are_refused_with_a_way_out(example_db, tmp_path, 
     assert f"version {version}" in message and "dlkit preprocess" in message
     with pytest.raises(DatabaseError, match="build the database again"):
         open_database(db)
+
+
+def test_id_width_rule_and_its_limit():
+    assert fmt.graph_id_dtype(0) == fmt.graph_id_dtype(1 << 31) == np.dtype("<i4")
+    assert fmt.graph_id_dtype((1 << 31) + 1) == np.dtype("<i8")
+    assert np.iinfo(np.int32).max == (1 << 31) - 1  # the last row id of 2^31 rows fits
+
+
+@pytest.mark.parametrize("id_bytes", [0, 2, 16])
+def test_a_header_with_another_id_width_is_refused(example_db, tmp_path, id_bytes):
+    db = tmp_path / "db"
+    shutil.copytree(example_db, db)
+    graph = db / fmt.GRAPH_FILE
+    data = bytearray(graph.read_bytes())
+    data[40:44] = id_bytes.to_bytes(4, "little")
+    graph.write_bytes(bytes(data))
+    report = verify_database(db)
+    assert not report.ok
+    assert any(f.check == "graph.header" and f"{id_bytes} bytes" in f.message
+               for f in report.failures)
+
+
+
+def test_int32_ids_for_more_rows_than_they_can_number_are_refused(example_db, monkeypatch):
+    monkeypatch.setattr(fmt, "MAX_INT32_ROWS", 10)  # as if the example had 2^31 + rows
+    with pytest.raises(DatabaseError, match="row ids of 4 bytes cannot number"):
+        open_database(example_db)

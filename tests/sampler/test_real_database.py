@@ -75,3 +75,30 @@ def test_a_corrupt_database_is_one_clear_error(db_path, tmp_path):
         Sampler(broken, 0, 1)
     with pytest.raises(DatabaseError):
         Sampler(tmp_path / "missing", 0, 1)
+
+
+def test_int64_row_ids_give_the_same_batches(db_path, tmp_path, monkeypatch):
+    """A graph beyond 2^31 rows stores int64 row ids; forced on the example, every batch is
+    the same as with the int32 ids a database of its size gets."""
+    from dlkit.db import format as fmt
+
+    wide = tmp_path / "wide"
+    with monkeypatch.context() as patch:
+        patch.setattr(fmt, "MAX_INT32_ROWS", 0)
+        preprocess(EXAMPLE, wide, fsync=False)
+    with open_database(db_path) as narrow_db, open_database(wide) as wide_db:
+        assert narrow_db.graph.parent_ids.dtype == np.int32
+        assert wide_db.graph.parent_ids.dtype == np.int64
+        assert wide_db.graph.child_ids.dtype == np.int64
+        for name in ("parent_ids", "child_ids"):
+            assert np.array_equal(getattr(narrow_db.graph, name), getattr(wide_db.graph, name))
+        config = BatchConfig(256, 64, 4)
+        narrow = BatchBuilder(narrow_db, config, seed=5)
+        wide_builder = BatchBuilder(wide_db, config, seed=5)
+        for a, b in zip(narrow.tasks, wide_builder.tasks):
+            seeds = np.arange(a.num_seeds)
+            x, y = narrow.build(a, seeds, epoch=1), wide_builder.build(b, seeds, epoch=1)
+            assert x.arrays.keys() == y.arrays.keys()
+            for key in x.arrays:
+                assert np.array_equal(x.arrays[key], y.arrays[key]), key
+

@@ -308,10 +308,10 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
                   counted: bool = False, local_parent=None) -> int:
     """Build the parent -> children CSR from the child -> parents CSR (see the module doc).
 
-    Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` and
-    ``child_times`` int64[E]. ``empty(dtype, n)`` allocates the temporaries: 2 bytes per edge,
-    plus 18 bytes per edge of the largest bucket and 8 per parent of the widest bucket per
-    thread. Both sweeps run on ``threads`` threads (default: the CPU count, at most 8) once
+    Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` (of
+    the row id dtype, int32 or int64, like ``src_ids``) and ``child_times`` int64[E].
+    ``empty(dtype, n)`` allocates the temporaries: 2 bytes per edge, plus up to 18 bytes per
+    edge of the largest bucket and 8 per parent of the widest bucket per thread. Both sweeps run on ``threads`` threads (default: the CPU count, at most 8) once
     the graph has ``PARALLEL_MIN_EDGES`` edges. ``offsets_ready()``, when given, is called as
     soon as ``child_offsets`` holds its final values (before the sweeps, which only read it).
     ``bucket_edges`` and ``block_shift`` only change the speed, never the output. With
@@ -373,7 +373,7 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
 
     def place(first: int, last: int) -> int:
         return place_buckets(child_offsets, bucket_start, first_parent, first, last, child_ids,
-                             child_times, local_parent, empty(np.int64, largest),
+                             child_times, local_parent, empty(child_ids.dtype, largest),
                              empty(np.int64, largest), empty(np.uint16, largest),
                              empty(np.int64, widest))
 

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 
 FORMAT_NAME = "dlkit-database"
-FORMAT_VERSION = 2  # 2: graph.bin sections reordered and page aligned
+FORMAT_VERSION = 3  # 2: graph.bin sections reordered and page aligned; 3: int32 row ids
 MANIFEST_FORMAT = "dlkit-database-manifest"
 
 NO_TIME = np.iinfo(np.int64).min
@@ -69,44 +69,59 @@ def bitmap_bytes(num_rows: int) -> int:
 # --- graph.bin ---------------------------------------------------------------------------
 
 GRAPH_MAGIC = b"DLKGRAPH"
-GRAPH_HEADER = struct.Struct("<8sIIQQQ24x")  # magic, version, header size, rows, edges, tables
+# magic, version, header size, rows, edges, tables, bytes per row id in the id sections
+GRAPH_HEADER = struct.Struct("<8sIIQQQI20x")
 GRAPH_HEADER_SIZE = 64
 assert GRAPH_HEADER.size == GRAPH_HEADER_SIZE
 # Sections start on page boundaries: an array that is page aligned in memory (the build's
 # working arrays are) then goes to disk with O_DIRECT straight from memory, no staging copy.
 SECTION_ALIGN = 4096
+# Row ids (``parent_ids``, ``child_ids``) are int32 while every row id fits, int64 beyond:
+# half the bytes of the largest sections, to build, hash, write and map.
+MAX_INT32_ROWS = 1 << 31
+ID_DTYPES = {4: np.dtype("<i4"), 8: np.dtype("<i8")}
+_ID = None  # the dtype of a section of row ids: the graph's id dtype
 # (name, dtype, length in elements as a function of (num_rows, num_edges)), in file order: the
 # order in which the build finishes them, so the file's SHA-256 (one sequential pass) hashes
 # the parent side, the row sections and the child offsets while the transpose still runs.
 GRAPH_SECTIONS = (
     ("parent_offsets", np.dtype("<i8"), lambda v, e: v + 1),
-    ("parent_ids", np.dtype("<i8"), lambda v, e: e),
+    ("parent_ids", _ID, lambda v, e: e),
     ("row_times", np.dtype("<i8"), lambda v, e: v),
     ("row_table", np.dtype("<i4"), lambda v, e: v),
     ("child_offsets", np.dtype("<i8"), lambda v, e: v + 1),
-    ("child_ids", np.dtype("<i8"), lambda v, e: e),
+    ("child_ids", _ID, lambda v, e: e),
     ("child_times", np.dtype("<i8"), lambda v, e: e),
 )
+
+
+def graph_id_dtype(num_rows: int) -> np.dtype:
+    """The dtype a build gives the row ids of a graph of ``num_rows`` rows."""
+    return ID_DTYPES[4] if num_rows <= MAX_INT32_ROWS else ID_DTYPES[8]
 
 
 def _align(n: int) -> int:
     return (n + SECTION_ALIGN - 1) // SECTION_ALIGN * SECTION_ALIGN
 
 
-def graph_layout(num_rows: int, num_edges: int) -> tuple[dict[str, tuple[int, np.dtype, int]], int]:
-    """``({section: (byte offset, dtype, count)}, total file size)`` of ``graph.bin``."""
+def graph_layout(num_rows: int, num_edges: int, id_dtype=None,
+                 ) -> tuple[dict[str, tuple[int, np.dtype, int]], int]:
+    """``({section: (byte offset, dtype, count)}, total file size)`` of ``graph.bin``, its row
+    ids of ``id_dtype`` (default: :func:`graph_id_dtype`)."""
+    ids = np.dtype(id_dtype) if id_dtype is not None else graph_id_dtype(num_rows)
     layout: dict[str, tuple[int, np.dtype, int]] = {}
     pos = _align(GRAPH_HEADER_SIZE)
     for name, dtype, length in GRAPH_SECTIONS:
+        dtype = ids if dtype is _ID else dtype
         count = length(num_rows, num_edges)
         layout[name] = (pos, dtype, count)
         pos = _align(pos + count * dtype.itemsize)
     return layout, pos
 
 
-def graph_header(num_rows: int, num_edges: int, num_tables: int) -> bytes:
+def graph_header(num_rows: int, num_edges: int, num_tables: int, id_dtype) -> bytes:
     return GRAPH_HEADER.pack(GRAPH_MAGIC, FORMAT_VERSION, GRAPH_HEADER_SIZE, num_rows, num_edges,
-                             num_tables)
+                             num_tables, np.dtype(id_dtype).itemsize)
 
 
 # --- names that become paths ---------------------------------------------------------------

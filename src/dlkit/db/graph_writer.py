@@ -42,8 +42,9 @@ class GraphWriter:
         self.arrays = arrays
         self.num_rows = sum(p.num_rows for p in plans)
         max_edges = sum(p.num_rows * len(p.foreign_keys) for p in plans)
+        self.id_dtype = fmt.graph_id_dtype(self.num_rows)
         self.parent_offsets = arrays.empty(np.int64, self.num_rows + 1)
-        self.parent_ids = arrays.empty(np.int64, max_edges)
+        self.parent_ids = arrays.empty(self.id_dtype, max_edges)
         self.parent_offsets[0] = 0
         # The parents' in-degrees, counted as the edges arrive (on the thread appending
         # them, in parallel with the column work), then turned into the child offsets.
@@ -52,7 +53,7 @@ class GraphWriter:
         self.row_times = arrays.empty(np.int64, self.num_rows)
         self.size = 0
         # The transpose's output and its largest temporary.
-        self.child_ids = arrays.empty(np.int64, max_edges)
+        self.child_ids = arrays.empty(self.id_dtype, max_edges)
         self.child_times = arrays.empty(np.int64, max_edges)
         self.local_parent = arrays.empty(np.uint16, max_edges)
         # Every page faulted in on a helper thread while the first tables stream by (the
@@ -72,7 +73,8 @@ class GraphWriter:
         self.parent_offsets[start:start + plan.num_rows] = self.num_edges
 
     def append(self, parents: np.ndarray, first_row: int) -> None:
-        """Rows ``first_row..`` (global ids) with ``parents`` (``int64[K, n]``, -1 for none)."""
+        """Rows ``first_row..`` (global ids) with ``parents`` (``int64[K, n]``, -1 for none;
+        stored as the graph's id dtype, which holds every row id)."""
         first_edge = self.num_edges
         self.num_edges = csr.append_parent_csr(parents, first_row, first_edge,
                                                self.parent_offsets, self.parent_ids)
@@ -82,9 +84,9 @@ class GraphWriter:
         """Stage ``graph``: build the transpose and write the file; returns how many child
         lists needed the time sort."""
         V, E = self.num_rows, self.num_edges
-        layout, self.size = fmt.graph_layout(V, E)
+        layout, self.size = fmt.graph_layout(V, E, self.id_dtype)
         out = self.hasher.open(fmt.GRAPH_FILE)
-        out.write(fmt.graph_header(V, E, len(self.plans)), bounded=False)
+        out.write(fmt.graph_header(V, E, len(self.plans), self.id_dtype), bounded=False)
         parent_offsets, parent_ids = self.parent_offsets, self.parent_ids[:E]
         self.parent_offsets = self.parent_ids = None
         _write_section(out, layout, "parent_offsets", parent_offsets)

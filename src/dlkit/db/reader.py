@@ -130,15 +130,23 @@ def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph
     G = fmt.GRAPH_FILE
     V, E, T = meta["num_rows"], meta["num_edges"], meta["num_tables"]
     mm = maps.raw(G)
-    layout, size = fmt.graph_layout(V, E)
-    if mm is None or len(mm) != size:
-        checks.fail(G, "graph.size", f"{0 if mm is None else len(mm)} bytes, metadata implies "
-                    f"{size} ({V} rows, {E} edges)", fatal=True)
-    magic, version, hsize, rows, edges, tables = fmt.GRAPH_HEADER.unpack_from(mm, 0)
+    size = 0 if mm is None else len(mm)
+    if size < fmt.GRAPH_HEADER_SIZE:
+        checks.fail(G, "graph.size", f"{size} bytes: shorter than the {fmt.GRAPH_HEADER_SIZE}-byte "
+                    "header", fatal=True)
+    magic, version, hsize, rows, edges, tables, id_bytes = fmt.GRAPH_HEADER.unpack_from(mm, 0)
     if (magic, version, hsize, rows, edges, tables) != (fmt.GRAPH_MAGIC, fmt.FORMAT_VERSION,
                                                        fmt.GRAPH_HEADER_SIZE, V, E, T):
         checks.fail(G, "graph.header", f"header ({magic!r}, v{version}, {rows} rows, {edges} "
                     f"edges, {tables} tables) disagrees with metadata.json", fatal=True)
+    id_dtype = fmt.ID_DTYPES.get(id_bytes)
+    if id_dtype is None or id_bytes == 4 and V > fmt.MAX_INT32_ROWS:
+        checks.fail(G, "graph.header", f"row ids of {id_bytes} bytes cannot number {V} rows",
+                    fatal=True)
+    layout, expected = fmt.graph_layout(V, E, id_dtype)
+    if size != expected:
+        checks.fail(G, "graph.size", f"{size} bytes, metadata implies {expected} ({V} rows, "
+                    f"{E} edges, {id_bytes}-byte row ids)", fatal=True)
     a = {}
     for name, (off, dtype, count) in layout.items():
         arr = np.frombuffer(mm, dtype=dtype, count=count, offset=off)

@@ -28,6 +28,7 @@ from dlkit.db.keys import KeyIndex, PrimaryKeys
 from dlkit.db.plan import TablePlan, check_rows, where
 from dlkit.db.report import Progress
 from dlkit.db.schema import Schema
+from dlkit.db.scratch import empty_small_pages
 from dlkit.db.source import ReadJob
 from dlkit.db.tasks import TaskWriter
 from dlkit.db.texts import TextStore
@@ -79,7 +80,7 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
         rt[:] = fmt.NO_TIME
     keys = PrimaryKeys(plan, ctx.hasher) if plan.name in ctx.keys_in_pass else None
     # Two parent buffers: the helper may still resolve one batch while the next is queued.
-    parents = np.empty((2, len(plan.foreign_keys), ctx.batch_rows), dtype=np.int64)
+    parents = empty_small_pages(np.int64, (2, len(plan.foreign_keys), ctx.batch_rows))
     first_dangling: dict[int, tuple[int, Any]] = {}
     if not plan.foreign_keys:
         ctx.graph.no_edges(plan)
