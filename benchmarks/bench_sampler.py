@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from dlkit.core.gather import burn  # noqa: E402
 from dlkit.db import open_database, preprocess  # noqa: E402
+from dlkit.db.format import FORMAT_VERSION  # noqa: E402
 from dlkit.prefetch.workloads import calibrate_burn  # noqa: E402
 from dlkit.sampler import Sampler  # noqa: E402
 from tests import naive_sampler as naive  # noqa: E402
@@ -107,7 +108,6 @@ def generate_parquet(out: Path, rows: int, seed: int = 7) -> None:
     no = rows // 2
     nr = rows - nu - np_ - no
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dlkit.toml").write_text(SCHEMA)
     t0 = 1_577_836_800 * 10**6  # 2020-01-01
     signup = t0 + rng.integers(0, 3 * 365 * 86400 * 10**6, nu)
     bios = np.array([f"bio number {i}: likes {w}" for i, w in
@@ -147,15 +147,19 @@ def generate_parquet(out: Path, rows: int, seed: int = 7) -> None:
                 rng.integers(0, 5000, n)])
             columns["helpful"] = rng.random(n) < 0.5
         pq.write_table(pa.table(columns), out / f"{name}.parquet")
+    (out / "dlkit.toml").write_text(SCHEMA)  # last: marks the Parquet complete
 
 
 def ensure_database(work: Path, rows: int) -> Path:
     db = work / f"db_{rows}"
     if (db / "manifest.json").exists():
-        return db
+        manifest = json.loads((db / "manifest.json").read_text())
+        if manifest.get("format_version") == FORMAT_VERSION:
+            return db  # a database of an older format is built again from its Parquet
     source = work / f"parquet_{rows}"
-    print(f"generating {rows:,} rows of Parquet in {source} ...", flush=True)
-    generate_parquet(source, rows)
+    if not (source / "dlkit.toml").exists():
+        print(f"generating {rows:,} rows of Parquet in {source} ...", flush=True)
+        generate_parquet(source, rows)
     print(f"preprocessing into {db} ...", flush=True)
     started = time.perf_counter()
     preprocess(source, db, overwrite=True, fsync=False)

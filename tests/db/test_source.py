@@ -113,7 +113,7 @@ def test_real_tables_read_ahead_equal_a_direct_read(tmp_path):
                           "s": pa.array([f"v{i % 7}" for i in range(rows)], pa.string())})
         pq.write_table(table, path, row_group_size=700)
         sources.append(TableSource.open(f"t{t}", path))
-    jobs = [ReadJob(s, ["a", "s"], ["s"]) for s in sources] + [ReadJob(sources[0], [], [])]
+    jobs = [ReadJob(s, ("a", "s"), ("s",)) for s in sources] + [ReadJob(sources[0], ())]
     with ReadAhead(jobs, 300, budget=4096) as ahead:
         got = [list(ahead.batches(i)) for i in range(len(jobs))]
     for job, batches in zip(jobs, got):

@@ -112,7 +112,7 @@ class TableSource:
         dictionary pages where it has them: far cheaper than materialising every string for
         a column that repeats its values.
         """
-        job = ReadJob(self, list(columns), list(dictionary))
+        job = ReadJob(self, tuple(columns), tuple(dictionary))
         if prefetch <= 0:
             yield from job.batches(batch_rows)
             return
@@ -141,13 +141,13 @@ class ReadJob:
     """Some columns of one table, to read in record batches."""
 
     source: TableSource
-    columns: list[str]
-    dictionary: list[str]  # string columns to read dictionary-encoded
+    columns: tuple[str, ...]
+    dictionary: tuple[str, ...] = ()  # string columns to read dictionary-encoded
 
     def batches(self, batch_rows: int) -> Iterator[pa.RecordBatch]:
         if not self.columns:
             return iter(())
-        return self.source._read_batches(self.columns, batch_rows, self.dictionary)
+        return self.source._read_batches(list(self.columns), batch_rows, list(self.dictionary))
 
 
 _END = object()

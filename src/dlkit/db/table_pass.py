@@ -61,7 +61,7 @@ def read_job(plan: TablePlan, keys_in_pass: set[str]) -> ReadJob:
             needed.append(extra)
     repeating = [c.name for c in plan.columns
                  if c.stype in (fmt.CATEGORICAL, fmt.TEXT) and c.family == "string"]
-    return ReadJob(plan.source, needed, repeating)
+    return ReadJob(plan.source, tuple(needed), tuple(repeating))
 
 
 def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
