@@ -311,8 +311,9 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` (of
     the row id dtype, int32 or int64, like ``src_ids``) and ``child_times`` int64[E].
     ``empty(dtype, n)`` allocates the temporaries: 2 bytes per edge, plus up to 18 bytes per
-    edge of the largest bucket and 8 per parent of the widest bucket per thread. Both sweeps run on ``threads`` threads (default: the CPU count, at most 8) once
-    the graph has ``PARALLEL_MIN_EDGES`` edges. ``offsets_ready()``, when given, is called as
+    edge of the largest bucket and 8 per parent of the widest bucket per thread. Both sweeps
+    run on ``threads`` threads (default: the CPU count, at most 8) once the graph has
+    ``PARALLEL_MIN_EDGES`` edges. ``offsets_ready()``, when given, is called as
     soon as ``child_offsets`` holds its final values (before the sweeps, which only read it).
     ``bucket_edges`` and ``block_shift`` only change the speed, never the output. With
     ``counted``, ``child_offsets[p + 1]`` already holds parent ``p``'s in-degree (and

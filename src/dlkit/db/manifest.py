@@ -9,8 +9,8 @@ unsigned integers, digests as byte strings). It is what a run manifest cites as 
 ``hash``.
 
 ``manifest.json`` is the UTF-8 text of ``json.dumps(doc, indent=2, sort_keys=True) + "\\n"``
-with ``doc = {"database_hash": hex, "files": {path: {"sha256": hex, "size": int}},
-"format": "dlkit-database-manifest", "format_version": FORMAT_VERSION}`` (hex: 64 lowercase digits). The
+with ``doc = {"database_hash": hex, "files": {path: {"sha256": hex, "size": int}}, "format":
+"dlkit-database-manifest", "format_version": FORMAT_VERSION}`` (hex: 64 lowercase digits). The
 file must be byte-identical to that rendering of its own content (``verify`` checks this), so
 no edit of it goes unnoticed either.
 """

@@ -10,15 +10,15 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    foreign key refers to keep a key index (``dlkit.db.keys``). The other tables' keys are
    read the same way during their own pass in stage 3.
 3. ``tables``: one pass per table over all its other columns (``dlkit.db.table_pass``), in
-   record batches decoded on Arrow's threads by one reader that runs on from table to table
-   up to ``READ_AHEAD_BYTES`` ahead (``dlkit.db.source.ReadAhead``): the time column gives the row times; foreign
-   keys are resolved to global parent ids (null -> no edge; dangling -> counted, then dropped
-   or an error) and appended to the child -> parents CSR at once; every feature column is
-   converted and appended to its values file and validity bitmap, with streaming statistics
-   (row-order Welford, independent of batch size), categories (numbered in sorted order at
-   the end of the table) and global text ids (numbered in order of first appearance: tables
-   in order, rows in order, a row's text cells in column order); new texts are embedded as
-   they appear; task seeds are appended as their rows go by.
+   record batches decoded on Arrow's threads by one reader that runs on from table to table up
+   to ``READ_AHEAD_BYTES`` ahead (``dlkit.db.source.ReadAhead``): the time column gives the row
+   times; foreign keys are resolved to global parent ids (null -> no edge; dangling -> counted,
+   then dropped or an error) and appended to the child -> parents CSR at once; every feature
+   column is converted and appended to its values file and validity bitmap, with streaming
+   statistics (row-order Welford, independent of batch size), categories (numbered in sorted
+   order at the end of the table) and global text ids (numbered in order of first appearance:
+   tables in order, rows in order, a row's text cells in column order); new texts are embedded
+   as they appear; task seeds are appended as their rows go by.
 4. ``graph``: the parent -> children CSR, a bucketed counting sort (``dlkit.core.csr``), and
    ``graph.bin`` (``dlkit.db.graph_writer``).
 5. ``embeddings``: column and category embeddings (text embedding time from stage 3 is

@@ -70,9 +70,9 @@ def _id_dtype(ids: Any) -> np.dtype:
 class GraphArrays:
     """The CSR of ``graph.bin`` as read-only views: offsets and times int64, row ids int32 or
     int64 (lengths checked here; ids and offsets were range-checked by the database reader on
-    open), and optionally the edge
-    records of ``dlkit.core.bfs`` (each edge's far row with the CSR ranges and time that a walk
-    reads next, so that read does not wait for the row id; empty when absent)."""
+    open), and optionally the edge records of ``dlkit.core.bfs`` (each edge's far row with
+    the CSR ranges and time that a walk reads next, so that read does not wait for the row
+    id; empty when absent)."""
 
     parent_offsets: np.ndarray
     parent_ids: np.ndarray
