@@ -191,3 +191,34 @@ def test_bad_bucket_parameters_are_refused():
         _build(offsets, ids, times, block_shift=17)
     with pytest.raises(ValueError):
         _build(offsets, ids, times, bucket_edges=0)
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 80), k=st.integers(0, 4),
+       ready=st.sampled_from([1, 3, 10, 1 << 20]), bucket_edges=st.sampled_from([1, 4, 1 << 15]),
+       threads=st.integers(1, 3))
+def test_ranges_reported_ready_are_final_and_cover_every_edge_once(seed, n, k, ready,
+                                                                   bucket_edges, threads):
+    rng = np.random.default_rng(seed)
+    offsets, ids, times = _random_graph(rng, n, k, 50)
+    seen = []
+
+    def range_ready(lo, hi):
+        seen.append((lo, hi, ci[lo:hi].copy(), ct[lo:hi].copy()))
+
+    co = np.empty(n + 1, dtype=np.int64)
+    ci = np.empty(ids.size, dtype=ids.dtype)
+    ct = np.empty(ids.size, dtype=np.int64)
+    original = csr.READY_EDGES
+    csr.READY_EDGES = ready
+    try:
+        csr.transpose_csr(offsets, ids, times, co, ci, ct, threads=threads,
+                          bucket_edges=bucket_edges, range_ready=range_ready)
+    finally:
+        csr.READY_EDGES = original
+    covered = sorted((lo, hi) for lo, hi, _, _ in seen)
+    assert [lo for lo, _ in covered] == [0] + [hi for _, hi in covered[:-1]] if covered else True
+    assert (covered[-1][1] if covered else 0) == ids.size
+    for lo, hi, got_ids, got_times in seen:  # what was reported is what stayed
+        assert np.array_equal(got_ids, ci[lo:hi]) and np.array_equal(got_times, ct[lo:hi])
+    assert np.array_equal(ci, _build(offsets, ids, times)[1])
+

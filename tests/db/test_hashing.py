@@ -133,9 +133,9 @@ def test_page_aligned_arrays_go_to_disk_without_a_staging_copy(tmp_path, monkeyp
     written_from: list[int] = []
     original = hashing.HashedFile._write_blocks
 
-    def spy(self, blocks):
+    def spy(self, blocks, *offset):
         written_from.append(np.frombuffer(blocks, dtype=np.uint8).ctypes.data)
-        original(self, blocks)
+        original(self, blocks, *offset)
 
     monkeypatch.setattr(hashing.HashedFile, "_write_blocks", spy)
     hasher = Hasher(tmp_path, direct=True)
@@ -152,3 +152,55 @@ def test_page_aligned_arrays_go_to_disk_without_a_staging_copy(tmp_path, monkeyp
         assert first.ctypes.data in written_from
         assert second.ctypes.data in written_from
         assert third.ctypes.data not in written_from  # after a carry: staged
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_ranges_written_ahead_leave_the_same_file_and_hash(tmp_path, direct, seed):
+    """A page-aligned array whose runs are written ahead, out of order and unhashed, then
+    reached by the stream: every byte lands once, in place, and the hash is the stream's."""
+    from dlkit.db.scratch import empty_small_pages
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(ALIGN, 3 * hashing.CHUNK))
+    array = empty_small_pages(np.uint8, n)
+    array[:] = rng.integers(0, 256, n, dtype=np.uint8)
+    before = rng.integers(0, 256, int(rng.integers(0, 3)) * ALIGN, dtype=np.uint8).tobytes()
+    after = b"padding" * int(rng.integers(0, 2000))
+    # runs of random sizes (some under a block), written ahead in random order
+    cuts = np.unique(np.concatenate([[0, n], rng.integers(0, n, int(rng.integers(0, 40)))]))
+    runs = list(zip(cuts[:-1], cuts[1:]))
+    rng.shuffle(runs)
+    hasher = Hasher(tmp_path, direct=direct)
+    f = hasher.open("g.bin")
+    f.write(before, bounded=False)
+    for lo, hi in runs:
+        f.write_ahead(array[lo:hi], len(before) + int(lo))
+    f.write(array, bounded=False)
+    f.write(after)
+    f.close()
+    digests = hasher.digests()
+    hasher.close()
+    expect = before + array.tobytes() + after
+    assert (tmp_path / "g.bin").read_bytes() == expect
+    assert digests["g.bin"] == {"size": len(expect), "sha256": hashlib.sha256(expect).digest()}
+    assert all(b - a >= ALIGN and a % ALIGN == 0 == b % ALIGN for a, b in f.ahead)
+
+
+def test_misplaced_data_is_not_written_ahead(tmp_path):
+    """Bytes at another position within a block in memory than in the file: left to the
+    stream (O_DIRECT could not take them)."""
+    from dlkit.db.scratch import empty_small_pages
+
+    array = empty_small_pages(np.uint8, 4 * ALIGN)
+    array[:] = np.arange(4 * ALIGN) % 251
+    hasher = Hasher(tmp_path, direct=True)
+    with hasher.open("g.bin") as f:
+        f.write(b"x" * 100)
+        f.write_ahead(array, 100)  # page-aligned memory, file offset 100
+        f.write(array, bounded=False)
+    hasher.digests()
+    hasher.close()
+    assert f.ahead == []
+    assert (tmp_path / "g.bin").read_bytes() == b"x" * 100 + array.tobytes()
+

@@ -53,6 +53,8 @@ BUCKET_EDGES = 1 << 15
 MAX_BUCKET_PARENTS = 1 << 16
 # Graphs with fewer edges are transposed on one thread (threads cost more than they save).
 PARALLEL_MIN_EDGES = 1 << 20
+# Edges per run of sweep B reported final to ``range_ready`` (4 MiB of int32 ids).
+READY_EDGES = 1 << 20
 
 
 @kernel
@@ -295,6 +297,18 @@ def _split(offsets, first: int, last: int, parts: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i + 1] > bounds[i]]
 
 
+def _runs(bucket_start, first: int, last: int, edges: int) -> list[tuple[int, int]]:
+    """Buckets ``first..last`` cut into consecutive runs of at least ``edges`` edges (the last
+    one may hold fewer)."""
+    runs = []
+    lo = first
+    for b in range(first + 1, last + 1):
+        if bucket_start[b] - bucket_start[lo] >= edges or b == last:
+            runs.append((lo, b))
+            lo = b
+    return runs
+
+
 def _parallel(fn, ranges) -> list:
     if len(ranges) <= 1:
         return [fn(a, b) for a, b in ranges]
@@ -305,7 +319,7 @@ def _parallel(fn, ranges) -> list:
 def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, child_times,
                   threads: int | None = None, bucket_edges: int = BUCKET_EDGES,
                   block_shift: int = BLOCK_SHIFT, empty=None, offsets_ready=None,
-                  counted: bool = False, local_parent=None) -> int:
+                  counted: bool = False, local_parent=None, range_ready=None) -> int:
     """Build the parent -> children CSR from the child -> parents CSR (see the module doc).
 
     Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` (of
@@ -320,7 +334,10 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     ``child_offsets[0]`` zero), as :func:`count_in_degrees` over ``src_ids`` leaves it: a
     builder that sees the edges arrive can count them then. ``local_parent`` (uint16, at least
     E long) is the 2-bytes-per-edge temporary, when the caller has it ready. Returns the
-    number of lists that needed the time sort.
+    number of lists that needed the time sort. ``range_ready(first_edge, last_edge)``, when
+    given, is called (on the sweep's thread) each time a run of about ``READY_EDGES`` edges of
+    ``child_ids`` and ``child_times`` holds its final values, so a caller can write them out
+    while the rest is built; the runs cover every edge once.
     """
     if not 0 <= block_shift <= 16 or bucket_edges < 1:
         raise ValueError(f"need 0 <= block_shift <= 16 and bucket_edges >= 1, got "
@@ -373,10 +390,16 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     widest = int(np.diff(first_parent).max())
 
     def place(first: int, last: int) -> int:
-        return place_buckets(child_offsets, bucket_start, first_parent, first, last, child_ids,
-                             child_times, local_parent, empty(child_ids.dtype, largest),
-                             empty(np.int64, largest), empty(np.uint16, largest),
-                             empty(np.int64, widest))
+        scratch = (empty(child_ids.dtype, largest), empty(np.int64, largest),
+                   empty(np.uint16, largest), empty(np.int64, widest))
+        unsorted = 0
+        runs = _runs(bucket_start, first, last, READY_EDGES) if range_ready else [(first, last)]
+        for lo, hi in runs:
+            unsorted += place_buckets(child_offsets, bucket_start, first_parent, lo, hi,
+                                      child_ids, child_times, local_parent, *scratch)
+            if range_ready is not None:
+                range_ready(int(bucket_start[lo]), int(bucket_start[hi]))
+        return unsorted
 
     ranges = _split(bucket_start, 0, num_buckets, parts)
     return int(sum(_parallel(place, ranges)))

@@ -14,7 +14,9 @@ writer thread, bypassing the page cache where possible):
   (:func:`dlkit.core.csr.transpose_csr`) meanwhile (queuing the child offsets as soon as they
   are final, before its sweeps), then queues the child ids and times. The file's sections are
   in this order, so its hash runs alongside the transpose and only the last two sections
-  are left to hash when it ends.
+  are left to hash when it ends; their bytes are written to disk ahead, run by run as the
+  transpose's last sweep finishes them (:meth:`HashedFile.write_ahead`), so the disk does
+  not wait for the hash.
 
 Padding between sections (to page boundaries) is zeros, as the format requires.
 """
@@ -102,10 +104,19 @@ class GraphWriter:
         child_ids, child_times = self.child_ids[:E], self.child_times[:E]
         local_parent, self.child_ids, self.child_times, self.local_parent = (
             self.local_parent, None, None, None)
+        ids_at, times_at = layout["child_ids"][0], layout["child_times"][0]
+
+        def range_ready(lo: int, hi: int) -> None:
+            # final already: to disk now, while the rest of the sweep runs (hashed in order
+            # once the sweep is done)
+            out.write_ahead(child_ids[lo:hi], ids_at + lo * child_ids.itemsize)
+            out.write_ahead(child_times[lo:hi], times_at + lo * child_times.itemsize)
+
         unsorted = csr.transpose_csr(
             parent_offsets, parent_ids, self.row_times, child_offsets, child_ids, child_times,
             empty=self.arrays.empty, counted=True, local_parent=local_parent,
-            offsets_ready=lambda: _write_section(out, layout, "child_offsets", child_offsets))
+            offsets_ready=lambda: _write_section(out, layout, "child_offsets", child_offsets),
+            range_ready=range_ready)
         _write_section(out, layout, "child_ids", child_ids)
         _write_section(out, layout, "child_times", child_times)
         out.write(bytes(self.size - out.size), bounded=False)

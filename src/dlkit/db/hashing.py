@@ -90,13 +90,18 @@ class Hasher:
         if self.error is not None:
             raise self.error
 
-    def _queue(self, f: HashedFile, part: memoryview, bounded: bool) -> None:
+    def _queue(self, f: HashedFile, part: memoryview, bounded: bool, store=None) -> None:
+        """Queue ``part`` for hashing (in stream order) and for ``store`` on the writing thread
+        (default: the stream's next bytes); ``store`` given means written only, not hashed."""
         self.check()
         n = part.nbytes
         with self.cond:
             while bounded and self.backlog > 0 and self.backlog + n > self.max_backlog:
                 self.cond.wait()
             self.backlog += n
+        if store is not None:
+            self.writing.submit(self._run, f, store, part, [1], n)
+            return
         pending = [2]  # the part is released once both threads are done with it
         self.hashing.submit(self._run, f, f.h.update, part, pending, n)
         self.writing.submit(self._run, f, f._store, part, pending, n)
@@ -162,10 +167,13 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _write_all(fd: int, view: memoryview) -> None:
+def _write_all(fd: int, view: memoryview, offset: int | None = None) -> None:
+    """All of ``view`` at the file position, or at ``offset`` (which then moves nothing)."""
     while view.nbytes:
-        written = os.write(fd, view)
+        written = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
         view = view[written:]
+        if offset is not None:
+            offset += written
 
 
 class HashedFile:
@@ -187,6 +195,8 @@ class HashedFile:
         self.carry = b""  # bytes after the last aligned block (direct mode)
         self.h = hashlib.sha256()
         self.size = 0
+        self.stored = 0  # bytes of the stream the writing thread has handled
+        self.ahead: list[tuple[int, int]] = []  # file ranges written out of order (aligned)
         self.closed = False
 
     def write(self, data, bounded: bool = True) -> None:
@@ -199,8 +209,52 @@ class HashedFile:
             self.hasher._queue(self, view[start:start + CHUNK], bounded)
         self.size += view.nbytes
 
+    def write_ahead(self, data: np.ndarray, offset: int) -> None:
+        """Write ``data``, bytes the stream reaches later at file ``offset``, now and out of
+        order: its whole blocks go to disk on the writing thread, unhashed; the stream's own
+        :meth:`write` of the same bytes later hashes them in order and writes only the rest.
+        For a producer that finishes a region early, so the disk need not wait for the
+        stream. ``data`` must not change afterwards. Nothing is written ahead unless ``data``
+        sits at the same position within a block in memory as in the file (page-aligned
+        arrays at page-aligned offsets do), as ``O_DIRECT`` needs."""
+        data = np.ascontiguousarray(data)
+        if (data.ctypes.data - offset) % ALIGN:
+            return
+        skip = -offset % ALIGN
+        length = (data.nbytes - skip) // ALIGN * ALIGN
+        if length <= 0:
+            return
+        start = offset + skip
+        self.ahead.append((start, start + length))
+        part = memoryview(data).cast("B")[skip:skip + length]
+        self.hasher._queue(self, part, bounded=False,
+                           store=lambda view: self._write_blocks(view, start))
+
     def _store(self, part: memoryview) -> None:
-        """On the writing thread: write ``part`` (through the staging buffer when direct,
+        """On the writing thread: write ``part``, the stream's next bytes, except what was
+        written ahead (every write ahead of a range is queued before the stream's part)."""
+        start = self.stored
+        self.stored += part.nbytes
+        end = self.stored
+        pos = start
+        for a, b in sorted(self.ahead):
+            a, b = max(a, start), min(b, end)
+            if a >= b:
+                continue
+            if a > pos:
+                self._store_next(part[pos - start:a - start])
+            if self.carry:  # only after a fall back from O_DIRECT: blocks leave no tail
+                if self.direct:
+                    self._stop_direct()
+                _write_all(self.fd, memoryview(self.carry))
+                self.carry = b""
+            os.lseek(self.fd, b - a, os.SEEK_CUR)  # already on disk
+            pos = b
+        if pos < end:
+            self._store_next(part[pos - start:])
+
+    def _store_next(self, part: memoryview) -> None:
+        """Write ``part`` at the file position (through the staging buffer when direct,
         keeping the unaligned tail for the next call)."""
         if not self.direct:
             if self.carry:
@@ -231,16 +285,16 @@ class HashedFile:
             block.release()
             self.carry = stage[aligned:filled].tobytes()
 
-    def _write_blocks(self, blocks: memoryview) -> None:
-        """Write whole aligned blocks with ``O_DIRECT``, or normally if the file system
-        refuses them."""
+    def _write_blocks(self, blocks: memoryview, offset: int | None = None) -> None:
+        """Write whole aligned blocks (at the file position, or at ``offset``) with
+        ``O_DIRECT``, or normally if the file system refuses them."""
         try:
-            _write_all(self.fd, blocks)
+            _write_all(self.fd, blocks, offset)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
             self._stop_direct()
-            _write_all(self.fd, blocks)
+            _write_all(self.fd, blocks, offset)
 
     def _stop_direct(self) -> None:
         fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~_O_DIRECT)
