@@ -18,12 +18,15 @@ ORDER = ["parent_offsets", "parent_ids", "row_times", "row_table", "child_offset
          "child_times"]
 
 
-@given(st.integers(0, 10**7), st.integers(0, 10**8), st.sampled_from([None, "<i4", "<i8"]))
-def test_sections_are_page_aligned_in_build_order_without_overlap(rows, edges, ids):
-    layout, size = fmt.graph_layout(rows, edges, ids)
+@given(st.integers(0, 10**7), st.integers(0, 10**8), st.sampled_from([None, "<i4", "<i8"]),
+       st.sampled_from([None, "<i4", "<i8"]))
+def test_sections_are_page_aligned_in_build_order_without_overlap(rows, edges, ids, offsets):
+    layout, size = fmt.graph_layout(rows, edges, ids, offsets)
     assert list(layout) == ORDER
-    id_dtype = np.dtype(ids or "<i4")  # int32 row ids while every id fits
+    id_dtype = np.dtype(ids or "<i4")  # int32 while every id and offset fits
     assert layout["parent_ids"][1] == layout["child_ids"][1] == id_dtype
+    offset_dtype = np.dtype(offsets or "<i4")
+    assert layout["parent_offsets"][1] == layout["child_offsets"][1] == offset_dtype
     end = fmt.GRAPH_HEADER_SIZE
     for name in ORDER:
         offset, dtype, count = layout[name]
@@ -42,7 +45,7 @@ def test_built_graph_sections_match_the_layout(example_db):
     assert len(data) == size
     header = fmt.GRAPH_HEADER.unpack_from(data, 0)
     assert header == (fmt.GRAPH_MAGIC, 3, 64, meta["num_rows"], meta["num_edges"],
-                      meta["num_tables"], 4)
+                      meta["num_tables"], 4, 4)
     with open_database(example_db) as db:
         for name, (offset, dtype, count) in layout.items():
             stored = data[offset:offset + count * dtype.itemsize]
@@ -70,28 +73,32 @@ def test_other_format_versions_are_refused_with_a_way_out(example_db, tmp_path, 
         open_database(db)
 
 
-def test_id_width_rule_and_its_limit():
+def test_width_rules_and_their_limits():
     assert fmt.graph_id_dtype(0) == fmt.graph_id_dtype(1 << 31) == np.dtype("<i4")
     assert fmt.graph_id_dtype((1 << 31) + 1) == np.dtype("<i8")
     assert np.iinfo(np.int32).max == (1 << 31) - 1  # the last row id of 2^31 rows fits
+    assert fmt.graph_offset_dtype(0) == fmt.graph_offset_dtype((1 << 31) - 1) == np.dtype("<i4")
+    assert fmt.graph_offset_dtype(1 << 31) == np.dtype("<i8")  # offset E must fit
 
 
-@pytest.mark.parametrize("id_bytes", [0, 2, 16])
-def test_a_header_with_another_id_width_is_refused(example_db, tmp_path, id_bytes):
+@pytest.mark.parametrize(("at", "what"), [(40, "row ids"), (44, "offsets")])
+@pytest.mark.parametrize("width", [0, 2, 16])
+def test_a_header_with_another_width_is_refused(example_db, tmp_path, at, what, width):
     db = tmp_path / "db"
     shutil.copytree(example_db, db)
     graph = db / fmt.GRAPH_FILE
     data = bytearray(graph.read_bytes())
-    data[40:44] = id_bytes.to_bytes(4, "little")
+    data[at:at + 4] = width.to_bytes(4, "little")
     graph.write_bytes(bytes(data))
     report = verify_database(db)
     assert not report.ok
-    assert any(f.check == "graph.header" and f"{id_bytes} bytes" in f.message
+    assert any(f.check == "graph.header" and f"{what} of {width} bytes" in f.message
                for f in report.failures)
 
 
-
-def test_int32_ids_for_more_rows_than_they_can_number_are_refused(example_db, monkeypatch):
-    monkeypatch.setattr(fmt, "MAX_INT32_ROWS", 10)  # as if the example had 2^31 + rows
-    with pytest.raises(DatabaseError, match="row ids of 4 bytes cannot number"):
+@pytest.mark.parametrize(("limit", "message"), [("MAX_INT32_ROWS", "row ids of 4 bytes cannot"),
+                                                ("MAX_INT32_EDGES", "offsets of 4 bytes cannot")])
+def test_int32_for_more_than_it_can_hold_is_refused(example_db, monkeypatch, limit, message):
+    monkeypatch.setattr(fmt, limit, 10)  # as if the example had 2^31 rows or edges
+    with pytest.raises(DatabaseError, match=message):
         open_database(example_db)

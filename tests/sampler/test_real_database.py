@@ -77,20 +77,21 @@ def test_a_corrupt_database_is_one_clear_error(db_path, tmp_path):
         Sampler(tmp_path / "missing", 0, 1)
 
 
-def test_int64_row_ids_give_the_same_batches(db_path, tmp_path, monkeypatch):
-    """A graph beyond 2^31 rows stores int64 row ids; forced on the example, every batch is
-    the same as with the int32 ids a database of its size gets."""
+def test_int64_ids_and_offsets_give_the_same_batches(db_path, tmp_path, monkeypatch):
+    """A graph beyond 2^31 rows or edges stores int64 row ids or offsets; forced on the
+    example, every batch is the same as with the int32 ones a database of its size gets."""
     from dlkit.db import format as fmt
 
     wide = tmp_path / "wide"
     with monkeypatch.context() as patch:
         patch.setattr(fmt, "MAX_INT32_ROWS", 0)
+        patch.setattr(fmt, "MAX_INT32_EDGES", 0)
         preprocess(EXAMPLE, wide, fsync=False)
+    names = ("parent_offsets", "parent_ids", "child_offsets", "child_ids")
     with open_database(db_path) as narrow_db, open_database(wide) as wide_db:
-        assert narrow_db.graph.parent_ids.dtype == np.int32
-        assert wide_db.graph.parent_ids.dtype == np.int64
-        assert wide_db.graph.child_ids.dtype == np.int64
-        for name in ("parent_ids", "child_ids"):
+        for name in names:
+            assert getattr(narrow_db.graph, name).dtype == np.int32
+            assert getattr(wide_db.graph, name).dtype == np.int64
             assert np.array_equal(getattr(narrow_db.graph, name), getattr(wide_db.graph, name))
         config = BatchConfig(256, 64, 4)
         narrow = BatchBuilder(narrow_db, config, seed=5)

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 
 FORMAT_NAME = "dlkit-database"
-FORMAT_VERSION = 3  # 2: graph.bin sections reordered and page aligned; 3: int32 row ids
+FORMAT_VERSION = 3  # 2: graph.bin sections reordered and page aligned; 3: int32 ids/offsets
 MANIFEST_FORMAT = "dlkit-database-manifest"
 
 NO_TIME = np.iinfo(np.int64).min
@@ -69,27 +69,31 @@ def bitmap_bytes(num_rows: int) -> int:
 # --- graph.bin ---------------------------------------------------------------------------
 
 GRAPH_MAGIC = b"DLKGRAPH"
-# magic, version, header size, rows, edges, tables, bytes per row id in the id sections
-GRAPH_HEADER = struct.Struct("<8sIIQQQI20x")
+# magic, version, header size, rows, edges, tables, bytes per row id in the id sections,
+# bytes per offset in the offset sections
+GRAPH_HEADER = struct.Struct("<8sIIQQQII16x")
 GRAPH_HEADER_SIZE = 64
 assert GRAPH_HEADER.size == GRAPH_HEADER_SIZE
 # Sections start on page boundaries: an array that is page aligned in memory (the build's
 # working arrays are) then goes to disk with O_DIRECT straight from memory, no staging copy.
 SECTION_ALIGN = 4096
-# Row ids (``parent_ids``, ``child_ids``) are int32 while every row id fits, int64 beyond:
-# half the bytes of the largest sections, to build, hash, write and map.
+# Row ids (``parent_ids``, ``child_ids``) are int32 while every row id fits, int64 beyond,
+# and so are edge offsets (``parent_offsets``, ``child_offsets``): half the bytes of the
+# largest sections, to build, hash, write and map.
 MAX_INT32_ROWS = 1 << 31
-ID_DTYPES = {4: np.dtype("<i4"), 8: np.dtype("<i8")}
-_ID = None  # the dtype of a section of row ids: the graph's id dtype
+MAX_INT32_EDGES = (1 << 31) - 1
+INT_DTYPES = {4: np.dtype("<i4"), 8: np.dtype("<i8")}
+_ID = "ids"  # a section of row ids: the graph's id dtype
+_OFFSET = "offsets"  # a section of edge offsets: the graph's offset dtype
 # (name, dtype, length in elements as a function of (num_rows, num_edges)), in file order: the
 # order in which the build finishes them, so the file's SHA-256 (one sequential pass) hashes
 # the parent side, the row sections and the child offsets while the transpose still runs.
 GRAPH_SECTIONS = (
-    ("parent_offsets", np.dtype("<i8"), lambda v, e: v + 1),
+    ("parent_offsets", _OFFSET, lambda v, e: v + 1),
     ("parent_ids", _ID, lambda v, e: e),
     ("row_times", np.dtype("<i8"), lambda v, e: v),
     ("row_table", np.dtype("<i4"), lambda v, e: v),
-    ("child_offsets", np.dtype("<i8"), lambda v, e: v + 1),
+    ("child_offsets", _OFFSET, lambda v, e: v + 1),
     ("child_ids", _ID, lambda v, e: e),
     ("child_times", np.dtype("<i8"), lambda v, e: e),
 )
@@ -97,31 +101,42 @@ GRAPH_SECTIONS = (
 
 def graph_id_dtype(num_rows: int) -> np.dtype:
     """The dtype a build gives the row ids of a graph of ``num_rows`` rows."""
-    return ID_DTYPES[4] if num_rows <= MAX_INT32_ROWS else ID_DTYPES[8]
+    return INT_DTYPES[4] if num_rows <= MAX_INT32_ROWS else INT_DTYPES[8]
+
+
+def graph_offset_dtype(max_edges: int) -> np.dtype:
+    """The dtype a build gives the edge offsets of a graph of at most ``max_edges`` edges
+    (a build decides before it has counted them: by the most its foreign keys could give)."""
+    return INT_DTYPES[4] if max_edges <= MAX_INT32_EDGES else INT_DTYPES[8]
 
 
 def _align(n: int) -> int:
     return (n + SECTION_ALIGN - 1) // SECTION_ALIGN * SECTION_ALIGN
 
 
-def graph_layout(num_rows: int, num_edges: int, id_dtype=None,
+def graph_layout(num_rows: int, num_edges: int, id_dtype=None, offset_dtype=None,
                  ) -> tuple[dict[str, tuple[int, np.dtype, int]], int]:
     """``({section: (byte offset, dtype, count)}, total file size)`` of ``graph.bin``, its row
-    ids of ``id_dtype`` (default: :func:`graph_id_dtype`)."""
-    ids = np.dtype(id_dtype) if id_dtype is not None else graph_id_dtype(num_rows)
+    ids of ``id_dtype`` and edge offsets of ``offset_dtype`` (defaults: :func:`graph_id_dtype`,
+    :func:`graph_offset_dtype` of ``num_edges``)."""
+    kinds = {_ID: np.dtype(id_dtype) if id_dtype is not None else graph_id_dtype(num_rows),
+             _OFFSET: (np.dtype(offset_dtype) if offset_dtype is not None
+                       else graph_offset_dtype(num_edges))}
     layout: dict[str, tuple[int, np.dtype, int]] = {}
     pos = _align(GRAPH_HEADER_SIZE)
     for name, dtype, length in GRAPH_SECTIONS:
-        dtype = ids if dtype is _ID else dtype
+        dtype = kinds.get(dtype, dtype) if isinstance(dtype, str) else dtype
         count = length(num_rows, num_edges)
         layout[name] = (pos, dtype, count)
         pos = _align(pos + count * dtype.itemsize)
     return layout, pos
 
 
-def graph_header(num_rows: int, num_edges: int, num_tables: int, id_dtype) -> bytes:
+def graph_header(num_rows: int, num_edges: int, num_tables: int, id_dtype,
+                 offset_dtype) -> bytes:
     return GRAPH_HEADER.pack(GRAPH_MAGIC, FORMAT_VERSION, GRAPH_HEADER_SIZE, num_rows, num_edges,
-                             num_tables, np.dtype(id_dtype).itemsize)
+                             num_tables, np.dtype(id_dtype).itemsize,
+                             np.dtype(offset_dtype).itemsize)
 
 
 # --- names that become paths ---------------------------------------------------------------

@@ -45,12 +45,13 @@ class GraphWriter:
         self.num_rows = sum(p.num_rows for p in plans)
         max_edges = sum(p.num_rows * len(p.foreign_keys) for p in plans)
         self.id_dtype = fmt.graph_id_dtype(self.num_rows)
-        self.parent_offsets = arrays.empty(np.int64, self.num_rows + 1)
+        self.offset_dtype = fmt.graph_offset_dtype(max_edges)
+        self.parent_offsets = arrays.empty(self.offset_dtype, self.num_rows + 1)
         self.parent_ids = arrays.empty(self.id_dtype, max_edges)
         self.parent_offsets[0] = 0
         # The parents' in-degrees, counted as the edges arrive (on the thread appending
         # them, in parallel with the column work), then turned into the child offsets.
-        self.child_offsets = arrays.zeros(np.int64, self.num_rows + 1)
+        self.child_offsets = arrays.zeros(self.offset_dtype, self.num_rows + 1)
         self.num_edges = 0
         self.row_times = arrays.empty(np.int64, self.num_rows)
         self.size = 0
@@ -86,9 +87,10 @@ class GraphWriter:
         """Stage ``graph``: build the transpose and write the file; returns how many child
         lists needed the time sort."""
         V, E = self.num_rows, self.num_edges
-        layout, self.size = fmt.graph_layout(V, E, self.id_dtype)
+        layout, self.size = fmt.graph_layout(V, E, self.id_dtype, self.offset_dtype)
         out = self.hasher.open(fmt.GRAPH_FILE)
-        out.write(fmt.graph_header(V, E, len(self.plans), self.id_dtype), bounded=False)
+        out.write(fmt.graph_header(V, E, len(self.plans), self.id_dtype, self.offset_dtype),
+                  bounded=False)
         parent_offsets, parent_ids = self.parent_offsets, self.parent_ids[:E]
         self.parent_offsets = self.parent_ids = None
         _write_section(out, layout, "parent_offsets", parent_offsets)

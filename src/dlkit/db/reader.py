@@ -134,19 +134,25 @@ def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph
     if size < fmt.GRAPH_HEADER_SIZE:
         checks.fail(G, "graph.size", f"{size} bytes: shorter than the {fmt.GRAPH_HEADER_SIZE}-byte "
                     "header", fatal=True)
-    magic, version, hsize, rows, edges, tables, id_bytes = fmt.GRAPH_HEADER.unpack_from(mm, 0)
+    magic, version, hsize, rows, edges, tables, id_bytes, offset_bytes = \
+        fmt.GRAPH_HEADER.unpack_from(mm, 0)
     if (magic, version, hsize, rows, edges, tables) != (fmt.GRAPH_MAGIC, fmt.FORMAT_VERSION,
                                                        fmt.GRAPH_HEADER_SIZE, V, E, T):
         checks.fail(G, "graph.header", f"header ({magic!r}, v{version}, {rows} rows, {edges} "
                     f"edges, {tables} tables) disagrees with metadata.json", fatal=True)
-    id_dtype = fmt.ID_DTYPES.get(id_bytes)
+    id_dtype = fmt.INT_DTYPES.get(id_bytes)
     if id_dtype is None or id_bytes == 4 and V > fmt.MAX_INT32_ROWS:
         checks.fail(G, "graph.header", f"row ids of {id_bytes} bytes cannot number {V} rows",
                     fatal=True)
-    layout, expected = fmt.graph_layout(V, E, id_dtype)
+    offset_dtype = fmt.INT_DTYPES.get(offset_bytes)
+    if offset_dtype is None or offset_bytes == 4 and E > fmt.MAX_INT32_EDGES:
+        checks.fail(G, "graph.header", f"offsets of {offset_bytes} bytes cannot count {E} edges",
+                    fatal=True)
+    layout, expected = fmt.graph_layout(V, E, id_dtype, offset_dtype)
     if size != expected:
         checks.fail(G, "graph.size", f"{size} bytes, metadata implies {expected} ({V} rows, "
-                    f"{E} edges, {id_bytes}-byte row ids)", fatal=True)
+                    f"{E} edges, {id_bytes}-byte row ids, {offset_bytes}-byte offsets)",
+                    fatal=True)
     a = {}
     for name, (off, dtype, count) in layout.items():
         arr = np.frombuffer(mm, dtype=dtype, count=count, offset=off)

@@ -30,8 +30,8 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    the atomic rename into place (``dlkit.db.output``).
 
 Memory: a few record batches at a time, plus the index arrays: row times and both CSRs,
-about ``24 V + 18 E`` bytes at the peak of the graph stage (V rows, E edges; ``26 E`` with the
-int64 row ids of graphs beyond 2^31 rows; the edge arrays are sized for the most edges there
+about ``16 V + 18 E`` bytes at the peak of the graph stage (V rows, E edges; up to
+``24 V + 26 E`` with the int64 ids and offsets of graphs beyond 2^31 rows or edges; the edge arrays are sized for the most edges there
 could be, every foreign key non-null, and faulted in by a helper thread while the first
 tables stream by, so a null foreign key costs its 18 bytes too), plus the key indexes (8 bytes
 per key value in the key range of integer keys, about 64 bytes per row and the keys
@@ -276,8 +276,9 @@ def _warm_up(embedder: Any) -> None:
             KeyIndex.build_int(keys, "").lookup(pa.array([1, 5]), 0, np.empty(2, np.int64), "")
         KeyIndex.build_str(pa.array(["a", "b"]), "").lookup(
             pa.array(["a", None]), 0, np.empty(2, np.int64), "")
-        ids = fmt.graph_id_dtype(1)  # the row id dtype of every graph below 2^31 rows
-        po = np.zeros(4, np.int64)
+        # the id and offset dtype of every graph below 2^31 rows and edges
+        ids, offsets = fmt.graph_id_dtype(1), fmt.graph_offset_dtype(1)
+        po = np.zeros(4, offsets)
         pi = np.zeros(3, ids)
         parents = np.array([[0, -1, 0], [1, 2, 0]], dtype=np.int64)
         # a full batch: a C-contiguous slice (5 edges)
@@ -289,7 +290,7 @@ def _warm_up(embedder: Any) -> None:
             check_unique_ints(keys, "", (int(keys.min()), int(keys.max())))
         remap_ids(np.zeros(2, np.int32), np.zeros(1, np.int32))
         remap_ids(np.zeros(2, np.float64), np.zeros(1, np.int32))
-        csr.transpose_csr(po, pi, np.zeros(3, np.int64), np.empty(4, np.int64),
+        csr.transpose_csr(po, pi, np.zeros(3, np.int64), np.zeros(4, offsets),
                           np.empty(3, ids), np.empty(3, np.int64), threads=1)
         csr.bucket_histogram(pi, np.int64(0), np.int64(3), 6, np.zeros(1, np.int32),
                              np.zeros((1, 1), np.int64)[0])

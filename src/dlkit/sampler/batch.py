@@ -59,16 +59,16 @@ def _no_records() -> np.ndarray:
     return empty
 
 
-def _id_dtype(ids: Any) -> np.dtype:
-    """Row ids are int32 or int64 (``graph.bin`` stores int32 below 2^31 rows); anything else
-    is refused by ``readonly_view`` as an int64 mismatch."""
-    dtype = np.asarray(ids).dtype
+def _int_dtype(array: Any) -> np.dtype:
+    """Row ids and edge offsets are int32 or int64 (``graph.bin`` stores int32 while they
+    fit); anything else is refused by ``readonly_view`` as an int64 mismatch."""
+    dtype = np.asarray(array).dtype
     return dtype if dtype in (np.dtype(np.int32), np.dtype(np.int64)) else np.dtype(np.int64)
 
 
 @dataclass(frozen=True)
 class GraphArrays:
-    """The CSR of ``graph.bin`` as read-only views: offsets and times int64, row ids int32 or
+    """The CSR of ``graph.bin`` as read-only views: times int64, offsets and row ids int32 or
     int64 (lengths checked here; ids and offsets were range-checked by the database reader on
     open), and optionally the edge records of ``dlkit.core.bfs`` (each edge's far row with
     the CSR ranges and time that a walk reads next, so that read does not wait for the row
@@ -89,11 +89,13 @@ class GraphArrays:
         num_parents = int(np.asarray(g.parent_offsets)[-1]) if n >= 0 else 0
         num_children = int(np.asarray(g.child_offsets)[-1]) if n >= 0 else 0
         return cls(
-            parent_offsets=readonly_view(g.parent_offsets, np.int64, n + 1, "parent_offsets", path),
-            parent_ids=readonly_view(g.parent_ids, _id_dtype(g.parent_ids), num_parents,
+            parent_offsets=readonly_view(g.parent_offsets, _int_dtype(g.parent_offsets), n + 1,
+                                         "parent_offsets", path),
+            parent_ids=readonly_view(g.parent_ids, _int_dtype(g.parent_ids), num_parents,
                                      "parent_ids", path),
-            child_offsets=readonly_view(g.child_offsets, np.int64, n + 1, "child_offsets", path),
-            child_ids=readonly_view(g.child_ids, _id_dtype(g.child_ids), num_children,
+            child_offsets=readonly_view(g.child_offsets, _int_dtype(g.child_offsets), n + 1,
+                                        "child_offsets", path),
+            child_ids=readonly_view(g.child_ids, _int_dtype(g.child_ids), num_children,
                                     "child_ids", path),
             child_times=readonly_view(g.child_times, np.int64, num_children, "child_times", path),
             row_times=readonly_view(g.row_times, np.int64, n, "row_times", path),
