@@ -14,16 +14,15 @@ writer thread, bypassing the page cache where possible):
   (:func:`dlkit.core.csr.transpose_csr`) meanwhile (queuing the child offsets as soon as they
   are final, before its sweeps), then queues the child ids and times. The file's sections are
   in this order, so its hash runs alongside the transpose and only the last two sections
-  are left to hash when it ends; their bytes are written to disk ahead, run by run as the
-  transpose's last sweep finishes them (:meth:`HashedFile.write_ahead`), so the disk does
-  not wait for the hash.
+  are left to hash when it ends; their bytes go to disk run by run as the transpose's last
+  sweep finishes them (:meth:`HashedFile.write_ahead`), so the disk need not wait for the
+  transpose's end.
 
 Padding between sections (to page boundaries) is zeros, as the format requires.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -65,7 +64,7 @@ class GraphWriter:
         # sum and transpose, where both cores are busy).
         ahead = (self.child_offsets, self.parent_offsets, self.parent_ids, self.row_times,
                  self.child_ids, self.child_times, self.local_parent)
-        self.populated = threading.Thread(target=_populate_all, args=(ahead,),
+        self.populated = threading.Thread(target=lambda: [populate(a) for a in ahead],
                                           name="dlkit-populate", daemon=True)
         self.populated.start()
 
@@ -125,15 +124,6 @@ class GraphWriter:
         out.close()
         self.row_times = None
         return unsorted
-
-
-def _populate_all(arrays) -> None:
-    try:  # at the lowest priority: a core that would otherwise idle does it
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass
-    for array in arrays:
-        populate(array)
 
 
 def _write_section(out: HashedFile, layout: dict, name: str, array: np.ndarray) -> None:

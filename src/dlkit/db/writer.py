@@ -86,9 +86,9 @@ __all__ = ["ON_DANGLING", "STAGES", "PreprocessReport", "Progress", "StageReport
 
 ON_DANGLING = ("drop", "error")
 # Decoded record batches held ahead of the tables pass (at least two are always allowed):
-# enough to keep a core decoding while the kernels load at the start (~10 batches of a
-# six-column table at the default batch size).
-READ_AHEAD_BYTES = 128 << 20
+# a few batches of a wide table, more of a narrow one. Much more measured slower: batches
+# decoded long before use are read back from memory instead of cache.
+READ_AHEAD_BYTES = 32 << 20
 STAGES = ("scan", "keys", "tables", "graph", "embeddings", "manifest", "commit")
 
 
