@@ -322,8 +322,8 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
                   counted: bool = False, local_parent=None, range_ready=None) -> int:
     """Build the parent -> children CSR from the child -> parents CSR (see the module doc).
 
-    Output arrays are supplied by the caller: ``child_offsets`` int64[V+1], ``child_ids`` (of
-    the row id dtype, int32 or int64, like ``src_ids``) and ``child_times`` int64[E].
+    Output arrays are supplied by the caller: ``child_offsets`` [V+1] and ``child_ids`` [E]
+    (int32 or int64, like ``src_offsets`` and ``src_ids``) and ``child_times`` int64[E].
     ``empty(dtype, n)`` allocates the temporaries: 2 bytes per edge, plus up to 18 bytes per
     edge of the largest bucket and 8 per parent of the widest bucket per thread. Both sweeps
     run on ``threads`` threads (default: the CPU count, at most 8) once the graph has
