@@ -254,10 +254,12 @@ def main() -> None:
               f"{'MET' if ratio <= 3 else 'NOT MET'})")
         print(f"  ratio of CPU seconds          : {cpu_ratio:8.2f}x   (all threads, user + system; "
               "less sensitive to other load)")
-        pairs = sorted(p["seconds"] / r["seconds"] for r, p in zip(reads, pres))
-        print(f"  ratio in each same-moment pair: {', '.join(f'{x:.2f}x' for x in pairs)}   "
-              f"(median {statistics.median(pairs):.2f}x; this VM's speed, fresh memory above "
-              "all, drifts from minute to minute)")
+        pairs = sorted((p["seconds"] / r["seconds"], p["seconds"], r["seconds"])
+                       for r, p in zip(reads, pres))
+        print("  ratio in each same-moment pair: "
+              + ", ".join(f"{x:.2f}x ({p:.2f}/{r:.2f} s)" for x, p, r in pairs))
+        print(f"    median {statistics.median(x for x, _, _ in pairs):.2f}x (this VM's speed, "
+              "fresh memory above all, drifts from minute to minute)")
         k, s = graph["kernel_seconds"], graph["argsort_seconds"]
         print(f"CSR build, counting sort kernel : {k:8.3f} s   {graph['edges'] / k / 1e6:8.1f} M edges/s")
         print(f"CSR build, numpy lexsort        : {s:8.3f} s   {graph['edges'] / s / 1e6:8.1f} M edges/s")
