@@ -149,12 +149,20 @@ def unique_values(arr: pa.Array) -> list:
 
 
 def dictionary_parts(arr: pa.Array) -> tuple[np.ndarray, list, np.ndarray]:
-    """``(indices int64, dictionary values, valid)`` of a batch, nulls at index 0."""
+    """``(indices int32, dictionary values, valid)`` of a batch, nulls at index 0."""
     valid = valid_mask(arr)
     if pa.types.is_boolean(arr.type):
-        return (np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.int64),
-                [False, True], valid)
-    if not pa.types.is_dictionary(arr.type):
-        arr = plain(arr).dictionary_encode()
-    indices = arr.indices.fill_null(0).to_numpy().astype(np.int64, copy=False)
-    return indices, arr.dictionary.to_pylist(), valid
+        indices = np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.int32)
+        dictionary = [False, True]
+    else:
+        if not pa.types.is_dictionary(arr.type):
+            arr = plain(arr).dictionary_encode()
+        codes = arr.indices
+        if codes.null_count:
+            codes = codes.fill_null(0)
+        # Arrow's own buffer when there is nothing to fill; int32 whatever the index width (a
+        # batch's dictionary never has 2^31 entries)
+        indices = codes.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        dictionary = arr.dictionary.to_pylist()
+    indices.flags.writeable = False  # read-only like Arrow's buffers either way: one kernel
+    return indices, dictionary, valid

@@ -61,7 +61,7 @@ from dlkit.core.stats import (
     welford_update,
 )
 from dlkit.db import format as fmt
-from dlkit.db.convert import to_micros, to_numeric
+from dlkit.db.convert import dictionary_parts, to_micros, to_numeric
 from dlkit.db.embed import HashedNgramEmbedder, embed_texts, load_embedder
 from dlkit.db.graph_writer import GraphWriter
 from dlkit.db.hashing import Hasher
@@ -269,7 +269,7 @@ def _warm_up(embedder: Any) -> None:
         state = np.zeros(4)
         welford_update(*to_micros(pa.array([1, None], pa.timestamp("us")), ""), state)
         welford_update(*to_numeric(pa.array([1.0, None])), state)
-        indices, valid = np.zeros(2, np.int64), np.ones(2, bool)
+        indices, _, valid = dictionary_parts(pa.array(["a", "a"]))
         mark_used_entries(indices, valid, np.zeros(1, bool))
         map_entries(indices, np.zeros(1, np.int32), valid, np.int32(-1), np.empty(2, np.int32))
         for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):
