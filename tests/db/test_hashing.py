@@ -204,3 +204,25 @@ def test_misplaced_data_is_not_written_ahead(tmp_path):
     assert f.ahead == []
     assert (tmp_path / "g.bin").read_bytes() == b"x" * 100 + array.tobytes()
 
+
+
+def test_released_comes_once_after_the_data_is_hashed_and_written(tmp_path):
+    """A writer may reuse an array once ``released`` is called: every byte of it is then in
+    the hash and on its way to disk (all but an unaligned tail, kept for the next write)."""
+    data = np.arange(3 * hashing.CHUNK // 8 + 5, dtype=np.int64)  # several parts
+    hasher = Hasher(tmp_path, direct=True)
+    f = hasher.open("r.bin")
+    seen = []
+
+    def released():
+        seen.append((f.h.copy().digest(), (tmp_path / "r.bin").stat().st_size))
+
+    f.write(data, bounded=False, released=released)
+    f.write(b"", released=lambda: seen.append("empty"))  # nothing to write: at once
+    f.close()
+    hasher.digests()
+    hasher.close()
+    assert len(seen) == 2 and "empty" in seen
+    digest, size = next(s for s in seen if s != "empty")
+    assert digest == hashlib.sha256(data.tobytes()).digest()
+    assert size >= data.nbytes - ALIGN

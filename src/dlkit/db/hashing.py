@@ -90,9 +90,11 @@ class Hasher:
         if self.error is not None:
             raise self.error
 
-    def _queue(self, f: HashedFile, part: memoryview, bounded: bool, store=None) -> None:
+    def _queue(self, f: HashedFile, part: memoryview, bounded: bool, store=None,
+               released=None) -> None:
         """Queue ``part`` for hashing (in stream order) and for ``store`` on the writing thread
-        (default: the stream's next bytes); ``store`` given means written only, not hashed."""
+        (default: the stream's next bytes); ``store`` given means written only, not hashed.
+        ``released()`` is called once both threads are done with the part."""
         self.check()
         n = part.nbytes
         with self.cond:
@@ -100,9 +102,9 @@ class Hasher:
                 self.cond.wait()
             self.backlog += n
         if store is not None:
-            self.writing.submit(self._run, f, store, part, [1], n)
+            self.writing.submit(self._run, f, store, part, [1, released], n)
             return
-        pending = [2]  # the part is released once both threads are done with it
+        pending = [2, released]  # the part is released once both threads are done with it
         self.hashing.submit(self._run, f, f.h.update, part, pending, n)
         self.writing.submit(self._run, f, f._store, part, pending, n)
 
@@ -117,9 +119,12 @@ class Hasher:
         finally:
             with self.cond:
                 pending[0] -= 1
-                if pending[0] == 0:
+                done = pending[0] == 0
+                if done:
                     self.backlog -= n
                     self.cond.notify_all()
+            if done and pending[1] is not None:
+                pending[1]()
 
     def _close(self, f: HashedFile) -> None:
         self.check()
@@ -199,15 +204,22 @@ class HashedFile:
         self.ahead: list[tuple[int, int]] = []  # file ranges written out of order (aligned)
         self.closed = False
 
-    def write(self, data, bounded: bool = True) -> None:
+    def write(self, data, bounded: bool = True, released=None) -> None:
         """Queue ``data`` (not to be modified afterwards). ``bounded=False`` for arrays that
-        live on anyway: queuing them costs no memory, so the caller need not wait."""
+        live on anyway: queuing them costs no memory, so the caller need not wait.
+        ``released()``, when given, is called (on a background thread) once the data is
+        hashed and written: from then on the caller may reuse its memory."""
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data)
         view = memoryview(data).cast("B")
-        for start in range(0, view.nbytes, CHUNK):
-            self.hasher._queue(self, view[start:start + CHUNK], bounded)
+        starts = range(0, view.nbytes, CHUNK)
+        for start in starts:
+            # both threads take parts in order: the last part done means all are
+            last = released if start == starts[-1] else None
+            self.hasher._queue(self, view[start:start + CHUNK], bounded, released=last)
         self.size += view.nbytes
+        if not starts and released is not None:
+            released()
 
     def write_ahead(self, data: np.ndarray, offset: int) -> None:
         """Write ``data``, bytes the stream reaches later at file ``offset``, now and out of

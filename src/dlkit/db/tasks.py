@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,9 @@ class TaskWriter:
 
     A categorical target arrives as provisional category ids; they are kept in memory (room
     for every row being a seed; pages never written cost nothing), renumbered in place and
-    written by :meth:`finish`.
+    written by :meth:`finish`. The other arrays of a batch go to their files and come back
+    for a later batch once written (``HashedFile.write(released=...)``): fresh memory costs
+    more to touch than these arrays cost to fill.
     """
 
     def __init__(self, task, index: int, col: ColumnPlan, hasher: Hasher, num_rows: int):
@@ -33,23 +36,38 @@ class TaskWriter:
             self.provisional = empty_small_pages("<f8", num_rows)
         self.num_seeds = 0
         self._ones = np.ones(0, dtype=np.uint8)
+        self._spare: dict[str, deque] = {}  # arrays written out, free for the next batch
 
     def append(self, start: int, row_times: np.ndarray, values: np.ndarray, valid: np.ndarray) -> None:
         n = valid.shape[0]
-        # fresh arrays each batch: the files hold on to what they were given until written
-        anchor_row = np.empty(n, dtype="<i8")
-        obs_time = np.empty(n, dtype="<i8")
+        anchor_row = self._buffer("anchor_row", "<i8", n)
+        obs_time = self._buffer("obs_time", "<i8", n)
         target = (self.provisional[self.num_seeds:self.num_seeds + n] if self.categorical
-                  else np.empty(n, dtype="<f8"))
-        count = int(gather_seeds(valid, start, row_times, values, anchor_row, obs_time, target))
-        self.files["anchor_row"].write(anchor_row[:count])
-        self.files["obs_time"].write(obs_time[:count])
+                  else self._buffer("target", "<f8", n))
+        count = int(gather_seeds(valid, start, row_times, values, anchor_row[:n], obs_time[:n],
+                                 target[:n]))
+        self._write(self.files["anchor_row"], "anchor_row", anchor_row, count)
+        self._write(self.files["obs_time"], "obs_time", obs_time, count)
         if self._ones.size < count:
             self._ones = np.ones(count, dtype=np.uint8)  # never modified: shared by every write
         self.files["target_valid"].write(self._ones[:count])
         if not self.categorical:
-            self.target.write(target[:count])
+            self._write(self.target, "target", target, count)
         self.num_seeds += count
+
+    def _buffer(self, stem: str, dtype: str, n: int) -> np.ndarray:
+        """An array of at least ``n`` for ``stem``'s next batch: one whose last write the
+        files are done with, else a new one (the same pages again, not fresh ones: the
+        memory stays bounded by the writer's backlog)."""
+        spare = self._spare.setdefault(stem, deque())
+        while spare:
+            buffer = spare.popleft()
+            if buffer.shape[0] >= n:
+                return buffer
+        return np.empty(n, dtype=dtype)
+
+    def _write(self, out, stem: str, buffer: np.ndarray, count: int) -> None:
+        out.write(buffer[:count], released=lambda: self._spare[stem].append(buffer))
 
     def finish(self, mapping: np.ndarray | None) -> dict[str, Any]:
         for f in self.files.values():
