@@ -140,15 +140,16 @@ def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph
                                                        fmt.GRAPH_HEADER_SIZE, V, E, T):
         checks.fail(G, "graph.header", f"header ({magic!r}, v{version}, {rows} rows, {edges} "
                     f"edges, {tables} tables) disagrees with metadata.json", fatal=True)
-    id_dtype = fmt.INT_DTYPES.get(id_bytes)
-    if id_dtype is None or id_bytes == 4 and V > fmt.MAX_INT32_ROWS:
-        checks.fail(G, "graph.header", f"row ids of {id_bytes} bytes cannot number {V} rows",
-                    fatal=True)
-    offset_dtype = fmt.INT_DTYPES.get(offset_bytes)
-    if offset_dtype is None or offset_bytes == 4 and E > fmt.MAX_INT32_EDGES:
-        checks.fail(G, "graph.header", f"offsets of {offset_bytes} bytes cannot count {E} edges",
-                    fatal=True)
-    layout, expected = fmt.graph_layout(V, E, id_dtype, offset_dtype)
+    widths = []  # (row id dtype, offset dtype)
+    for what, nbytes, how_many, int32_fits in (
+            ("row ids", id_bytes, f"number {V} rows", V <= fmt.MAX_INT32_ROWS),
+            ("offsets", offset_bytes, f"count {E} edges", E <= fmt.MAX_INT32_EDGES)):
+        dtype = fmt.INT_DTYPES.get(nbytes)
+        if dtype is None or nbytes == 4 and not int32_fits:
+            checks.fail(G, "graph.header", f"{what} of {nbytes} bytes cannot {how_many}",
+                        fatal=True)
+        widths.append(dtype)
+    layout, expected = fmt.graph_layout(V, E, *widths)
     if size != expected:
         checks.fail(G, "graph.size", f"{size} bytes, metadata implies {expected} ({V} rows, "
                     f"{E} edges, {id_bytes}-byte row ids, {offset_bytes}-byte offsets)",
