@@ -137,3 +137,30 @@ def test_iter_batches_uses_one_reader_thread_and_joins_it(tmp_path):
     it.close()  # abandoned early: the reader thread is stopped and joined
     assert {t.name for t in threading.enumerate()} - before == set()
     assert sum(b.num_rows for b in source.iter_batches(["a"], 700)) == 5000
+
+
+def test_startup_budget_holds_until_the_consumer_is_ready():
+    taken = [0]
+    rows = 1000
+    batch_bytes = rows * 8
+    job = FakeJob(0, 40, rows, taken)
+    ready = threading.Event()
+    with ReadAhead([job], rows, budget=2 * batch_bytes, min_batches=1,
+                   startup_budget=10 * batch_bytes, consumer_ready=ready) as ahead:
+        # nothing taken, consumer not ready: the reader fills the startup budget, no more
+        with ahead._cond:
+            filled = ahead._cond.wait_for(lambda: len(ahead._items) >= 10, timeout=30)
+            assert filled, f"the reader stopped at {len(ahead._items)} batches"
+            assert len(ahead._items) == 10 and ahead._bytes == 10 * batch_bytes
+        ready.set()
+        got = []
+        for batch in ahead.batches(0):
+            got.append(batch)
+            taken[0] += 1
+    lead = [k - seen for k, seen in enumerate(job.produced_when)]
+    # the first eleven decoded before the consumer took any (the eleventh then waits for
+    # room); once ready, the reader only decodes a batch once the queue is back within the
+    # budget: two batches, plus the one being taken
+    assert lead[:11] == list(range(11))
+    assert max(lead[11:]) <= 3
+    assert _values(got) == [i * rows for i in range(40)]

@@ -158,15 +158,20 @@ class ReadAhead:
     ``budget`` bytes (and at least ``min_batches`` batches) ahead of the consumer.
 
     Reading straight on into the next table keeps a core decoding across table boundaries,
-    and at the start while the kernels load, instead of stopping at each table's end until
-    its last batch is processed. The consumer takes the jobs in order (:meth:`batches`);
-    a reader error is raised there, at the batch where it happened.
+    instead of stopping at each table's end until its last batch is processed. Until
+    ``consumer_ready`` is set (when given), the reader may run ``startup_budget`` bytes ahead
+    instead: a consumer that cannot start yet (its kernels still load) leaves a core to
+    decode the batches it will want next. The consumer takes the jobs in order
+    (:meth:`batches`); a reader error is raised there, at the batch where it happened.
     """
 
-    def __init__(self, jobs: list[ReadJob], batch_rows: int, budget: int, min_batches: int = 2):
+    def __init__(self, jobs: list[ReadJob], batch_rows: int, budget: int, min_batches: int = 2,
+                 *, startup_budget: int = 0, consumer_ready: threading.Event | None = None):
         self._jobs = jobs
         self._batch_rows = batch_rows
         self._budget = budget
+        self._startup_budget = max(budget, startup_budget)
+        self._consumer_ready = consumer_ready
         self._min_batches = max(1, min_batches)
         self._cond = threading.Condition()
         self._items: deque = deque()  # (job index, batch | _END | exception, bytes)
@@ -186,7 +191,7 @@ class ReadAhead:
         """Queue ``item`` once there is room; False when the consumer has stopped."""
         with self._cond:
             while (not self._stopped and len(self._items) >= self._min_batches
-                   and self._bytes + nbytes > self._budget):
+                   and self._bytes + nbytes > self._limit()):
                 self._cond.wait()
             if self._stopped:
                 return False
@@ -194,6 +199,10 @@ class ReadAhead:
             self._bytes += nbytes
             self._cond.notify_all()
             return True
+
+    def _limit(self) -> int:
+        ready = self._consumer_ready is None or self._consumer_ready.is_set()
+        return self._budget if ready else self._startup_budget
 
     def _produce(self) -> None:
         job = 0
