@@ -48,7 +48,7 @@ def test_numeric_from_buffers_matches_arrow_cast(data, t, n):
     arr = _array(data, t, n)
     values, valid = cv.to_numeric(arr)
     expect_values, expect_valid = _reference(arr, pa.float64())
-    assert values.dtype == np.float64 and valid.dtype == bool
+    assert values.dtype == np.float64 and valid.dtype == bool and not values.flags.writeable
     assert np.array_equal(valid, expect_valid)
     assert np.array_equal(values, expect_values)  # nulls and non-finite values hold 0
 
@@ -59,7 +59,7 @@ def test_integer_keys_from_buffers_match_arrow_cast(data, t, n):
     arr = _array(data, t, n)
     keys, valid = cv.to_int_keys(arr, "t")
     expect_keys, expect_valid = _reference(arr, pa.int64())
-    assert keys.dtype == np.int64
+    assert keys.dtype == np.int64 and not keys.flags.writeable
     assert np.array_equal(keys, expect_keys) and np.array_equal(valid, expect_valid)
 
 
@@ -69,6 +69,7 @@ def test_microsecond_timestamps_from_buffers(data, n):
     ints = _array(data, pa.int64(), n)
     arr = ints.cast(pa.timestamp("us"))
     values, valid = cv.to_micros(arr, "t")
+    assert not values.flags.writeable
     expect_values, expect_valid = _reference(ints, pa.int64())
     assert np.array_equal(values, expect_values) and np.array_equal(valid, expect_valid)
 
@@ -78,3 +79,17 @@ def test_uint64_keys_beyond_int64_are_still_an_error():
         cv.to_int_keys(pa.array([1, 2**63], pa.uint64()), "table 't', column 'k'")
     keys, valid = cv.to_int_keys(pa.array([1, None, 2**63 - 1], pa.uint64()), "t")
     assert keys.tolist() == [1, 0, 2**63 - 1] and valid.tolist() == [True, False, True]
+
+
+def test_values_already_stored_as_they_are_come_back_uncopied():
+    base = pa.array(np.arange(100, dtype=np.int64))
+    arr = base.slice(7, 50)
+    for values, _valid in (cv.to_int_keys(arr, "t"),
+                           cv.to_micros(arr.cast(pa.timestamp("us")), "t")):
+        # Arrow's own buffer, from the slice's first value on; read-only all the same
+        assert values.ctypes.data == base.buffers()[1].address + 7 * 8
+        assert values.tolist() == list(range(7, 57)) and not values.flags.writeable
+    with_null = pa.array([1, None, 3], pa.int64())
+    values, valid = cv.to_int_keys(with_null, "t")  # a null: copied, its slot zeroed
+    assert values.ctypes.data != with_null.buffers()[1].address
+    assert values.tolist() == [1, 0, 3] and valid.tolist() == [True, False, True]

@@ -1,7 +1,9 @@
 """Arrow arrays to the database's value arrays, one record batch at a time.
 
-Every function returns ``(values, valid)``: a numpy array in the column's stored dtype, with
-invalid (null) positions set to 0, and a bool mask (True = not null). Rules:
+Every function returns ``(values, valid)``: a read-only numpy array in the column's stored
+dtype, with invalid (null) positions set to 0, and a bool mask (True = not null). Read-only
+whether it is a new array or Arrow's own buffer (an array of the stored dtype without nulls
+comes back uncopied), so each kernel taking them is compiled for one type. Rules:
 
 * numeric: integers, floats, decimals and booleans as float64; NaN and +-inf count as null.
 * boolean: booleans (or integers 0/1) as uint8 0/1; another integer is a :class:`DataError`.
@@ -40,26 +42,35 @@ def valid_mask(arr: pa.Array) -> np.ndarray:
     return arr.is_valid().to_numpy(zero_copy_only=False)
 
 
-_NO_BITMAP = np.zeros(0, dtype=np.uint8)
-_NO_BITMAP.flags.writeable = False  # typed like Arrow's read-only bitmaps: one compiled kernel
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+_NO_BITMAP = _read_only(np.zeros(0, dtype=np.uint8))
 
 
 def _from_buffers(arr: pa.Array, dtype, finite_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(values, valid)`` of a primitive array (integers, floats, timestamps) read straight
-    from its Arrow buffers by one kernel: no cast, null fill or mask array in between."""
+    from its Arrow buffers: Arrow's values themselves when they are already stored as they
+    are (``dtype``, no null, nothing to check), else converted by one kernel (no cast, null
+    fill or mask array in between)."""
     n = len(arr)
     validity, data = arr.buffers()[:2]
-    storage = arr.type.to_pandas_dtype() if not pa.types.is_timestamp(arr.type) else np.int64
-    width = np.dtype(storage).itemsize
-    # read-only either way (an empty array too): one compiled kernel per dtype
-    src = np.frombuffer(data if n else b"", dtype=storage, count=n,
-                        offset=arr.offset * width if n else 0)
-    bitmap = (np.frombuffer(validity, dtype=np.uint8)
+    storage = np.dtype(arr.type.to_pandas_dtype() if not pa.types.is_timestamp(arr.type)
+                       else np.int64)
+    # Arrow's buffers are writable or not depending on where they came from: read-only
+    # either way (an empty array too), so one compiled kernel per dtype
+    src = _read_only(np.frombuffer(data if n else b"", dtype=storage, count=n,
+                                   offset=arr.offset * storage.itemsize if n else 0))
+    if storage == dtype and not finite_only and not arr.null_count:
+        return src, np.ones(n, dtype=bool)
+    bitmap = (_read_only(np.frombuffer(validity, dtype=np.uint8))
               if validity is not None and arr.null_count else _NO_BITMAP)
     values = np.empty(n, dtype=dtype)
     valid = np.empty(n, dtype=bool)
     convert_fixed_width(src, bitmap, arr.offset, finite_only, values, valid)
-    return values, valid
+    return _read_only(values), valid
 
 
 def _fast_numeric(t: pa.DataType) -> bool:
@@ -77,21 +88,21 @@ def to_numeric(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if not finite.all():
         valid &= finite
         values[~finite] = 0.0
-    return values, valid
+    return _read_only(values), valid
 
 
 def to_boolean(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
     arr = plain(arr)
     valid = valid_mask(arr)
     if pa.types.is_boolean(arr.type):
-        values = np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint8)
-        return values, valid
+        values = np.array(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint8)
+        return _read_only(values), valid
     ints = arr.cast(pa.int64()).fill_null(0).to_numpy()
     bad = np.flatnonzero((ints != 0) & (ints != 1))
     if bad.size:
         raise DataError(f"{where}: boolean column holds {int(ints[bad[0]])}; only 0 and 1 "
                         f"(or true/false) are booleans")
-    return ints.astype(np.uint8), valid
+    return _read_only(ints.astype(np.uint8)), valid
 
 
 def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -119,7 +130,7 @@ def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{where}: timestamp out of range: {exc}") from None
     values = np.array(values, dtype=np.int64, copy=True)
     values[~valid] = 0
-    return values, valid
+    return _read_only(values), valid
 
 
 def to_int_keys(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +141,7 @@ def to_int_keys(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
         values = arr.cast(pa.int64()).fill_null(0).to_numpy()
     except pa.ArrowInvalid as exc:
         raise DataError(f"{where}: key does not fit in int64: {exc}") from None
-    return np.ascontiguousarray(values, dtype=np.int64), valid_mask(arr)
+    return _read_only(np.array(values, dtype=np.int64)), valid_mask(arr)
 
 
 def to_string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array]:
@@ -164,5 +175,5 @@ def dictionary_parts(arr: pa.Array) -> tuple[np.ndarray, list, np.ndarray]:
         # batch's dictionary never has 2^31 entries)
         indices = codes.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
         dictionary = arr.dictionary.to_pylist()
-    indices.flags.writeable = False  # read-only like Arrow's buffers either way: one kernel
-    return indices, dictionary, valid
+    # read-only whether Arrow's buffer or a new array: one kernel
+    return _read_only(indices), dictionary, valid

@@ -277,7 +277,9 @@ def _warm_up(embedder: Any, done: threading.Event) -> None:
         # a table with foreign keys, its task seeds, then the graph stage's
         state = np.zeros(4)
         welford_update(*to_micros(pa.array([1, None], pa.timestamp("us")), ""), state)
-        welford_update(*to_numeric(pa.array([1.0, None])), state)
+        numbers, _ = to_numeric(pa.array([1.0, None]))  # read-only, as every converted batch
+        welford_update(numbers, np.ones(2, bool), state)
+        to_numeric(pa.array([1.0, 2.0]))  # no null: the same kernel with an empty bitmap
         indices, _, valid = dictionary_parts(pa.array(["a", "a"]))
         mark_used_entries(indices, valid, np.zeros(1, bool))
         map_entries(indices, np.zeros(1, np.int32), valid, np.int32(-1), np.empty(2, np.int32))
@@ -293,7 +295,7 @@ def _warm_up(embedder: Any, done: threading.Event) -> None:
         # a full batch: a C-contiguous slice (5 edges)
         csr.append_parent_csr(parents, 0, 0, po, np.zeros(6, ids))
         csr.append_parent_csr(parents[:, :2], 1, 0, po, pi)  # a shorter one: strided
-        gather_seeds(valid, 0, np.zeros(2, np.int64), np.zeros(2), np.empty(2, np.int64),
+        gather_seeds(valid, 0, np.zeros(2, np.int64), numbers, np.empty(2, np.int64),
                      np.empty(2, np.int64), np.empty(2))
         for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):
             check_unique_ints(keys, "", (int(keys.min()), int(keys.max())))
