@@ -35,6 +35,28 @@ def test_int_index_lookup_matches_dict(pk, fk):
     assert dangling == expect.count(-1) and valid == len(probe)
 
 
+@pytest.mark.parametrize("row_dtype", [np.int32, np.int64])
+@given(st.lists(st.integers(-50, 200), unique=True, max_size=60),
+       st.lists(st.integers(-(2**63), 2**63 - 1), unique=True, max_size=30),
+       st.lists(st.integers(-60, 210), max_size=60))
+def test_both_slot_widths_resolve_alike(row_dtype, dense_pk, sparse_pk, fk):
+    """Slots are int32 below 2^31 rows, int64 beyond: both widths of both index kinds."""
+    from unittest import mock
+
+    with mock.patch("dlkit.db.keys._row_dtype", lambda n: np.dtype(row_dtype)):
+        for pk in (dense_pk, sparse_pk):
+            index = KeyIndex.build_int(np.array(pk, dtype=np.int64), "t")
+            assert index.slots.dtype == row_dtype
+            # dense exactly when the keys' range is small (the module's documented rule)
+            assert (index.kmin is not None) == (len(pk) > 0
+                                                and max(pk) - min(pk) < 4 * len(pk) + 1024)
+            probe = pk[::3] + fk
+            out = np.empty(len(probe), dtype=np.int64)
+            index.lookup(pa.array(probe, pa.int64()), 7, out, "t")
+            where = {k: i for i, k in enumerate(pk)}
+            assert out.tolist() == [7 + where[k] if k in where else -1 for k in probe]
+
+
 @pytest.mark.parametrize("keys", [list(range(10)), [10**15, 3, -7, 2**62]])
 def test_int_duplicate_named(keys):
     with pytest.raises(DataError, match=r"duplicate primary key 3 \(rows 1 and 4\)|duplicate primary key 1 \(rows 1 and 4\)"):

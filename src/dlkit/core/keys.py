@@ -2,6 +2,7 @@
 
 Integer keys use a *dense* index when their range is small (``max - min < 4 n + 1024``): a
 table ``slot[key - min] = row``; otherwise a hash index (open addressing over ``mix64(key)``).
+Their slots are int32 for tables under 2^31 rows: half the memory a lookup misses into.
 String keys are hashed (the UTF-8 bytes eight at a time, FNV style, then a splitmix64
 finaliser) into a hash index; every hash hit is confirmed by comparing the bytes, so a hash
 collision can never link a foreign key to the wrong row (colliding keys just share a probe
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.jit import kernel
-from dlkit.core.memory import prefetch
+from dlkit.core.memory import load_u64_le, prefetch
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -33,14 +34,8 @@ def mix64(h):
 @kernel
 def word_at(data, start, end):
     """Bytes ``data[start:min(end, start + 8)]`` as a little-endian word, zero padded."""
-    if end - start >= 8:  # written out, so the compiler makes it one 8-byte load
-        return (np.uint64(data[start]) | np.uint64(data[start + 1]) << np.uint64(8)
-                | np.uint64(data[start + 2]) << np.uint64(16)
-                | np.uint64(data[start + 3]) << np.uint64(24)
-                | np.uint64(data[start + 4]) << np.uint64(32)
-                | np.uint64(data[start + 5]) << np.uint64(40)
-                | np.uint64(data[start + 6]) << np.uint64(48)
-                | np.uint64(data[start + 7]) << np.uint64(56))
+    if end - start >= 8:
+        return load_u64_le(data, start)
     w = np.uint64(0)
     for k in range(min(end - start, 8)):
         w |= np.uint64(data[start + k]) << np.uint64(8 * k)
@@ -74,15 +69,15 @@ def _bytes_equal(a_data, a_start, a_end, b_data, b_start, b_end):
 
 
 @kernel
-def dense_index_build(keys, kmin, size):
-    """``(slots, dup_row, first_row)``: slots[key - kmin] = row; first duplicate or (-1, -1)."""
-    slots = np.full(size, -1, dtype=np.int64)
+def dense_index_build(keys, kmin, slots):
+    """``slots[key - kmin] = row`` into ``slots`` (all -1, one per key in the range); returns
+    ``(dup_row, first_row)`` of the first duplicate, or (-1, -1)."""
     for i in range(keys.shape[0]):
         s = keys[i] - kmin
         if slots[s] >= 0:
-            return slots, i, slots[s]
+            return i, np.int64(slots[s])
         slots[s] = i
-    return slots, -1, -1
+    return -1, -1
 
 
 @kernel
@@ -152,19 +147,20 @@ def table_size(n: int) -> int:
 
 
 @kernel
-def hash_index_ints(keys, size):
-    """``(slots, dup_row, first_row)`` for integer keys; the first duplicate or (-1, -1)."""
+def hash_index_ints(keys, slots):
+    """Integer keys into ``slots`` (all -1, a power-of-two count of them); returns
+    ``(dup_row, first_row)`` of the first duplicate, or (-1, -1)."""
+    size = slots.shape[0]
     mask = np.uint64(size - 1)
-    slots = np.full(size, -1, dtype=np.int64)
     for i in range(keys.shape[0]):
         k = keys[i]
         s = np.int64(mix64(np.uint64(k)) & mask)
         while slots[s] >= 0:
             if keys[slots[s]] == k:
-                return slots, i, slots[s]
+                return i, np.int64(slots[s])
             s = (s + 1) & (size - 1)
         slots[s] = i
-    return slots, -1, -1
+    return -1, -1
 
 
 # Lookups go in blocks of PROBE_BLOCK keys: first the home slot of every key in the block is

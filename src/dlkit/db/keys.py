@@ -40,11 +40,13 @@ class KeyIndex:
             kmin, kmax = bounds if bounds is not None else (int(keys.min()), int(keys.max()))
             span = kmax - kmin + 1
             if _dense(span, n):
-                slots, dup, first = kk.dense_index_build(keys, np.int64(kmin), span)
+                slots = np.full(span, -1, dtype=_row_dtype(n))
+                dup, first = kk.dense_index_build(keys, np.int64(kmin), slots)
                 if dup >= 0:
                     raise _duplicate(where, int(keys[dup]), first, dup)
                 return cls(family="integer", num_rows=n, slots=slots, kmin=kmin)
-        slots, dup, first = kk.hash_index_ints(keys, kk.table_size(n))
+        slots = np.full(kk.table_size(n), -1, dtype=_row_dtype(n))
+        dup, first = kk.hash_index_ints(keys, slots)
         if dup >= 0:
             raise _duplicate(where, int(keys[dup]), first, dup)
         return cls(family="integer", num_rows=n, slots=slots, keys=keys)
@@ -82,6 +84,11 @@ class KeyIndex:
                                                      self.data, self.offsets, np.int64(base),
                                                      out)
         return int(np.count_nonzero(valid)), int(dangling), int(first)
+
+
+def _row_dtype(n: int) -> np.dtype:
+    """The slots' dtype for a table of ``n`` rows (and -1)."""
+    return np.dtype(np.int32 if n < 2**31 else np.int64)
 
 
 def _dense(span: int, n: int) -> bool:
