@@ -25,7 +25,7 @@ a parent row. Two CSR views are stored (``docs/database_format.md``):
   whatever the bucket sizes and thread count: the output bytes depend on the graph only.
   Sweep A runs on several threads over consecutive child ranges (each range's edges of a
   bucket placed after the earlier ranges' ones, counted first); sweep B over disjoint bucket
-  ranges. Sweep B keeps its cursors apart from ``child_offsets``, which is final (and can be
+  ranges, several per thread, each taken by the next thread free. Sweep B keeps its cursors apart from ``child_offsets``, which is final (and can be
   written out) before either sweep starts.
 
 Every kernel trusts its inputs (ids in range, offsets monotone): the callers build them or
@@ -36,6 +36,7 @@ of the first violation (``-1`` when none) so the caller can name it.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -55,6 +56,10 @@ MAX_BUCKET_PARENTS = 1 << 16
 PARALLEL_MIN_EDGES = 1 << 20
 # Edges per run of sweep B reported final to ``range_ready`` (4 MiB of int32 ids).
 READY_EDGES = 1 << 20
+# Sweep B's ranges per thread, taken by the threads as they come free: equal edge counts are
+# not equal work (one parent table's lists may need the time sort, another's not), and two
+# fixed halves left one core idle at the end (four per thread: transpose 7% faster).
+SWEEP_B_RANGES_PER_THREAD = 4
 
 
 @kernel
@@ -312,10 +317,11 @@ def _runs(bucket_start, first: int, last: int, edges: int) -> list[tuple[int, in
     return runs
 
 
-def _parallel(fn, ranges) -> list:
+def _parallel(fn, ranges, workers: int | None = None) -> list:
+    """``fn(*r)`` for every range ``r``, on ``workers`` threads (default: one per range)."""
     if len(ranges) <= 1:
         return [fn(a, b) for a, b in ranges]
-    with ThreadPoolExecutor(max_workers=len(ranges)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or len(ranges)) as pool:
         return list(pool.map(lambda r: fn(*r), ranges))
 
 
@@ -392,9 +398,14 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
     largest = int(np.diff(bucket_start).max())
     widest = int(np.diff(first_parent).max())
 
+    per_thread = threading.local()
+
     def place(first: int, last: int) -> int:
-        scratch = (empty(child_ids.dtype, largest), empty(np.int64, largest),
-                   empty(np.uint16, largest), empty(np.int64, widest))
+        scratch = getattr(per_thread, "scratch", None)
+        if scratch is None:
+            scratch = per_thread.scratch = (
+                empty(child_ids.dtype, largest), empty(np.int64, largest),
+                empty(np.uint16, largest), empty(np.int64, widest))
         unsorted = 0
         runs = _runs(bucket_start, first, last, READY_EDGES) if range_ready else [(first, last)]
         for lo, hi in runs:
@@ -404,8 +415,9 @@ def transpose_csr(src_offsets, src_ids, row_times, child_offsets, child_ids, chi
                 range_ready(int(bucket_start[lo]), int(bucket_start[hi]))
         return unsorted
 
-    ranges = _split(bucket_start, 0, num_buckets, parts)
-    return int(sum(_parallel(place, ranges)))
+    ranges = _split(bucket_start, 0, num_buckets,
+                    parts * SWEEP_B_RANGES_PER_THREAD if parts > 1 else 1)
+    return int(sum(_parallel(place, ranges, parts)))
 
 
 def argsort_transpose(src_offsets, src_ids, row_times):
