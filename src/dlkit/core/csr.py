@@ -25,8 +25,9 @@ a parent row. Two CSR views are stored (``docs/database_format.md``):
   whatever the bucket sizes and thread count: the output bytes depend on the graph only.
   Sweep A runs on several threads over consecutive child ranges (each range's edges of a
   bucket placed after the earlier ranges' ones, counted first); sweep B over disjoint bucket
-  ranges, several per thread, each taken by the next thread free. Sweep B keeps its cursors apart from ``child_offsets``, which is final (and can be
-  written out) before either sweep starts.
+  ranges, several per thread, each taken by the next thread free. Sweep B keeps its cursors
+  apart from ``child_offsets``, which is final (and can be written out) before either sweep
+  starts.
 
 Every kernel trusts its inputs (ids in range, offsets monotone): the callers build them or
 validate them first with :func:`check_offsets` / :func:`check_ids`, which return the position

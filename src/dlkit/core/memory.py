@@ -26,7 +26,6 @@ import sys
 from typing import Any
 
 import numpy as np
-
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils

@@ -14,12 +14,12 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    to ``READ_AHEAD_BYTES`` ahead (``STARTUP_READ_AHEAD_BYTES`` while the kernels still load;
    ``dlkit.db.source.ReadAhead``): the time column gives the row times; foreign keys are
    resolved to global parent ids (null -> no edge; dangling -> counted, then dropped or an
-   error) and appended to the child -> parents CSR at once; every feature
-   column is converted and appended to its values file and validity bitmap, with streaming
-   statistics (row-order Welford, independent of batch size), categories (numbered in sorted
-   order at the end of the table) and global text ids (numbered in order of first appearance:
-   tables in order, rows in order, a row's text cells in column order); new texts are embedded
-   as they appear; task seeds are appended as their rows go by.
+   error) and appended to the child -> parents CSR at once; every feature column is converted
+   and appended to its values file and validity bitmap, with streaming statistics (row-order
+   Welford, independent of batch size), categories (numbered in sorted order at the end of the
+   table) and global text ids (numbered in order of first appearance: tables in order, rows in
+   order, a row's text cells in column order); new texts are embedded as they appear; task
+   seeds are appended as their rows go by.
 4. ``graph``: the parent -> children CSR, a bucketed counting sort (``dlkit.core.csr``), and
    ``graph.bin`` (``dlkit.db.graph_writer``).
 5. ``embeddings``: column and category embeddings (text embedding time from stage 3 is
@@ -31,15 +31,16 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    the atomic rename into place (``dlkit.db.output``).
 
 Memory: a few record batches at a time (up to ``STARTUP_READ_AHEAD_BYTES`` of them at the
-start), plus the index arrays: row times and both CSRs,
-about ``16 V + 18 E`` bytes at the peak of the graph stage (V rows, E edges; up to
-``24 V + 26 E`` with the int64 ids and offsets of graphs beyond 2^31 rows or edges; the edge arrays are sized for the most edges there
-could be, every foreign key non-null, and faulted in by a helper thread while the first
-tables stream by, so a null foreign key costs its 18 bytes too), plus the key indexes (8 bytes
-per key value in the key range of integer keys, about 64 bytes per row and the keys
-themselves for string keys; only for tables a foreign key refers to) and the distinct texts
-seen so far. Index arrays live in memory up to ``memory_budget`` bytes and in memory-mapped
-scratch files inside the build directory beyond it, so a graph larger than memory still builds.
+start), plus the index arrays: row times and both CSRs, about ``16 V + 18 E`` bytes at the
+peak of the graph stage (V rows, E edges; up to ``24 V + 26 E`` with the int64 ids and offsets
+of graphs beyond 2^31 rows or edges; the edge arrays are sized for the most edges there could
+be, every foreign key non-null, and faulted in by a helper thread while the first tables
+stream by, so a null foreign key costs its 18 bytes too), plus the key indexes (4 bytes per
+key value in the key range of integer keys, 8 for tables beyond 2^31 rows; about 64 bytes per
+row and the keys themselves for string keys; only for tables a foreign key refers to) and the
+distinct texts seen so far. Index arrays live in memory up to ``memory_budget`` bytes and in
+memory-mapped scratch files inside the build directory beyond it, so a graph larger than
+memory still builds.
 """
 
 from __future__ import annotations
