@@ -39,6 +39,18 @@ _KEEP_IN_ALL_LEVELS = 3
 _DATA_CACHE = 1
 
 
+def _element_pointer(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+    """The address of ``array[index]`` for an intrinsic called as ``(array, index)``, with
+    neither a negative-index wrap nor a bounds check."""
+    array_type, index_type = sig.args
+    view = context.make_array(array_type)(context, builder, args[0])
+    position = context.cast(builder, args[1], index_type, types.intp)
+    return cgutils.get_item_pointer2(
+        context, builder, data=view.data, shape=cgutils.unpack_tuple(builder, view.shape),
+        strides=cgutils.unpack_tuple(builder, view.strides), layout=array_type.layout,
+        inds=[position], wraparound=False, boundscheck=False)
+
+
 def prefetch(array: Any, index: Any) -> None:
     """Hint that ``array[index]`` (1-D) will be read soon; a no-op without the JIT."""
 
@@ -51,13 +63,7 @@ def _prefetch_intrinsic(typingctx: Any, array: Any, index: Any) -> Any:
     signature = types.void(array, index)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        array_type, index_type = sig.args
-        view = context.make_array(array_type)(context, builder, args[0])
-        position = context.cast(builder, args[1], index_type, types.intp)
-        pointer = cgutils.get_item_pointer2(
-            context, builder, data=view.data, shape=cgutils.unpack_tuple(builder, view.shape),
-            strides=cgutils.unpack_tuple(builder, view.strides), layout=array_type.layout,
-            inds=[position], wraparound=False, boundscheck=False)
+        pointer = _element_pointer(context, builder, sig, args)
         byte_pointer = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         function = cgutils.get_or_insert_function(
@@ -91,13 +97,7 @@ def _load_u64_intrinsic(typingctx: Any, data: Any, start: Any) -> Any:
     signature = types.uint64(data, start)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        array_type, index_type = sig.args
-        view = context.make_array(array_type)(context, builder, args[0])
-        position = context.cast(builder, args[1], index_type, types.intp)
-        pointer = cgutils.get_item_pointer2(
-            context, builder, data=view.data, shape=cgutils.unpack_tuple(builder, view.shape),
-            strides=cgutils.unpack_tuple(builder, view.strides), layout=array_type.layout,
-            inds=[position], wraparound=False, boundscheck=False)
+        pointer = _element_pointer(context, builder, sig, args)
         word_pointer = builder.bitcast(pointer, ir.IntType(64).as_pointer())
         return builder.load(word_pointer, align=1)
 
