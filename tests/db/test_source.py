@@ -164,3 +164,20 @@ def test_startup_budget_holds_until_the_consumer_is_ready():
     assert lead[:11] == list(range(11))
     assert max(lead[11:]) <= 3
     assert _values(got) == [i * rows for i in range(40)]
+
+
+def test_batches_are_decoded_into_the_jemalloc_pool_where_pyarrow_has_it(tmp_path):
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:  # pragma: no cover - builds without jemalloc use the default
+        pool = pa.default_memory_pool()
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": pa.array(np.arange(200_000)),
+                             "s": pa.array([f"v{i % 5}" for i in range(200_000)])}), path)
+    source = TableSource.open("t", path)
+    before = pool.bytes_allocated()
+    held = list(source.iter_batches(["a", "s"], 50_000, dictionary=["s"]))
+    # the int64 values alone are 1.6 MB, held in those batches
+    assert pool.bytes_allocated() - before >= 200_000 * 8
+    assert sum(b.num_rows for b in held) == 200_000
+    assert pa.types.is_dictionary(held[0].schema.field("s").type)
