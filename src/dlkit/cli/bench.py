@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich import box
@@ -10,8 +11,10 @@ from rich.table import Table
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, print_json, progress
-from dlkit.prefetch.bench import BenchReport, BenchRequest, RunResult, WorkloadKind, run_bench
-from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode
+from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode, WorkloadKind
+
+if TYPE_CHECKING:  # imported by the command: it loads the kernels (see dlkit._lazy)
+    from dlkit.prefetch.bench import BenchReport, RunResult
 
 PANEL = "Performance"
 
@@ -85,6 +88,8 @@ def bench(
 
         dlkit bench --workload synthetic --compute-ms 5 --consumer-ms 5 --workers 2
     """
+    from dlkit.prefetch.bench import BenchRequest, run_bench
+
     request = BenchRequest(
         workload=workload, steps=steps, batch_size=batch_size,
         prefetch=PrefetchConfig(num_workers=workers, buffer_size=buffers_ahead, policy=policy,

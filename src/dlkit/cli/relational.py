@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -12,10 +13,9 @@ from rich.text import Text
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, print_json, progress
-from dlkit.sampler.inspect import MASKED, describe_sequence
-from dlkit.sampler.runs import BatchRequest, write_batches, write_run_manifest
-from dlkit.sampler.schedule import SamplerWarning
-from dlkit.sampler.splits import SplitRatios
+
+if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
+    from dlkit.sampler.splits import SplitRatios
 
 PANEL = "Relational sampling"
 DB_HELP = "Preprocessed database directory (made by `dlkit preprocess`)."
@@ -29,6 +29,8 @@ MODE_HELP = ("Train order: v3 (NextBatch_v3, a keyed Feistel shuffle of each epo
 
 
 def _ratios(text: str) -> SplitRatios:
+    from dlkit.sampler.splits import SplitRatios
+
     return SplitRatios.parse(text)
 
 
@@ -55,6 +57,8 @@ def manifest(
 
         dlkit manifest out/db --seed 42 --global-batch-size 64 --out run.json
     """
+    from dlkit.sampler.runs import write_run_manifest
+
     summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
                                  split_seed=split_seed, split_ratios=_ratios(split_ratios),
                                  sampling_mode=sampling_mode)
@@ -113,6 +117,9 @@ def batches(
 
         dlkit batches out/db --task review_rating --split train --steps 4 --out out/batches
     """
+    from dlkit.sampler.runs import BatchRequest, write_batches
+    from dlkit.sampler.schedule import SamplerWarning
+
     request = BatchRequest(task=task, split=split, steps=steps, seed=seed, split_seed=split_seed,
                            split_ratios=_ratios(split_ratios), batch_size=batch_size, rank=rank,
                            world_size=world_size, sequence_length=sequence_length,
@@ -162,6 +169,8 @@ def show(
 
         dlkit show out/db --task review_rating --anchor 3
     """
+    from dlkit.sampler.inspect import MASKED, describe_sequence
+
     view = describe_sequence(db, task, anchor, seed=seed, epoch=epoch,
                              sequence_length=sequence_length, max_rows=max_rows,
                              bfs_child_width=bfs_child_width)

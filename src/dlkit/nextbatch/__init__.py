@@ -3,12 +3,39 @@
 The normative definition is ``docs/nextbatch_v2.md`` (which follows the pinned profile).
 """
 
-from dlkit.nextbatch.cursor import Cursor, load_checkpoint, save_checkpoint
-from dlkit.nextbatch.manifest import DataConfig, DatasetEntry, RunManifest, load_manifest, parse_manifest
-from dlkit.nextbatch.sampler import BatchResult, SamplingMetadata, SamplingPlan, Stage, StepChunk, next_batch
+from typing import TYPE_CHECKING
+
+from dlkit._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from dlkit.nextbatch.cursor import Cursor, load_checkpoint, save_checkpoint
+    from dlkit.nextbatch.manifest import (
+        DataConfig,
+        DatasetEntry,
+        RunManifest,
+        load_manifest,
+        parse_manifest,
+    )
+    from dlkit.nextbatch.sampler import (
+        BatchResult,
+        SamplingMetadata,
+        SamplingPlan,
+        Stage,
+        StepChunk,
+        next_batch,
+    )
 
 __all__ = [
     "BatchResult", "Cursor", "DataConfig", "DatasetEntry", "RunManifest", "SamplingMetadata",
     "SamplingPlan", "Stage", "StepChunk", "load_checkpoint", "load_manifest", "next_batch",
     "parse_manifest", "save_checkpoint",
 ]
+
+# imported on first use: the sampler's kernels load numba (see dlkit._lazy)
+__getattr__ = lazy_attributes(__name__, {
+    "dlkit.nextbatch.cursor": ("Cursor", "load_checkpoint", "save_checkpoint"),
+    "dlkit.nextbatch.manifest": ("DataConfig", "DatasetEntry", "RunManifest", "load_manifest",
+                                 "parse_manifest"),
+    "dlkit.nextbatch.sampler": ("BatchResult", "SamplingMetadata", "SamplingPlan", "Stage",
+                                "StepChunk", "next_batch"),
+})

@@ -9,13 +9,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from dlkit.nextbatch.cursor import Cursor
-from dlkit.nextbatch.sampler import SamplingPlan
-from dlkit.nextbatch.trace import TraceWriter
+
+if TYPE_CHECKING:  # imported where used: they load the kernels (see dlkit._lazy)
+    from dlkit.nextbatch.sampler import SamplingPlan
+    from dlkit.nextbatch.trace import TraceWriter
 
 
 class OutputFormat(str, enum.Enum):
@@ -130,6 +132,8 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
     from dlkit.atomic import atomic_writer
     from dlkit.nextbatch.cursor import save_checkpoint
     from dlkit.nextbatch.manifest import load_manifest
+    from dlkit.nextbatch.sampler import SamplingPlan
+    from dlkit.nextbatch.trace import TraceWriter
 
     manifest = load_manifest(request.manifest_path)
     plan = SamplingPlan.create(manifest, request.dataset_key, request.world_size, request.rank,

@@ -16,7 +16,6 @@ batches (in the same order for the strict policy, as a multiset for best-effort)
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import tempfile
 import time
@@ -31,7 +30,13 @@ from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.manifest import DataConfig, DatasetEntry, RunManifest, load_manifest
 from dlkit.nextbatch.sampler import SamplingPlan
-from dlkit.prefetch.config import IteratorConfig, Policy, PrefetchConfig, strict_order
+from dlkit.prefetch.config import (
+    IteratorConfig,
+    Policy,
+    PrefetchConfig,
+    WorkloadKind,
+    strict_order,
+)
 from dlkit.prefetch.prefetcher import MultiIteratorPrefetcher
 from dlkit.prefetch.workloads import (
     IndexOrder,
@@ -47,11 +52,6 @@ from dlkit.prefetch.workloads import (
 
 ProgressFn = Callable[[str, int, int], None]
 BENCH_DATASET = "bench"
-
-
-class WorkloadKind(str, enum.Enum):
-    GATHER = "gather"          # rows from a memory-mapped file, in `dlkit sample` order
-    SYNTHETIC = "synthetic"    # a CPU-bound nogil kernel per batch, no data
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,40 @@
 Relational-Transformer batches (design §2b-§2e, §3a, §3b, §9; format in docs/batch_format.md).
 """
 
-from dlkit.sampler.api import STATE_FORMAT, Sampler, SamplerConfig
-from dlkit.sampler.batch import BATCH_KEYS, BATCH_LAYOUT, BatchBuilder, BatchConfig, BuiltBatch
-from dlkit.sampler.schedule import SamplerWarning
-from dlkit.sampler.splits import (
-    SPLITS,
-    SplitRatios,
-    build_run_manifest,
-    compute_splits,
-    dataset_key,
-)
+from typing import TYPE_CHECKING
+
+from dlkit._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from dlkit.sampler.api import STATE_FORMAT, Sampler, SamplerConfig
+    from dlkit.sampler.batch import (
+        BATCH_KEYS,
+        BATCH_LAYOUT,
+        BatchBuilder,
+        BatchConfig,
+        BuiltBatch,
+    )
+    from dlkit.sampler.schedule import SamplerWarning
+    from dlkit.sampler.splits import (
+        SPLITS,
+        SplitRatios,
+        build_run_manifest,
+        compute_splits,
+        dataset_key,
+    )
 
 __all__ = [
     "BATCH_KEYS", "BATCH_LAYOUT", "BatchBuilder", "BatchConfig", "BuiltBatch", "SPLITS",
     "STATE_FORMAT", "Sampler", "SamplerConfig", "SamplerWarning", "SplitRatios",
     "build_run_manifest", "compute_splits", "dataset_key",
 ]
+
+# imported on first use: the sampler's kernels load numba (see dlkit._lazy)
+__getattr__ = lazy_attributes(__name__, {
+    "dlkit.sampler.api": ("STATE_FORMAT", "Sampler", "SamplerConfig"),
+    "dlkit.sampler.batch": ("BATCH_KEYS", "BATCH_LAYOUT", "BatchBuilder", "BatchConfig",
+                            "BuiltBatch"),
+    "dlkit.sampler.schedule": ("SamplerWarning",),
+    "dlkit.sampler.splits": ("SPLITS", "SplitRatios", "build_run_manifest", "compute_splits",
+                             "dataset_key"),
+})

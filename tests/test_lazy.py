@@ -1,0 +1,40 @@
+"""Package attributes load on first use: the CLI and ``import dlkit`` do not load numba, and
+every public name still resolves to the object its module defines."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+
+def _modules_after(code: str) -> set[str]:
+    script = code + "\nimport sys\nprint(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    return set(out.split())
+
+
+def test_the_cli_registers_every_command_without_loading_numba():
+    loaded = _modules_after("from dlkit.cli.app import _register_commands, app\n"
+                            "_register_commands()\n"
+                            "assert len(app.registered_commands) >= 9, app.registered_commands")
+    assert "numba" not in loaded and "dlkit.cli.relational" in loaded
+    assert "numba" not in _modules_after("import dlkit, dlkit.errors, dlkit.sampler, dlkit.nextbatch")
+
+
+@pytest.mark.parametrize("package", ["dlkit", "dlkit.nextbatch", "dlkit.sampler"])
+def test_every_public_name_resolves_to_its_module_object(package):
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        value = getattr(module, name)
+        assert value is not None
+        # the same object as the defining module's, and cached in the package afterwards
+        owner = importlib.import_module(getattr(value, "__module__", package) or package)
+        if hasattr(owner, name):
+            assert getattr(owner, name) is value
+        assert name in vars(module)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        getattr(module, "no_such_name")
