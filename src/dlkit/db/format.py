@@ -125,7 +125,7 @@ def graph_layout(num_rows: int, num_edges: int, id_dtype=None, offset_dtype=None
     layout: dict[str, tuple[int, np.dtype, int]] = {}
     pos = _align(GRAPH_HEADER_SIZE)
     for name, dtype, length in GRAPH_SECTIONS:
-        dtype = kinds.get(dtype, dtype) if isinstance(dtype, str) else dtype
+        dtype = kinds[dtype] if isinstance(dtype, str) else dtype
         count = length(num_rows, num_edges)
         layout[name] = (pos, dtype, count)
         pos = _align(pos + count * dtype.itemsize)
