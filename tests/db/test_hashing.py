@@ -205,7 +205,6 @@ def test_misplaced_data_is_not_written_ahead(tmp_path):
     assert (tmp_path / "g.bin").read_bytes() == b"x" * 100 + array.tobytes()
 
 
-
 def test_released_comes_once_after_the_data_is_hashed_and_written(tmp_path):
     """A writer may reuse an array once ``released`` is called: every byte of it is then in
     the hash and on its way to disk (all but an unaligned tail, kept for the next write)."""

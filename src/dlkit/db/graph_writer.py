@@ -64,7 +64,7 @@ class GraphWriter:
         # sum and transpose, where both cores are busy).
         ahead = (self.child_offsets, self.parent_offsets, self.parent_ids, self.row_times,
                  self.child_ids, self.child_times, self.local_parent)
-        self.populated = threading.Thread(target=lambda: [populate(a) for a in ahead],
+        self.populated = threading.Thread(target=_populate_all, args=(ahead,),
                                           name="dlkit-populate", daemon=True)
         self.populated.start()
 
@@ -124,6 +124,11 @@ class GraphWriter:
         out.close()
         self.row_times = None
         return unsorted
+
+
+def _populate_all(arrays: tuple[np.ndarray, ...]) -> None:
+    for array in arrays:
+        populate(array)
 
 
 def _write_section(out: HashedFile, layout: dict, name: str, array: np.ndarray) -> None:
