@@ -87,8 +87,9 @@ class KeyIndex:
 
 
 def _row_dtype(n: int) -> np.dtype:
-    """The slots' dtype for a table of ``n`` rows (and -1)."""
-    return np.dtype(np.int32 if n < 2**31 else np.int64)
+    """The slots' dtype for a table of ``n`` rows (and -1): the graph's row id dtype, which
+    holds every row id of the table."""
+    return fmt.graph_id_dtype(n)
 
 
 def _dense(span: int, n: int) -> bool:
