@@ -3,6 +3,7 @@ every public name still resolves to the object its module defines."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -38,3 +39,21 @@ def test_every_public_name_resolves_to_its_module_object(package):
         assert name in vars(module)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         getattr(module, "no_such_name")
+
+
+@pytest.mark.parametrize("package", ["dlkit", "dlkit.nextbatch", "dlkit.sampler"])
+def test_static_imports_name_what_the_package_serves(package):
+    """The ``TYPE_CHECKING`` imports (for type checkers and editors) and the lazy map are two
+    statements of the same names: they must agree, and ``dir`` lists every name before use."""
+    module = importlib.import_module(package)
+    tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+    guarded = next(node for node in tree.body if isinstance(node, ast.If)
+                   and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    static = {(imp.module, alias.name) for imp in guarded.body
+              for alias in imp.names}
+    eager = {name for name in module.__all__ if name in ("DlkitError", "__version__")}
+    assert {name for _, name in static} == set(module.__all__) - eager
+    for source, name in static:
+        assert getattr(module, name) is getattr(importlib.import_module(source), name)
+    fresh = _modules_after(f"import {package}\nassert set({package}.__all__) <= set(dir({package}))")
+    assert "numba" not in fresh

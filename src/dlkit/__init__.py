@@ -20,14 +20,9 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Cursor", "DlkitError", "RunManifest", "SamplingPlan", "Stage", "Sampler", "__version__",
-    "load_checkpoint", "load_manifest", "next_batch", "save_checkpoint",
-]
-
-
-__getattr__ = lazy_attributes(__name__, {
+__getattr__, __dir__, _lazy_names = lazy_attributes(__name__, {
     "dlkit.nextbatch": ("Cursor", "RunManifest", "SamplingPlan", "Stage", "load_checkpoint",
                         "load_manifest", "next_batch", "save_checkpoint"),
     "dlkit.sampler": ("Sampler",),
 })
+__all__ = ["DlkitError", "__version__", *_lazy_names]

@@ -13,9 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_attributes(package: str, where: dict[str, tuple[str, ...]]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package`` serving each name of ``where[module]`` from
-    ``module`` (imported on first use, then cached in the package)."""
+def lazy_attributes(package: str, where: dict[str, tuple[str, ...]],
+                    ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """``(__getattr__, __dir__, names)`` for ``package``: the module functions serving each
+    name of ``where[module]`` from ``module`` (imported on first use, then cached in the
+    package) and listing them before that, and the names served, sorted (the package's
+    public names, so each is written down once)."""
     module_of = {name: module for module, names in where.items() for name in names}
 
     def __getattr__(name: str) -> Any:
@@ -26,4 +29,7 @@ def lazy_attributes(package: str, where: dict[str, tuple[str, ...]]) -> Callable
         setattr(importlib.import_module(package), name, value)
         return value
 
-    return __getattr__
+    def __dir__() -> list[str]:
+        return sorted(set(vars(importlib.import_module(package))) | set(module_of))
+
+    return __getattr__, __dir__, sorted(module_of)

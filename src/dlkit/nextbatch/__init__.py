@@ -25,14 +25,8 @@ if TYPE_CHECKING:
         next_batch,
     )
 
-__all__ = [
-    "BatchResult", "Cursor", "DataConfig", "DatasetEntry", "RunManifest", "SamplingMetadata",
-    "SamplingPlan", "Stage", "StepChunk", "load_checkpoint", "load_manifest", "next_batch",
-    "parse_manifest", "save_checkpoint",
-]
-
 # imported on first use: the sampler's kernels load numba (see dlkit._lazy)
-__getattr__ = lazy_attributes(__name__, {
+__getattr__, __dir__, __all__ = lazy_attributes(__name__, {
     "dlkit.nextbatch.cursor": ("Cursor", "load_checkpoint", "save_checkpoint"),
     "dlkit.nextbatch.manifest": ("DataConfig", "DatasetEntry", "RunManifest", "load_manifest",
                                  "parse_manifest"),

@@ -24,14 +24,8 @@ if TYPE_CHECKING:
         dataset_key,
     )
 
-__all__ = [
-    "BATCH_KEYS", "BATCH_LAYOUT", "BatchBuilder", "BatchConfig", "BuiltBatch", "SPLITS",
-    "STATE_FORMAT", "Sampler", "SamplerConfig", "SamplerWarning", "SplitRatios",
-    "build_run_manifest", "compute_splits", "dataset_key",
-]
-
 # imported on first use: the sampler's kernels load numba (see dlkit._lazy)
-__getattr__ = lazy_attributes(__name__, {
+__getattr__, __dir__, __all__ = lazy_attributes(__name__, {
     "dlkit.sampler.api": ("STATE_FORMAT", "Sampler", "SamplerConfig"),
     "dlkit.sampler.batch": ("BATCH_KEYS", "BATCH_LAYOUT", "BatchBuilder", "BatchConfig",
                             "BuiltBatch"),
