@@ -32,7 +32,9 @@ import hashlib
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +52,16 @@ def direct_io_allowed() -> bool:
     """False when the environment says ``DLKIT_DIRECT_IO=0`` (or ``false``, ``no``, ``off``)."""
     setting = os.environ.get("DLKIT_DIRECT_IO", "").strip().lower()
     return setting not in ("0", "false", "no", "off")
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A queued part: how many of the background threads still use it, its size in the
+    backlog, and what to call once none does."""
+
+    users: int
+    nbytes: int
+    released: Callable[[], None] | None = None
 
 
 def _single_thread(name: str) -> ThreadPoolExecutor:
@@ -102,13 +114,13 @@ class Hasher:
                 self.cond.wait()
             self.backlog += n
         if store is not None:
-            self.writing.submit(self._run, f, store, part, [1, released], n)
+            self.writing.submit(self._run, f, store, part, _Pending(1, n, released))
             return
-        pending = [2, released]  # the part is released once both threads are done with it
-        self.hashing.submit(self._run, f, f.h.update, part, pending, n)
-        self.writing.submit(self._run, f, f._store, part, pending, n)
+        pending = _Pending(2, n, released)
+        self.hashing.submit(self._run, f, f.h.update, part, pending)
+        self.writing.submit(self._run, f, f._store, part, pending)
 
-    def _run(self, f: HashedFile, job, part: memoryview, pending: list[int], n: int) -> None:
+    def _run(self, f: HashedFile, job, part: memoryview, pending: _Pending) -> None:
         try:
             if self.error is None:
                 job(part)
@@ -118,17 +130,17 @@ class Hasher:
             self.error = exc
         finally:
             with self.cond:
-                pending[0] -= 1
-                done = pending[0] == 0
+                pending.users -= 1
+                done = pending.users == 0
                 if done:
-                    self.backlog -= n
+                    self.backlog -= pending.nbytes
                     self.cond.notify_all()
-            if done and pending[1] is not None:
-                pending[1]()
+            if done and pending.released is not None:
+                pending.released()
 
     def _close(self, f: HashedFile) -> None:
         self.check()
-        self.writing.submit(self._run, f, f._finish, memoryview(b""), [1], 0)
+        self.writing.submit(self._run, f, f._finish, memoryview(b""), _Pending(1, 0))
 
     def _completed(self, path: Path) -> None:
         if self.syncing is not None:
