@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dlkit.db import source as source_module
 from dlkit.db.source import ReadAhead, ReadJob, TableSource
 
 
@@ -181,3 +182,20 @@ def test_batches_are_decoded_into_the_jemalloc_pool_where_pyarrow_has_it(tmp_pat
     assert pool.bytes_allocated() - before >= 200_000 * 8
     assert sum(b.num_rows for b in held) == 200_000
     assert pa.types.is_dictionary(held[0].schema.field("s").type)
+
+
+def test_the_public_reader_gives_the_same_batches(tmp_path, monkeypatch):
+    """Without pyarrow's pool-taking reader (a future pyarrow may move it), the public
+    ``ParquetFile`` reads the same batches, dictionary columns included."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": pa.array(np.arange(120_000)),
+                             "b": pa.array(np.arange(120_000) * 0.5),
+                             "s": pa.array([f"v{i % 7}" for i in range(120_000)])}), path,
+                   row_group_size=50_000)
+    source = TableSource.open("t", path)
+    wanted = list(source.iter_batches(["s", "a"], 30_000, dictionary=["s"]))
+    monkeypatch.setattr(source_module, "_PoolParquetReader", None)
+    public = list(source.iter_batches(["s", "a"], 30_000, dictionary=["s"]))
+    assert [b.num_rows for b in public] == [b.num_rows for b in wanted]
+    assert pa.Table.from_batches(public).equals(pa.Table.from_batches(wanted))
+    assert pa.types.is_dictionary(public[0].schema.field("s").type)
