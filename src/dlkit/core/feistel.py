@@ -141,17 +141,18 @@ def _cycle_walk(out, written, run, n, keys, a, kb):
 
 
 @kernel
-def resolve_feistel_u64(keys, n, starts, lengths, out):
-    """Fill ``out`` with the indices of the slices ``[start, start+length)``, back to back.
-
-    Valid for every ``n`` up to ``FEISTEL_MAX_N``; round-major over row tiles like the 32-bit
-    path, in 64-bit lanes.
-    """
+def _resolve_tiles(keys, n, starts, lengths, out, narrow):
+    """Fill ``out`` with the indices of the slices ``[start, start+length)``, back to back, one
+    tile of a grid row at a time: in 32-bit lanes (``_tile_u32``) when ``narrow``, else in
+    64-bit lanes (``_tile_u64``)."""
     n = np.uint64(n)
     a, kb = feistel_domain(n)
     b = np.uint64(1) << kb
-    his = np.empty(TILE, dtype=np.uint64)
-    los = np.empty(TILE, dtype=np.uint64)
+    his = np.empty(TILE if not narrow else 0, dtype=np.uint64)
+    los = np.empty(TILE if not narrow else 0, dtype=np.uint64)
+    keys32 = keys.astype(np.uint32)
+    his32 = np.empty(TILE if narrow else 0, dtype=np.uint32)
+    los32 = np.empty(TILE if narrow else 0, dtype=np.uint32)
     written = np.uint64(0)
     for s in range(starts.shape[0]):
         position = np.uint64(starts[s])
@@ -160,12 +161,24 @@ def resolve_feistel_u64(keys, n, starts, lengths, out):
             row = position >> kb
             first_lo = position & (b - np.uint64(1))
             run = min(remaining, b - first_lo, np.uint64(TILE))
-            if _tile_u64(keys, row, first_lo, run, a, kb, his, los, out, written, n):
+            if narrow:
+                spilled = _tile_u32(keys32, np.uint32(row), np.uint32(first_lo), run,
+                                    np.uint32(a), np.uint32(kb), his32, los32, out, written, n)
+            else:
+                spilled = _tile_u64(keys, row, first_lo, run, a, kb, his, los, out, written, n)
+            if spilled:  # some cells beyond n (rare on the 32-bit path)
                 _cycle_walk(out, written, run, n, keys, a, kb)
             written += run
             position += run
             remaining -= run
     return out
+
+
+@kernel
+def resolve_feistel_u64(keys, n, starts, lengths, out):
+    """The slices' indices for every ``n`` up to ``FEISTEL_MAX_N``: round-major over row tiles
+    like the 32-bit path, in 64-bit lanes."""
+    return _resolve_tiles(keys, n, starts, lengths, out, False)
 
 
 # --- the 32-bit tiled path ----------------------------------------------------------------
@@ -255,30 +268,7 @@ def resolve_feistel_u32(keys, n, starts, lengths, out):
     Here ``kb`` is in ``[1, 16]`` and ``a <= 2^16``, so ``a * 2^kb <= 2^32``: every value fits
     32 bits and ``_scale_u32`` applies.
     """
-    n = np.uint64(n)
-    a64, kb64 = feistel_domain(n)
-    a = np.uint32(a64)
-    kb = np.uint32(kb64)
-    b64 = np.uint64(1) << kb64
-    keys32 = keys.astype(np.uint32)
-    his = np.empty(TILE, dtype=np.uint32)
-    los = np.empty(TILE, dtype=np.uint32)
-    written = np.uint64(0)
-    for s in range(starts.shape[0]):
-        position = np.uint64(starts[s])
-        remaining = np.uint64(lengths[s])
-        while remaining > np.uint64(0):
-            row = position >> kb64
-            first_lo = position & (b64 - np.uint64(1))
-            run = min(remaining, b64 - first_lo, np.uint64(TILE))
-            if _tile_u32(keys32, np.uint32(row), np.uint32(first_lo), run, a, kb, his, los,
-                         out, written, n):
-                # Rare: the grid has fewer than 2^kb cells beyond n.
-                _cycle_walk(out, written, run, n, keys, a64, kb64)
-            written += run
-            position += run
-            remaining -= run
-    return out
+    return _resolve_tiles(keys, n, starts, lengths, out, True)
 
 
 @kernel
