@@ -166,7 +166,7 @@ def _resolve_tiles(keys, n, starts, lengths, out, narrow):
                                     np.uint32(a), np.uint32(kb), his32, los32, out, written, n)
             else:
                 spilled = _tile_u64(keys, row, first_lo, run, a, kb, his, los, out, written, n)
-            if spilled:  # some cells beyond n (rare on the 32-bit path)
+            if spilled:  # rare: the grid has fewer than 2^kb cells beyond n
                 _cycle_walk(out, written, run, n, keys, a, kb)
             written += run
             position += run
