@@ -156,3 +156,10 @@ class SamplerShutdown(DlkitError, RuntimeError):
 
 class PrefetchError(DlkitError, RuntimeError):
     code = "PREFETCH_ERROR"
+
+
+class OutOfMemoryError(DlkitError, MemoryError):
+    """The work asked for needs more memory than the machine gives (e.g. a micro-batch of
+    billions of indices, which is materialised whole)."""
+
+    code = "OUT_OF_MEMORY"

@@ -1,6 +1,8 @@
 """``dlkit sample``, ``replay`` and ``verify-golden`` end to end."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -102,6 +104,15 @@ def test_corrupt_checkpoint_and_trace_are_one_line(tmp_path, manifest_path):
     assert_clean_failure(run_dlkit("replay", tmp_path / "t.cbor", "-m", manifest_path), "TRACE_INVALID")
 
 
+def test_a_checkpoint_cursor_beyond_this_run_names_the_checkpoint(tmp_path, manifest_path):
+    from dlkit.nextbatch.cursor import save_checkpoint
+
+    save_checkpoint(tmp_path / "past.ckpt", {"ds": Cursor(0, 500)})  # the epoch has 70
+    err = assert_clean_failure(run_dlkit("sample", manifest_path, "-d", "ds", "--resume",
+                                         tmp_path / "past.ckpt"), "CHECKPOINT_INVALID")
+    assert str(tmp_path / "past.ckpt") in err and "global_index 500" in err
+
+
 def test_debug_shows_the_traceback(manifest_path):
     result = run_dlkit("--debug", "sample", manifest_path, "-d", "nope")
     assert result.returncode != 0 and "Traceback" in result.stderr.decode()
@@ -112,3 +123,28 @@ def test_verify_golden_default_run(tmp_path):
     assert result.returncode == 0, result.stderr
     files = json.loads(result.stdout)["files"]
     assert len(files) >= 3 and all(f["streams_checked"] > 0 for f in files)
+
+
+def test_a_full_disk_on_stdout_is_one_line(manifest_path):
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "dlkit", "sample", str(manifest_path),
+                                 "-d", "ds", "-n", "3"], stdout=full, stderr=subprocess.PIPE,
+                                timeout=300)
+    result.stdout = b""
+    err = assert_clean_failure(result, "OUTPUT_ERROR")
+    assert "No space left on device" in err
+
+
+def test_running_out_of_memory_is_one_line(dlkit, manifest_path, monkeypatch):
+    """A micro-batch is materialised whole: one of billions of indices cannot be, and numpy
+    says so (``MemoryError``) before anything is written."""
+    from dlkit.nextbatch import export
+
+    def refuse(*args, **kwargs):
+        raise MemoryError("Unable to allocate 512. GiB for an array with shape (68719476736,)")
+
+    monkeypatch.setattr(export, "export_steps", refuse)
+    result = dlkit("sample", manifest_path, "-d", "ds", "-n", 1)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip() == ("error OUT_OF_MEMORY: out of memory: Unable to allocate "
+                                     "512. GiB for an array with shape (68719476736,)")

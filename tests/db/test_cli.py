@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pyarrow as pa
+import pytest
 
 from dlkit.db import load_schema, open_database, preprocess
 
@@ -73,6 +74,30 @@ def test_preprocess_errors_are_one_line(dlkit, tmp_path):
     assert dlkit("preprocess", EXAMPLE, tmp_path / "db4", "-q", "--overwrite").returncode == 0
 
 
+def test_user_text_with_brackets_is_printed_as_it_is(dlkit, tmp_path):
+    """Names, keys and paths are user data: ``[/x]`` in them is text, not rich markup (which
+    raised on an unmatched closing tag, after the database was already committed)."""
+    toml = ('[tables.p]\nprimary_key = "k"\n[tables.c]\nprimary_key = "id"\n'
+            'foreign_keys = { p = "p" }\n')
+    src = write_db(tmp_path / "in[/x]", {
+        "p": pa.table({"k": ["a", "b"]}),
+        "c": pa.table({"id": [1, 2, 3], "p": ["a", "[/oops]", "b"]}),
+    }, toml)
+    out = tmp_path / "db[/y]"
+    r = dlkit("preprocess", src, out, "-q", "--no-fsync")
+    assert r.returncode == 0, r.stderr
+    assert "[/oops]" in r.stdout and "in[/x]" in r.stdout and "db[/y]" in r.stdout
+    assert dlkit("verify", out).returncode == 0
+    failed = dlkit("preprocess", src, tmp_path / "db2", "-q", "--on-dangling", "error")
+    assert failed.returncode == 5 and "[/oops]" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    bad = write_db(tmp_path / "bad", {"p": pa.table({"k": [1]})},
+                   '[tables.p]\nprimary_key = "[/k]"\n')
+    r = dlkit("preprocess", bad, tmp_path / "db3", "-q")
+    assert r.returncode == 5 and "SCHEMA_INVALID" in r.stderr and "[/k]" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_schema_infer_drafts_a_working_schema(dlkit, tmp_path):
     r = dlkit("schema", "infer", EXAMPLE)
     assert r.returncode == 0, r.stderr
@@ -125,3 +150,41 @@ def test_custom_embedder_plugin(tmp_path, monkeypatch):
         assert db.text_embeddings().shape == (db.num_texts, 3)
         assert db.text_embeddings()[0, 0] == len(db.text(0))
         assert db.metadata["embeddings"]["embedder"] == "toy"
+
+
+def test_a_failing_embedder_plugin_is_an_argument_error_and_writes_nothing(tmp_path,
+                                                                           monkeypatch):
+    import sys
+    import types
+
+    from dlkit.db import load_embedder
+    from dlkit.errors import InvalidArgumentError
+
+    class Broken:
+        name = "broken"
+        dim = 4
+
+        def config(self):
+            return {}
+
+        def embed(self, texts):
+            raise RuntimeError("model weights missing")
+
+    module = types.ModuleType("broken_embedder")
+    module.make = lambda dim: Broken()
+    module.fails = lambda dim: [][dim]
+    monkeypatch.setitem(sys.modules, "broken_embedder", module)
+    with pytest.raises(InvalidArgumentError, match="its factory failed: IndexError"):
+        load_embedder("broken_embedder:fails")
+    with pytest.raises(InvalidArgumentError,
+                       match="embedder 'broken' failed: RuntimeError: model weights missing"):
+        preprocess(EXAMPLE, tmp_path / "db", fsync=False,
+                   embedder=load_embedder("broken_embedder:make"))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-1G", "1e30"])
+def test_memory_budget_must_be_a_plain_size(dlkit, tmp_path, budget):
+    r = dlkit("preprocess", EXAMPLE, tmp_path / "db", "-q", "--memory-budget", budget)
+    assert r.returncode == 2 and "INVALID_ARGUMENT" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "db").exists()

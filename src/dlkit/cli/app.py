@@ -12,7 +12,7 @@ import sys
 import typer
 
 from dlkit import errors
-from dlkit.cli.console import err_console
+from dlkit.cli.console import err_console, plain
 
 app = typer.Typer(
     name="dlkit",
@@ -73,13 +73,22 @@ def main(argv: list[str] | None = None) -> None:
     """
     _register_commands()
     try:
-        app(args=argv, prog_name="dlkit")
+        try:
+            app(args=argv, prog_name="dlkit")
+        except (BrokenPipeError, errors.DlkitError):
+            raise
+        except OSError as exc:  # I/O no command reported itself (stdout on a full disk)
+            raise errors.OutputError(f"input/output error: {exc.strerror or exc}",
+                                     path=exc.filename) from exc
+        except MemoryError as exc:  # numpy's names the allocation: "Unable to allocate 512 GiB"
+            raise errors.OutOfMemoryError(f"out of memory: {exc or 'an allocation failed'}"
+                                          ) from exc
     except errors.DlkitError as exc:
         if _debug["enabled"]:
             import traceback
 
             traceback.print_exc()
-        err_console.print(f"[bold red]error[/] [red]{exc.code}[/]: {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error[/] [red]{exc.code}[/]: {plain(exc)}", highlight=False, soft_wrap=True)
         sys.exit(exit_code_for(exc))
     except BrokenPipeError:
         # `dlkit sample | head`: the reader left; that is not an error of ours.

@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, print_json, progress
+from dlkit.cli.console import console, err_console, plain, print_json, progress
 from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode, WorkloadKind
 
 if TYPE_CHECKING:  # imported by the command: it loads the kernels (see dlkit._lazy)
@@ -118,4 +118,4 @@ def bench(
         render(report)
     console.file.flush()
     for note in report.notes:
-        err_console.print(f"[yellow]note[/]: {note}", highlight=False)
+        err_console.print(f"[yellow]note[/]: {plain(note)}", highlight=False)

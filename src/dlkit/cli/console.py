@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -17,6 +18,12 @@ from rich.progress import (
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def plain(value: Any) -> str:
+    """``value`` as text that rich prints as it is: user data (paths, names, keys, messages
+    quoting cell values) may hold ``[...]``, which rich would otherwise read as markup."""
+    return escape(str(value))
 
 
 def print_json(payload: Any) -> None:

@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, print_json
+from dlkit.cli.console import console, err_console, plain, print_json
 from dlkit.errors import InvalidArgumentError, OutputError, VerificationError
 
 PANEL = "Relational database"
@@ -36,8 +36,9 @@ def parse_size(text: str, what: str) -> int:
         value = float(t[: len(t) - len(unit)])
     except ValueError:
         raise InvalidArgumentError(f"{what} must be a size like 512M or 2G, got {text!r}") from None
-    if value < 0:
-        raise InvalidArgumentError(f"{what} must not be negative, got {text!r}")
+    if not 0 <= value < float(1 << 62):  # not negative, NaN or beyond any memory
+        raise InvalidArgumentError(f"{what} must be a size from 0 to 4E (2^62 bytes), got "
+                                   f"{text!r}")
     return int(value * units[unit])
 
 
@@ -152,13 +153,13 @@ def preprocess(
     if as_json:
         print_json(report.to_json())
         return
-    console.print(f"[bold green]preprocessed[/] {input_dir} -> {output}  "
-                  f"(database [bold]{report.database_id}[/])", highlight=False)
+    console.print(f"[bold green]preprocessed[/] {plain(input_dir)} -> {plain(output)}  "
+                  f"(database [bold]{plain(report.database_id)}[/])", highlight=False)
     tables = Table(title="tables", title_justify="left")
     for name in ("table", "rows", "columns", "edges out", "dangling"):
         tables.add_column(name, justify="left" if name == "table" else "right")
     for t in report.tables:
-        tables.add_row(t["name"], f"{t['rows']:,}", str(t["columns"]), f"{t['edges']:,}",
+        tables.add_row(plain(t["name"]), f"{t['rows']:,}", str(t["columns"]), f"{t['edges']:,}",
                        f"{t['dangling']:,}")
     console.print(tables)
     stages = Table(title="stages", title_justify="left")
@@ -172,7 +173,7 @@ def preprocess(
                    str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}")
     console.print(stages)
     for warning in report.warnings:
-        console.print(f"[yellow]warning[/] {warning}", highlight=False)
+        console.print(f"[yellow]warning[/] {plain(warning)}", highlight=False)
     console.print(f"{report.num_texts:,} distinct texts, {report.num_categories:,} categories, "
                   f"{report.num_tasks} task(s)", highlight=False)
     console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
@@ -194,15 +195,15 @@ def verify(
     if as_json:
         print_json(report.to_json())
     elif report.ok:
-        console.print(f"[bold green]OK[/] {database}: {report.files} files, "
+        console.print(f"[bold green]OK[/] {plain(database)}: {report.files} files, "
                       f"{_human_bytes(report.bytes)}, every hash and structure check holds "
                       f"({report.seconds:.2f} s)", highlight=False)
         console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
     else:
-        console.print(f"[bold red]FAILED[/] {database}: {len(report.failures)} problem(s)",
+        console.print(f"[bold red]FAILED[/] {plain(database)}: {len(report.failures)} problem(s)",
                       highlight=False)
         for f in report.failures:
-            console.print(f"  {f.file}: [red]{f.check}[/]: {f.message}", highlight=False)
+            console.print(f"  {plain(f.file)}: [red]{plain(f.check)}[/]: {plain(f.message)}", highlight=False)
     if not report.ok:
         first = report.failures[0]
         raise VerificationError(f"{len(report.failures)} check(s) failed, first: {first}",
@@ -227,5 +228,5 @@ def schema_infer(
         sys.stdout.write(text)
     else:
         atomic_write_bytes(out, text.encode("utf-8"))
-        err_console.print(f"wrote {out}: review it, then `dlkit preprocess {input_dir} OUT`",
+        err_console.print(f"wrote {plain(out)}: review it, then `dlkit preprocess {plain(input_dir)} OUT`",
                           highlight=False)

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, print_json, progress
+from dlkit.cli.console import console, err_console, plain, print_json, progress
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
     from dlkit.sampler.splits import SplitRatios
@@ -65,11 +64,11 @@ def manifest(
     if as_json:
         print_json(summary.__dict__)
         return
-    table = Table(title=f"run manifest {summary.path}", title_justify="left")
+    table = Table(title=f"run manifest {plain(summary.path)}", title_justify="left")
     table.add_column("dataset")
     table.add_column("seeds", justify="right")
     for key, count in summary.datasets.items():
-        table.add_row(key, str(count))
+        table.add_row(plain(key), str(count))
     console.print(table)
     console.print(f"global batch size {summary.global_batch_size}, train order "
                   f"{summary.sampling_mode}, manifest hash {summary.manifest_hash}")
@@ -137,12 +136,12 @@ def batches(
                                             on_batch=lambda n: bar.advance(job, n))
         finally:
             for warning in caught:
-                err_console.print(f"[yellow]warning[/]: {warning.message}", highlight=False)
+                err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
     if as_json:
         print_json(summary.__dict__)
     else:
         err_console.print(f"[green]wrote[/] {summary.steps} batches ({summary.sequences} "
-                          f"sequences, {summary.cells} cells) to {summary.out_dir}")
+                          f"sequences, {summary.cells} cells) to {plain(summary.out_dir)}")
 
 
 @app.command(rich_help_panel=PANEL)
@@ -177,7 +176,7 @@ def show(
     if as_json:
         print_json(view.to_json_value())
         return
-    console.print(f"task [bold]{view.task}[/], anchor row {view.anchor_row}, observed at "
+    console.print(f"task [bold]{plain(view.task)}[/], anchor row {view.anchor_row}, observed at "
                   f"{view.obs_time}; epoch {view.epoch}; {len(view.rows)} rows, "
                   f"{view.num_cells}/{view.sequence_length} cells", highlight=False)
     table = Table(show_lines=False, header_style="bold")
@@ -194,9 +193,10 @@ def show(
             cells.append(cell.value, style=style)
         if row.truncated:
             cells.append("  ... (cut at S)", style="yellow")
-        table.add_row(str(row.index), row.table, row.key, row.time, row.reached, cells)
+        table.add_row(str(row.index), *(plain(v) for v in (row.table, row.key, row.time, row.reached)),
+                      cells)
     console.print(table)
     target = next((c.column for r in view.rows for c in r.cells if c.is_target), "?")
-    console.print(f"target [bold red]{target}[/] of row #0 is [bold red]{escape(MASKED)}[/] in "
-                  f"the batch; its true value {view.target} is hidden from the model",
+    console.print(f"target [bold red]{plain(target)}[/] of row #0 is [bold red]{plain(MASKED)}[/] in "
+                  f"the batch; its true value {plain(view.target)} is hidden from the model",
                   highlight=False)

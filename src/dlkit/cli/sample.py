@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from dlkit.cli.app import app
-from dlkit.cli.console import err_console, print_json, progress
+from dlkit.cli.console import err_console, plain, print_json, progress
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
 
@@ -146,5 +146,5 @@ def verify_golden_command(
     for r in reports:
         skipped = f", {r.full_digests_skipped} full digests left for --full" if r.full_digests_skipped else ""
         err_console.print(
-            f"[green]ok[/] {Path(r.path).name}: {r.cases} cases, {r.streams_checked} streams, "
+            f"[green]ok[/] {plain(Path(r.path).name)}: {r.cases} cases, {r.streams_checked} streams, "
             f"{r.full_digests_checked} full digests, {r.positions_checked} positions{skipped}")

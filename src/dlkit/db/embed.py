@@ -94,14 +94,18 @@ class HashedNgramEmbedder:
 def embed_texts(embedder: Any, texts: list[str] | pa.Array) -> np.ndarray:
     """``[n, dim]`` float16 embeddings, checking the embedder's output shape."""
     n = len(texts)
-    if isinstance(texts, pa.Array):
-        if hasattr(embedder, "embed_arrow"):
-            out = embedder.embed_arrow(texts)
+    try:
+        if isinstance(texts, pa.Array):
+            if hasattr(embedder, "embed_arrow"):
+                out = embedder.embed_arrow(texts)
+            else:
+                out = embedder.embed(texts.to_pylist())
         else:
-            out = embedder.embed(texts.to_pylist())
-    else:
-        out = embedder.embed(list(texts))
-    out = np.asarray(out)
+            out = embedder.embed(list(texts))
+        out = np.asarray(out)
+    except Exception as exc:  # a plug-in's own failure: nothing is written, say whose it is
+        raise InvalidArgumentError(f"embedder {getattr(embedder, 'name', embedder)!r} failed: "
+                                   f"{type(exc).__name__}: {exc}") from None
     if out.shape != (n, embedder.dim):
         raise InvalidArgumentError(
             f"embedder {embedder.name!r} returned shape {out.shape}, expected {(n, embedder.dim)}")
@@ -121,7 +125,11 @@ def load_embedder(spec: str | None, dim: int = DEFAULT_DIM) -> Any:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise InvalidArgumentError(f"cannot load embedder {spec!r}: {exc}") from None
-    embedder = factory(dim=dim)
+    try:
+        embedder = factory(dim=dim)
+    except Exception as exc:  # a plug-in's own failure, reported as the argument's
+        raise InvalidArgumentError(f"embedder {spec!r}: its factory failed: "
+                                   f"{type(exc).__name__}: {exc}") from None
     check_embedder(embedder)
     return embedder
 

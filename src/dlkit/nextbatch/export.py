@@ -130,6 +130,7 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
     import contextlib
 
     from dlkit.atomic import atomic_writer
+    from dlkit.errors import CheckpointError, NextBatchError
     from dlkit.nextbatch.cursor import save_checkpoint
     from dlkit.nextbatch.manifest import load_manifest
     from dlkit.nextbatch.sampler import SamplingPlan
@@ -139,7 +140,13 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
     plan = SamplingPlan.create(manifest, request.dataset_key, request.world_size, request.rank,
                                request.stage, actual_cardinality=request.actual_cardinality)
     cursor, carried = resolve_start(request)
-    plan.check_cursor(cursor)
+    try:
+        plan.check_cursor(cursor)
+    except NextBatchError as exc:
+        if request.resume is None:
+            raise
+        raise CheckpointError(f"its cursor does not fit this run: {exc.message}",
+                              path=request.resume) from None
     if on_start is not None:
         on_start(request.steps if request.steps is not None else plan.steps_to_epoch_end(cursor))
     with contextlib.ExitStack() as stack:
