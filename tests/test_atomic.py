@@ -2,9 +2,11 @@
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -52,3 +54,26 @@ def test_killed_writer_leaves_old_or_new(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert path.read_bytes() == b"A" * 1000
+
+
+def test_a_device_is_written_directly_not_replaced():
+    """``-o /dev/null`` (or /dev/stdout): replacing the node would destroy the device."""
+    with atomic_writer("/dev/null") as stream:
+        stream.write(b"gone")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_fifo_gets_the_bytes_and_stays_a_fifo(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write_bytes(fifo, b"through the pipe")
+    reader.join()
+    assert received == [b"through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_directory_target_is_refused(tmp_path):
+    with pytest.raises(OutputError, match="is a directory"):
+        atomic_write_bytes(tmp_path, b"x")

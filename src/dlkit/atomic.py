@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,8 +40,28 @@ def _current_umask() -> int:
 
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open a binary stream whose content replaces ``path`` only if the block succeeds."""
+    """Open a binary stream whose content replaces ``path`` only if the block succeeds (a
+    ``path`` that is a device or FIFO is written directly: it has no content to replace)."""
     target = Path(path)
+    try:
+        mode: int | None = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise OutputError(f"cannot write here: {exc.strerror or exc}", path=target) from exc
+    if mode is not None and stat.S_ISDIR(mode):
+        raise OutputError("is a directory", path=target)
+    if mode is not None and not stat.S_ISREG(mode):
+        # a device, FIFO or socket (-o /dev/stdout): nothing to replace, and replacing it
+        # would destroy the node, so the bytes go straight to it
+        try:
+            with open(target, "wb") as stream:
+                yield stream
+        except OSError as exc:
+            if isinstance(exc, OutputError):
+                raise
+            raise OutputError(f"write failed: {exc.strerror or exc}", path=target) from exc
+        return
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise OutputError(f"directory {directory} does not exist", path=target)

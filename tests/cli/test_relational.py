@@ -125,3 +125,43 @@ def test_every_option_has_help(dlkit):
         result = dlkit(command, "--help")
         assert result.returncode == 0
         assert "Example" in result.stdout
+
+
+def _corrupt_copy(db_path: Path, tmp_path: Path, rel: str, edit) -> Path:
+    import shutil
+
+    copy = tmp_path / "db"
+    shutil.copytree(db_path, copy)
+    data = bytearray((copy / rel).read_bytes())
+    edit(data)
+    (copy / rel).write_bytes(bytes(data))
+    return copy
+
+
+@pytest.mark.parametrize("rel,edit,task,needle", [
+    ("texts.data", lambda b: b.__setitem__(slice(None), b"\xff" * len(b)), "review_rating",
+     "texts.data: text"),
+    ("tables/users/key.values", lambda b: b.__setitem__(0, 0xFF), "user_premium",
+     "tables/users/key.values: key of row 0"),
+])
+def test_show_names_stored_text_that_is_not_utf8(dlkit, db_path, tmp_path, rel, edit, task,
+                                                  needle):
+    """Opening checks structure, not every string: bytes that are not UTF-8 are the
+    database's error when a string is read, never a traceback."""
+    copy = _corrupt_copy(db_path, tmp_path, rel, edit)
+    result = dlkit("show", copy, "--task", task, "--anchor", 0 if task == "user_premium" else 3)
+    assert result.returncode == 5 and "DATABASE_CORRUPT" in result.stderr
+    assert needle in result.stderr and "not valid UTF-8" in result.stderr
+
+
+def test_show_takes_each_row_s_table_from_the_table_offsets(dlkit, db_path, tmp_path):
+    from dlkit.db import format as fmt
+
+    with open_database(db_path) as db:
+        layout, _ = fmt.graph_layout(db.num_rows, db.graph.num_edges,
+                                     db.graph.parent_ids.dtype, db.graph.parent_offsets.dtype)
+    at, _dtype, count = layout["row_table"]
+    copy = _corrupt_copy(db_path, tmp_path, "graph.bin",
+                         lambda b: b.__setitem__(slice(at, at + 4 * count), bytes(4 * count)))
+    args = ("--task", "review_rating", "--anchor", 3, "-S", 64, "--json")
+    assert dlkit("show", copy, *args).stdout == dlkit("show", db_path, *args).stdout

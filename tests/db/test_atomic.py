@@ -160,6 +160,21 @@ def test_failed_build_removes_its_directory(tmp_path):
     assert leftovers(tmp_path) == [] and not (tmp_path / "db").exists()
 
 
+def test_a_failed_build_removes_the_directories_it_made_for_the_target(tmp_path):
+    (tmp_path / "kept").mkdir()
+    target = tmp_path / "kept" / "new" / "sub" / "db"
+    with pytest.raises(RuntimeError), AtomicDirectory(target) as root:
+        assert (tmp_path / "kept" / "new" / "sub").is_dir()
+        (root / "f").write_bytes(b"x")
+        raise RuntimeError("build failed")
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == []
+    out = AtomicDirectory(target)
+    with out as root:
+        (root / "f").write_bytes(b"y")
+        out.commit(fsync=False)
+    assert (target / "f").read_bytes() == b"y"  # a committed build keeps them
+
+
 def test_interrupted_fallback_overwrite_is_repaired(tmp_path, monkeypatch):
     """Without renameat2 the old database is moved aside first; a crash between the two
     renames is undone by the next run (the old one is put back)."""

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
+import threading
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -174,6 +177,11 @@ def test_dangling_drop_mode_keeps_rows(tmp_path):
     ("name = \"x\"\n", "no tables"),
     ("[tables.users\n", "not valid TOML"),
     ("[tables.a]\nprimary_key = \"k\"\n[tables.A]\nprimary_key = \"k\"\n", "differ only in case"),
+    ("format_version = 1.0\n[tables.a]\nprimary_key = \"k\"\n", "format_version must be 1, got 1.0"),
+    ("[tables.a]\nprimary_key = \"k\"\ntypes = { v = [\"numeric\"] }\n", "unknown type ['numeric']"),
+    ("[tables.a]\nprimary_key = \"k\"\ntypes = { v = { a = 1 } }\n", "unknown type {'a': 1}"),
+    ("[tables.a]\nprimary_key = \"k\"\n[tasks.t]\ntable = \"a\"\ntarget = \"v\"\n"
+     "[tasks.T]\ntable = \"a\"\ntarget = \"v\"\n", "tasks 't' and 'T' differ only in case"),
     ("[tables.users]\nprimary_key = \"uid\"\n[tasks.t]\ntable = \"users\"\ntarget = \"uid\"\n",
      "a key column cannot be a target"),
 ])
@@ -259,3 +267,57 @@ def test_first_bad_row_wins_between_foreign_keys_and_columns(tmp_path, flag_row)
     else:
         expect = ("table 'orders', column 'uid'", "does not fit in int64")
     _fails(tmp_path, {"users": users, "orders": orders}, toml, DataError, *expect, batch_rows=1)
+
+
+@pytest.mark.parametrize("which", ["table", "schema"])
+def test_a_fifo_input_is_refused_not_read(tmp_path, which):
+    """A FIFO where a Parquet table or the schema should be: reading it would wait for a
+    writer forever. A thread stands by as that writer, so a regression fails (the read ends
+    at EOF) instead of hanging the suite."""
+    src = write_db(tmp_path / "in", {"users": USERS, "orders": ORDERS}, GOOD)
+    fifo = src / ("users.parquet" if which == "table" else "dlkit.toml")
+    fifo.unlink()
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(SchemaError) as info:
+            preprocess(src, tmp_path / "db", fsync=False)
+    finally:
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader lets the writer finish
+        writer.join()
+        os.close(reader)
+    message = str(info.value)
+    assert str(fifo) in message
+    assert ("table 'users'" in message and "neither a Parquet file nor a directory" in message
+            if which == "table" else "is not a regular file" in message), message
+    assert not (tmp_path / "db").exists()
+
+
+def _not_utf8(values: list[bytes]) -> pa.Array:
+    """A string array holding these bytes as they are (Arrow does not validate on build)."""
+    offsets = np.cumsum([0] + [len(v) for v in values]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(values),
+                                 [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(values))])
+
+
+@pytest.mark.parametrize("override", ["", 'types = { city = "text" }\n'])
+def test_a_string_column_that_is_not_utf8_is_named(tmp_path, override):
+    users = USERS.append_column("city", _not_utf8([b"Oslo", b"Bergen\xff", b"Oslo"]))
+    toml = GOOD.replace('primary_key = "uid"\n', 'primary_key = "uid"\n' + override)
+    _fails(tmp_path, {"users": users, "orders": ORDERS}, toml, DataError,
+           "table 'users', column 'city'", "not valid UTF-8")
+
+
+def test_a_string_primary_key_that_is_not_utf8_is_named(tmp_path):
+    users = USERS.set_column(0, "uid", _not_utf8([b"a", b"b\xfe", b"c"]))
+    _fails(tmp_path, {"users": users, "orders": ORDERS}, GOOD, DataError,
+           "table 'users', column 'uid'", "not valid UTF-8")
+
+
+def test_a_foreign_key_that_is_not_utf8_dangles_and_is_shown_as_bytes(tmp_path):
+    orders = ORDERS.set_column(1, "uid", _not_utf8([b"a", b"c", b"\xff\xfe", b"b"]))
+    _fails(tmp_path, {"users": USERS, "orders": orders}, GOOD, DataError,
+           "table 'orders', column 'uid'", "row 2, value b'\\xff\\xfe'", on_dangling="error")
+    report = _run(tmp_path, {"users": USERS, "orders": orders}, GOOD, on_dangling="drop")
+    assert report.dangling == {"orders.uid": 1}

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.db import convert as cv
+from dlkit.db.format import NO_TIME
 from dlkit.errors import DataError
 
 INTEGERS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(),
@@ -68,10 +69,38 @@ def test_integer_keys_from_buffers_match_arrow_cast(data, t, n):
 def test_microsecond_timestamps_from_buffers(data, n):
     ints = _array(data, pa.int64(), n)
     arr = ints.cast(pa.timestamp("us"))
+    expect_values, expect_valid = _reference(ints, pa.int64())
+    if (expect_values[expect_valid] == NO_TIME).any():  # the value that means "no time"
+        with pytest.raises(DataError, match="reserved for 'no time'"):
+            cv.to_micros(arr, "t")
+        return
     values, valid = cv.to_micros(arr, "t")
     assert not values.flags.writeable
-    expect_values, expect_valid = _reference(ints, pa.int64())
     assert np.array_equal(values, expect_values) and np.array_equal(valid, expect_valid)
+
+
+@pytest.mark.parametrize("arr,micros", [
+    (pa.array([0, -1, None, 19_000], pa.date32()), [0, -86_400_000_000, 0, 19_000 * 86_400_000_000]),
+    (pa.array([3_000, None], pa.date64()), [3_000_000, 0]),
+    (pa.array([1_500, -2], pa.timestamp("ms", tz="UTC")), [1_500_000, -2_000]),
+    (pa.array([1_999, -1_999], pa.timestamp("ns")), [1, -1]),  # truncated toward zero
+    (pa.array([2**62], pa.timestamp("us")), [2**62]),
+])
+def test_dates_and_other_units_become_microseconds(arr, micros):
+    values, valid = cv.to_micros(arr, "t")
+    assert values.tolist() == micros and valid.tolist() == arr.is_valid().to_pylist()
+
+
+@pytest.mark.parametrize("arr", [
+    pa.array([2**31 - 1], pa.date32()),
+    pa.array([0, -2**31], pa.date32()),
+    pa.array([2**62], pa.date64()),
+    pa.array([2**62], pa.timestamp("s")),
+    pa.array([0, -2**63], pa.timestamp("us")),
+])
+def test_times_beyond_int64_microseconds_are_refused_not_wrapped(arr):
+    with pytest.raises(DataError, match="table 't', column 'c': timestamp out of range"):
+        cv.to_micros(arr, "table 't', column 'c'")
 
 
 def test_uint64_keys_beyond_int64_are_still_an_error():

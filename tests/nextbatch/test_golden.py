@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlkit.errors import GoldenMismatchError
+from dlkit.errors import GoldenFileError, GoldenMismatchError
 from dlkit.nextbatch.golden import verify_golden
 from tests import naive_nextbatch as naive
 
@@ -108,3 +108,39 @@ def test_a_changed_golden_is_a_mismatch(tmp_path):
     path.write_text(json.dumps(document))
     with pytest.raises(GoldenMismatchError, match="index at epoch 0 position"):
         verify_golden(path)
+
+
+def _edited(tmp_path, edit) -> Path:
+    document = json.loads((GOLDEN / "nextbatch_v2_n1e6_drop_last.json").read_text())
+    document["cases"] = document["cases"][:1]
+    edit(document["cases"][0])
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _set_stream(field, value):
+    return lambda case: case["streams"][0].__setitem__(field, value)
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda case: case.__setitem__("streams", [1]), "stream 0 is not an object"),
+    (lambda case: case.__setitem__("streams", {}), "streams and positions must be lists"),
+    (_set_stream("num_indices", "abc"), "num_indices must be an unsigned integer"),
+    (_set_stream("num_indices", 999424.0), "num_indices must be an unsigned integer"),
+    (_set_stream("epoch", -1), "epoch must be an unsigned integer"),
+    (_set_stream("world_size", "1"), "world_size must be an unsigned integer"),
+    (_set_stream("prefix_steps", 10**15), "prefix_steps 1000000000000000 is above"),
+    (_set_stream("first_indices", "123"), "first_indices must be a list"),
+    (lambda case: case["positions"].__setitem__(0, [0.9, 1, 2]), "position 0 must be"),
+    (lambda case: case.__setitem__("positions", 5), "streams and positions must be lists"),
+    (lambda case: case.__setitem__("dataset_key", "nope"), "dataset key .nope. is not in"),
+    (_set_stream("world_size", 0), "malformed stream"),
+])
+def test_a_malformed_golden_names_the_file_and_the_part(tmp_path, edit, needle):
+    """Checked before anything is computed: no traceback, no endless prefix walk, and no
+    float or string read as an integer."""
+    path = _edited(tmp_path, edit)
+    with pytest.raises(GoldenFileError, match=needle) as info:
+        verify_golden(path)
+    assert str(path) in str(info.value)

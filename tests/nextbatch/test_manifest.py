@@ -1,6 +1,7 @@
 """Manifest validation (P2): every malformed input is a ManifestError naming the problem."""
 
 import json
+import os
 
 import pytest
 from hypothesis import given
@@ -47,6 +48,7 @@ def with_change(path, value):
     ('{"seed": 1, "seed": 2}', "duplicate key 'seed'"),
     ('{"seed": NaN}', "NaN is not allowed"),
     ("[]", "must be an object"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
 ])
 def test_malformed_manifests_are_rejected_with_a_reason(text, fragment):
     with pytest.raises(ManifestError) as info:
@@ -63,6 +65,12 @@ def test_load_names_the_file(tmp_path):
     assert str(path) in str(info.value)
     with pytest.raises(ManifestError, match="no such file"):
         load_manifest(tmp_path / "missing.json")
+    with pytest.raises(ManifestError, match="is a directory"):
+        load_manifest(tmp_path)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # no writer: a blocking read would never return
+    with pytest.raises(ManifestError, match="not a regular file"):
+        load_manifest(fifo)
 
 
 def test_defaults_are_filled_into_the_hash():

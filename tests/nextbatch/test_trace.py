@@ -92,6 +92,20 @@ def test_wrong_manifest_broken_chain_and_truncation(tmp_path):
         read_trace(tmp_path / "noend.cbor")
 
 
+@pytest.mark.parametrize("record,problem", [
+    (cbor2.dumps({"type": "iter", 70: "x"}), "map key 70 is not text"),
+    (cbor2.dumps({"type": "iter", "rank": -1}), "integer -1 is outside uint64"),
+    (b"\xd8\x1c\xa2\x64type\x64iter\x61x\xd8\x1d\x00", "recursion"),  # refers to itself
+])
+def test_records_that_cbor_decodes_but_no_trace_holds_are_trace_errors(tmp_path, record,
+                                                                        problem):
+    path = tmp_path / "bad.cbor"
+    path.write_bytes(record)
+    with pytest.raises(TraceError, match=problem) as info:
+        read_trace(path)
+    assert str(path) in str(info.value) and "record 0" in str(info.value)
+
+
 def test_failure_mid_run_is_recorded_and_replayable(tmp_path):
     near_max = manifest_of(manifest_dict(2**64 - 1, 8, 16))
     plan = SamplingPlan.create(near_max, "ds", 1, 0, "eval")

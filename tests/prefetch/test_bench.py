@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 
 import numpy as np
 import pytest
 
-from dlkit.errors import InvalidArgumentError, ReplayMismatchError
+from dlkit.errors import InputFormatError, InvalidArgumentError, ReplayMismatchError
 from dlkit.nextbatch import Cursor, SamplingPlan, load_manifest
 from dlkit.nextbatch.trace import TraceWriter
 from dlkit.prefetch import PrefetchConfig
@@ -83,6 +84,14 @@ def test_row_file_round_trip_and_willneed(tmp_path):
     data.touch_all()
 
 
+def test_a_row_file_must_be_a_regular_file(tmp_path):
+    with pytest.raises(InputFormatError, match="cannot read: is a directory"):
+        RowFile(tmp_path, 24)
+    os.mkfifo(tmp_path / "pipe")  # no writer: a blocking open would never return
+    with pytest.raises(InputFormatError, match="cannot read: is not a regular file"):
+        RowFile(tmp_path / "pipe", 24)
+
+
 def test_a_given_data_file_too_small_for_the_order_is_rejected(tmp_path):
     write_row_file(tmp_path / "rows.bin", 100, 64)
     with pytest.raises(InvalidArgumentError, match="reaches row .* holds only 100 rows"):
@@ -135,7 +144,9 @@ def _cursors(plan, steps):
     ({"workload": "synthetic", "data": "rows.bin"}, "the synthetic workload reads no data"),
     ({"steps": 0}, "steps must be at least 1"),
     ({"row_bytes": 4}, "row_bytes must be at least 8"),
-    ({"compute_ms": -1.0}, "compute_ms must be >= 0"),
+    ({"compute_ms": -1.0}, "compute_ms must be from 0 to 60000 ms, got -1.0"),
+    ({"compute_ms": float("inf")}, "compute_ms must be from 0 to 60000 ms, got inf"),
+    ({"consumer_ms": float("nan")}, "consumer_ms must be from 0 to 60000 ms, got nan"),
 ])
 def test_bench_request_validates(kwargs, message):
     with pytest.raises(InvalidArgumentError, match=message):

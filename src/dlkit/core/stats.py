@@ -1,10 +1,18 @@
 """Column statistics and id remapping kernels for preprocessing.
 
-``welford_update`` folds values into ``state = [count, mean, m2, shift]`` one element at a
-time in row order, so the result does not depend on how the rows were split into batches: the
-same column always gives bit-identical statistics. Values are shifted by the first valid value
+``welford_update`` folds values into a state (:func:`welford_state`) one element at a time in
+row order, so the result does not depend on how the rows were split into batches: the same
+column always gives bit-identical statistics. Values are shifted by the first valid value
 (``shift``) before they are folded, so large offsets with a small spread (timestamps: ~1.7e15
 microseconds, seconds apart) keep their precision; the mean is ``shift + mean``.
+
+Every finite column has a finite mean and standard deviation, but its deviations can
+overflow on the way (``1e308 - (-1e308)``, or any deviation beyond 1e154 squared). So values
+are folded halved (``x/2 - shift/2`` cannot overflow) and divided by ``scale``, a power of
+two that starts at 1 and grows by ``2^RESCALE_BITS`` whenever a folded value passes
+``2^RESCALE_BITS`` (mean and m2 rescaled with it). Powers of two are exact: below that size
+the statistics are bit for bit those of the plain Welford recurrence. (At the other end,
+deviations below ~1e-154 vanish when squared, as in any float64 variance.)
 """
 
 from __future__ import annotations
@@ -13,6 +21,15 @@ import numpy as np
 
 from dlkit.core.jit import kernel
 
+RESCALE_BITS = 480
+_RESCALE = float(2.0 ** RESCALE_BITS)
+_INV_RESCALE = float(2.0 ** -RESCALE_BITS)
+
+
+def welford_state() -> np.ndarray:
+    """A fresh state: ``[count, mean, m2, shift, scale]`` (mean and m2 of the folded values)."""
+    return np.array([0.0, 0.0, 0.0, 0.0, 1.0])
+
 
 @kernel
 def welford_update(values, valid, state):
@@ -20,11 +37,20 @@ def welford_update(values, valid, state):
     mean = state[1]
     m2 = state[2]
     shift = state[3]
+    scale = state[4]
+    inv_scale = 1.0 / scale
     for i in range(values.shape[0]):
         if valid[i]:
+            v = np.float64(values[i])
             if count == 0.0:
-                shift = np.float64(values[i])
-            x = np.float64(values[i]) - shift
+                shift = v
+            x = (0.5 * v - 0.5 * shift) * inv_scale
+            while abs(x) > _RESCALE:
+                scale *= _RESCALE
+                inv_scale *= _INV_RESCALE
+                x *= _INV_RESCALE
+                mean *= _INV_RESCALE
+                m2 *= _INV_RESCALE * _INV_RESCALE
             count += 1.0
             # the reciprocal depends on the count only, so the division runs ahead of the
             # mean's chain of dependent operations instead of inside it (twice as fast)
@@ -36,14 +62,16 @@ def welford_update(values, valid, state):
     state[1] = mean
     state[2] = m2
     state[3] = shift
+    state[4] = scale
 
 
 def welford_result(state) -> tuple[int, float, float]:
     """``(count, mean, population std)`` of a Welford state."""
-    count, mean, m2, shift = (float(x) for x in state)
+    count, mean, m2, shift, scale = (float(x) for x in state)
     if count == 0:
         return 0, 0.0, 0.0
-    return int(count), shift + mean, (m2 / count) ** 0.5
+    # halves first: shift + 2 * scale * mean may pass the largest float on the way
+    return int(count), 2.0 * (0.5 * shift + scale * mean), 2.0 * scale * (m2 / count) ** 0.5
 
 
 @kernel

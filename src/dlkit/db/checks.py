@@ -3,20 +3,24 @@
 A :class:`Checks` either raises :class:`DatabaseError` at the first failure (``open_database``)
 or collects every :class:`Failure` (``check_database``); a failure that makes further checks
 of the same part meaningless stops that part (:class:`Stop`). :func:`check_metadata` validates
-the types and internal consistency of ``metadata.json`` before anything is sized from it.
+the types and internal consistency of ``metadata.json`` before anything is sized from it;
+:func:`check_metadata_rules` (``dlkit verify`` only) the rest of what the format says of it:
+exactly the documented keys, names, category lists, statistics' types, the counts that must
+add up.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from dlkit.db import format as fmt
 from dlkit.errors import DatabaseError
+from dlkit.files import read_regular
+from dlkit.nextbatch.cbor import is_utf8
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,25 @@ def _req(obj: Any, key: str, kind, where: str, checks: Checks, lo: int | None = 
     if not isinstance(obj, dict) or key not in obj:
         checks.fail(fmt.METADATA_FILE, "metadata.schema", f"{where}: missing {key!r}", fatal=True)
     value = obj[key]
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    ok = isinstance(value, kind) and not isinstance(value, bool)  # JSON true is no number
     if kind is int and ok and lo is not None and value < lo:
         ok = False
     if not ok:
         checks.fail(fmt.METADATA_FILE, "metadata.schema", f"{where}: {key!r} has a bad value "
                     f"{value!r}", fatal=True)
     return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: int | float) -> bool:
+    """Whether a JSON number is a finite float64 (an integer too large for one is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _opt_str(obj: dict, key: str, where: str, checks: Checks) -> str | None:
@@ -96,8 +112,9 @@ def check_metadata(meta: Any, checks: Checks) -> None:
     if len(tables) != meta["num_tables"] or len(tasks) != meta["num_tasks"]:
         checks.fail(M, "metadata.consistency", "num_tables/num_tasks disagree with the lists",
                     fatal=True)
-    if len(offsets) != len(tables) + 1 or not all(isinstance(o, int) for o in offsets):
-        checks.fail(M, "metadata.consistency", "table_offsets has the wrong length", fatal=True)
+    if len(offsets) != len(tables) + 1 or not all(_is_int(o) for o in offsets):
+        checks.fail(M, "metadata.consistency", "table_offsets must be num_tables + 1 integers",
+                    fatal=True)
     row = 0
     column_id = 0
     cat = 0
@@ -144,7 +161,7 @@ def check_metadata(meta: Any, checks: Checks) -> None:
             if stype in (fmt.NUMERIC, fmt.TIMESTAMP):
                 for key in ("mean", "std"):
                     v = _req(col, key, (int, float), cw, checks)
-                    if not np.isfinite(v) or (key == "std" and v <= 0):
+                    if not _finite(v) or (key == "std" and v <= 0):
                         checks.fail(M, "metadata.schema", f"{cw}: bad {key} {v!r}", fatal=True)
             if stype == fmt.CATEGORICAL:
                 count = _req(col, "cat_emb_count", int, cw, checks, lo=0)
@@ -188,15 +205,198 @@ def check_metadata(meta: Any, checks: Checks) -> None:
                         "column of that type", fatal=True)
 
 
+# --- the format's rules for metadata.json (``dlkit verify``) ---------------------------------
+
+# The keys metadata.json has, each object exactly these (docs/database_format.md).
+TOP_KEYS = frozenset({
+    "format", "format_version", "database_id", "num_tables", "num_rows", "num_edges",
+    "num_columns", "num_texts", "num_categories", "num_tasks", "table_offsets", "no_time",
+    "stypes", "tables", "tasks", "embeddings", "options"})
+TABLE_KEYS = frozenset({
+    "name", "index", "num_rows", "row_offset", "primary_key", "primary_key_type",
+    "time_column", "num_null_times", "foreign_keys", "columns"})
+FOREIGN_KEY_KEYS = frozenset({"column", "parent_table", "num_edges", "num_null", "num_dangling"})
+COLUMN_KEYS = frozenset({"name", "index", "column_id", "stype", "stype_name", "arrow_type",
+                         "inferred", "num_valid"})
+STATS_KEYS = frozenset({"mean", "std"})  # numeric and timestamp columns
+CATEGORY_KEYS = frozenset({"num_categories", "cat_emb_start", "cat_emb_count", "categories"})
+TASK_KEYS = frozenset({"name", "index", "table", "target_column", "target_stype",
+                       "target_stype_name", "target_column_id", "num_seeds"})
+EMBEDDING_KEYS = frozenset({"embedder", "config", "text_dim", "column_dim", "categorical_dim"})
+OPTION_KEYS = frozenset({"on_dangling"})
+# What a build does with a dangling foreign key (``dlkit.db.writer.ON_DANGLING``).
+ON_DANGLING = ("drop", "error")
+
+
+def _column_keys(stype: int) -> frozenset[str]:
+    if stype in (fmt.NUMERIC, fmt.TIMESTAMP):
+        return COLUMN_KEYS | STATS_KEYS
+    if stype == fmt.CATEGORICAL:
+        return COLUMN_KEYS | CATEGORY_KEYS
+    return COLUMN_KEYS
+
+
+def _category_problem(cats: list) -> str | None:
+    """Why a categorical column's ``categories`` break the format, or None: all strings, all
+    integers or all booleans, in strictly ascending order (code point, numeric,
+    ``false < true``), so each once."""
+    kinds = {bool if isinstance(c, bool) else int if isinstance(c, int)
+             else str if isinstance(c, str) else None for c in cats}
+    if None in kinds or len(kinds) > 1:
+        return "are not all strings, all integers or all booleans"
+    for k in range(1, len(cats)):
+        if not cats[k - 1] < cats[k]:
+            what = "repeated" if cats[k - 1] == cats[k] else "out of order"
+            return f"are not distinct and sorted: {cats[k]!r} at {k} is {what}"
+    return None
+
+
+def _bad(checks: Checks, where: str, message: str, check: str = "metadata.schema") -> None:
+    checks.fail(fmt.METADATA_FILE, check, f"{where}: {message}")
+
+
+def _keys(checks: Checks, obj: dict, expected: frozenset[str], where: str) -> None:
+    unknown, missing = sorted(set(obj) - expected), sorted(expected - set(obj))
+    if unknown or missing:
+        _bad(checks, where, f"unknown keys {unknown}, missing keys {missing}")
+
+
+def check_metadata_rules(meta: dict[str, Any], checks: Checks) -> None:
+    """Everything else the format says of metadata.json; ``meta`` has passed
+    :func:`check_metadata`. Each problem is one failure (none stops the other checks)."""
+    _keys(checks, meta, TOP_KEYS, "top")
+    no_time = meta.get("no_time")
+    if not _is_int(no_time) or no_time != fmt.NO_TIME:
+        _bad(checks, "top", f"no_time is {no_time!r}, not NO_TIME = {int(fmt.NO_TIME)}")
+    stypes = meta.get("stypes")
+    if (not isinstance(stypes, dict) or stypes != fmt.STYPE_BY_NAME
+            or not all(_is_int(v) for v in stypes.values())):
+        _bad(checks, "top", f"stypes is {stypes!r}, not the format's names and numbers")
+    emb = meta["embeddings"]
+    _keys(checks, emb, EMBEDDING_KEYS, "embeddings")
+    if not isinstance(emb.get("embedder"), str) or not isinstance(emb.get("config"), dict):
+        _bad(checks, "embeddings", "embedder must be a string and config an object")
+    options = meta.get("options")
+    if not isinstance(options, dict):
+        _bad(checks, "top", "options must be an object")
+    else:
+        _keys(checks, options, OPTION_KEYS, "options")
+        if options.get("on_dangling") not in ON_DANGLING:
+            _bad(checks, "options", f"on_dangling is {options.get('on_dangling')!r}, not one "
+                 f"of {list(ON_DANGLING)}")
+    strict = isinstance(options, dict) and options.get("on_dangling") == "error"
+    for kind, items in (("table", meta["tables"]), ("task", meta["tasks"])):
+        folded: dict[str, str] = {}
+        for item in items:
+            other = folded.setdefault(item["name"].casefold(), item["name"])
+            if other != item["name"]:
+                _bad(checks, "top", f"{kind} names {other!r} and {item['name']!r} differ only "
+                     "in case")
+    for t, table in enumerate(meta["tables"]):
+        _check_table_rules(table, f"tables[{t}]", strict, checks)
+    by_name = {t["name"]: t for t in meta["tables"]}
+    for i, task in enumerate(meta["tasks"]):
+        where = f"tasks[{i}]"
+        _keys(checks, task, TASK_KEYS, where)
+        col = next(c for c in by_name[task["table"]]["columns"]
+                   if c["name"] == task["target_column"])
+        stype_name = task.get("target_stype_name")
+        if stype_name != fmt.STYPE_NAMES[task["target_stype"]]:
+            _bad(checks, where, f"target_stype_name {stype_name!r} is not the name of "
+                 f"target_stype {task['target_stype']}")
+        column_id = task.get("target_column_id")
+        if not _is_int(column_id) or column_id != col["column_id"]:
+            _bad(checks, where, f"target_column_id {column_id!r} is not the target column's "
+                 f"column_id {col['column_id']}", "metadata.consistency")
+        if task["num_seeds"] != col["num_valid"]:
+            _bad(checks, where, f"num_seeds {task['num_seeds']} differs from the target "
+                 f"column's num_valid {col['num_valid']} (the seeds are its non-null rows)",
+                 "metadata.consistency")
+
+
+def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) -> None:
+    """One table of :func:`check_metadata_rules` (``strict``: on_dangling is ``error``)."""
+    n = table["num_rows"]
+    _keys(checks, table, TABLE_KEYS, where)
+    columns = table["columns"]
+    names = [c["name"] for c in columns]
+    if len(set(names)) != len(names):
+        _bad(checks, where, f"column names {names} repeat")
+    fk_columns = [fk["column"] for fk in table["foreign_keys"]]
+    if len(set(fk_columns)) != len(fk_columns) or set(fk_columns) & set(names):
+        _bad(checks, where, f"foreign-key columns {fk_columns} repeat or are also feature "
+             "columns")
+    pk = table.get("primary_key")
+    if pk is not None and (not pk or pk in names or pk in fk_columns):
+        _bad(checks, where, f"primary_key {pk!r} is empty, a feature column or a foreign-key "
+             "column")
+    time_column = table.get("time_column")
+    time_col = next((c for c in columns if c["name"] == time_column), None)
+    if time_column is not None and (time_col is None or time_col["stype"] != fmt.TIMESTAMP):
+        _bad(checks, where, f"time_column {time_column!r} is not a timestamp column of the "
+             "table")
+    null_times = table.get("num_null_times")
+    expected = n - time_col["num_valid"] if time_col is not None else 0
+    if not _is_int(null_times) or null_times != expected:
+        _bad(checks, where, f"num_null_times is {null_times!r}, the time column implies "
+             f"{expected}", "metadata.consistency")
+    for k, fk in enumerate(table["foreign_keys"]):
+        fw = f"{where}.foreign_keys[{k}]"
+        _keys(checks, fk, FOREIGN_KEY_KEYS, fw)
+        null, dangling = fk.get("num_null"), fk.get("num_dangling")
+        if not (_is_int(null) and _is_int(dangling) and null >= 0 and dangling >= 0):
+            _bad(checks, fw, f"num_null {null!r} and num_dangling {dangling!r} must be "
+                 "integers >= 0")
+        elif fk["num_edges"] + null + dangling != n:
+            _bad(checks, fw, f"num_edges + num_null + num_dangling = "
+                 f"{fk['num_edges'] + null + dangling}, not the table's {n} rows",
+                 "metadata.consistency")
+        elif strict and dangling:
+            _bad(checks, fw, f"{dangling} dangling keys although options.on_dangling is "
+                 "'error'", "metadata.consistency")
+    for c, col in enumerate(columns):
+        cw = f"{where}.columns[{c}]"
+        stype = col["stype"]
+        _keys(checks, col, _column_keys(stype), cw)
+        if col.get("stype_name") != fmt.STYPE_NAMES[stype]:
+            _bad(checks, cw, f"stype_name {col.get('stype_name')!r} is not the name of stype "
+                 f"{stype}")
+        if not isinstance(col.get("arrow_type"), str) or not isinstance(col.get("inferred"), bool):
+            _bad(checks, cw, "arrow_type must be a string and inferred a boolean")
+        if col["num_valid"] > n:
+            _bad(checks, cw, f"num_valid {col['num_valid']} exceeds the table's {n} rows",
+                 "metadata.consistency")
+        if stype == fmt.CATEGORICAL:
+            if not _is_int(col.get("num_categories")):
+                _bad(checks, cw, f"num_categories is {col.get('num_categories')!r}")
+            problem = _category_problem(col["categories"])
+            if problem:
+                _bad(checks, cw, f"categories {problem}")
+
+
 def load_json(root: Path, rel: str, checks: Checks) -> Any:
     try:
-        data = (root / rel).read_bytes()
+        data = read_regular(root / rel)
     except OSError as exc:
         checks.fail(rel, "file.missing", f"cannot read: {exc.strerror or exc}", fatal=True)
     try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # not UTF-8, not JSON, an integer of too many digits
         checks.fail(rel, "metadata.parse", f"not valid JSON: {exc}", fatal=True)
+    except RecursionError:
+        checks.fail(rel, "metadata.parse", "not valid JSON: nested too deeply", fatal=True)
+    pending = [doc]  # a walk without recursion: the document may nest as deep as JSON allows
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str) and not is_utf8(value):
+            checks.fail(rel, "metadata.parse", f"{value!r} is not UTF-8 text (a lone "
+                        "surrogate)", fatal=True)
+        elif isinstance(value, dict):
+            pending.extend(value)
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return doc
 
 
 def expected_files(meta: dict[str, Any]) -> set[str]:

@@ -17,6 +17,7 @@ from dlkit.core.stats import (
     mark_used_entries,
     remap_ids,
     welford_result,
+    welford_state,
     welford_update,
 )
 from dlkit.db import format as fmt
@@ -48,25 +49,25 @@ class BitmapWriter:
         self.out.close()
 
 
-def _used_entries(indices: np.ndarray, valid: np.ndarray, size: int) -> np.ndarray:
+def _used_entries(indices: np.ndarray, valid: np.ndarray, size: int, where: str) -> np.ndarray:
     """Which dictionary entries some non-null row refers to (dictionaries may hold extras)."""
     used = np.zeros(size, dtype=bool)
     bad = int(mark_used_entries(indices, valid, used))
     if bad >= 0:
-        raise DataError(f"corrupt dictionary-encoded data: row {bad} refers to entry "
+        raise DataError(f"{where}: corrupt dictionary-encoded data: row {bad} refers to entry "
                         f"{int(indices[bad])} of a dictionary of {size}")
     return used
 
 
-def map_dictionary(arr: pa.Array, ids: dict[Any, int],
-                   dtype) -> tuple[np.ndarray, list, np.ndarray, np.ndarray, list[int]]:
+def map_dictionary(arr: pa.Array, ids: dict[Any, int], dtype,
+                   where: str) -> tuple[np.ndarray, list, np.ndarray, np.ndarray, list[int]]:
     """A batch seen through its dictionary: ``(indices, dictionary, valid, mapping, new)``.
 
     ``mapping[j]`` is ``ids[dictionary[j]]``, ``-1`` for an entry no non-null row uses, and
     ``-2`` for a used entry not in ``ids`` yet; ``new`` lists those entries' positions.
     """
-    indices, dictionary, valid = dictionary_parts(arr)
-    used = _used_entries(indices, valid, len(dictionary))
+    indices, dictionary, valid = dictionary_parts(arr, where)
+    used = _used_entries(indices, valid, len(dictionary), where)
     mapping = np.empty(len(dictionary), dtype=dtype)
     new = []
     for j, value in enumerate(dictionary):
@@ -96,9 +97,9 @@ class CategoryEncoder:
         self.ids: dict[Any, int] = {}
         self.values: list[Any] = []
 
-    def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
         """Provisional ids of a batch, ``-1`` for a null."""
-        indices, dictionary, valid, mapping, new = map_dictionary(arr, self.ids, np.int32)
+        indices, dictionary, valid, mapping, new = map_dictionary(arr, self.ids, np.int32, where)
         for j in new:
             value = dictionary[j]
             cid = self.ids.get(value)  # a dictionary may repeat a value
@@ -128,7 +129,7 @@ class ColumnWriter:
         self.dtype = fmt.VALUE_DTYPES[col.stype]
         values_rel = fmt.column_values_file(plan.name, col.index)
         self.bitmap = BitmapWriter(hasher.open(fmt.column_valid_file(plan.name, col.index)))
-        self.state = np.zeros(4, dtype=np.float64)
+        self.state = welford_state()
         self.encoder = CategoryEncoder() if col.stype == fmt.CATEGORICAL else None
         if self.encoder is None:
             self.values_out = hasher.open(values_rel)
@@ -147,7 +148,7 @@ class ColumnWriter:
         if stype == fmt.TIMESTAMP:
             return to_micros(arr, self.where)
         if stype == fmt.CATEGORICAL:
-            return self.encoder.encode(arr)
+            return self.encoder.encode(arr, self.where)
         raise AssertionError("text columns are converted by the TextStore")
 
     def append(self, values: np.ndarray, valid: np.ndarray) -> None:

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlkit.core.stats import convert_fixed_width
+from dlkit.db import format as fmt
 from dlkit.errors import DataError
 
-_US_PER_DAY = 86_400_000_000
 
 
 def plain(arr: pa.Array) -> pa.Array:
@@ -106,31 +106,31 @@ def to_boolean(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamps and dates as int64 microseconds since the epoch (UTC), nulls 0."""
     arr = plain(arr)
     t = arr.type
     if pa.types.is_timestamp(t) and t.unit == "us":
-        return _from_buffers(arr, np.int64)
-    valid = valid_mask(arr)
-    try:
-        if pa.types.is_timestamp(t):
-            if t.unit == "ns":
-                us = arr.cast(pa.timestamp("us", tz=t.tz), safe=False)
-            elif t.unit == "us":
-                us = arr
-            else:
-                us = arr.cast(pa.timestamp("us", tz=t.tz))  # checked: overflow raises
-            values = us.cast(pa.int64()).fill_null(0).to_numpy()
-        elif pa.types.is_date32(t):
-            values = arr.cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64) * _US_PER_DAY
-        elif pa.types.is_date64(t):
-            values = arr.cast(pa.int64()).fill_null(0).to_numpy() * 1000
-        else:
-            raise DataError(f"{where}: type {t} is not a timestamp or date")
-    except pa.ArrowInvalid as exc:
-        raise DataError(f"{where}: timestamp out of range: {exc}") from None
-    values = np.array(values, dtype=np.int64, copy=True)
-    values[~valid] = 0
-    return _read_only(values), valid
+        values, valid = _from_buffers(arr, np.int64)
+    elif pa.types.is_timestamp(t) or pa.types.is_date(t):
+        tz = t.tz if pa.types.is_timestamp(t) else None
+        # ns -> us only drops sub-microsecond digits and cannot overflow; every other unit
+        # and the dates are cast checked, so a value beyond int64 microseconds raises
+        lossy = pa.types.is_timestamp(t) and t.unit == "ns"
+        try:
+            us = arr.cast(pa.timestamp("us", tz=tz), safe=not lossy)
+        except pa.ArrowInvalid as exc:
+            raise DataError(f"{where}: timestamp out of range: {exc}") from None
+        valid = valid_mask(arr)
+        values = np.array(us.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
+        values[~valid] = 0
+        values = _read_only(values)
+    else:
+        raise DataError(f"{where}: type {t} is not a timestamp or date")
+    if values.size and values.min() == fmt.NO_TIME:
+        row = int(np.flatnonzero((values == fmt.NO_TIME) & valid)[0])
+        raise DataError(f"{where}: timestamp out of range at row {row}: the smallest int64 "
+                        "microsecond value is reserved for 'no time'")
+    return values, valid
 
 
 def to_int_keys(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -154,13 +154,26 @@ def to_string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return data, offsets, valid_mask(arr), arr
 
 
-def unique_values(arr: pa.Array) -> list:
+def check_utf8(strings: pa.Array, where: str) -> None:
+    """Raise :class:`DataError` unless every string of ``strings`` is valid UTF-8 (Parquet
+    does not guarantee it, and Python text cannot hold anything else); other types pass."""
+    if pa.types.is_string(strings.type) or pa.types.is_large_string(strings.type):
+        try:
+            strings.validate(full=True)
+        except pa.ArrowInvalid as exc:
+            raise DataError(f"{where}: a string is not valid UTF-8 text ({exc})") from None
+
+
+def unique_values(arr: pa.Array, where: str) -> list:
     """Distinct non-null values of a batch (Python objects)."""
-    return pc.unique(plain(arr).drop_null()).to_pylist()
+    distinct = pc.unique(plain(arr).drop_null())
+    check_utf8(distinct, where)
+    return distinct.to_pylist()
 
 
-def dictionary_parts(arr: pa.Array) -> tuple[np.ndarray, list, np.ndarray]:
-    """``(indices int32, dictionary values, valid)`` of a batch, nulls at index 0."""
+def dictionary_parts(arr: pa.Array, where: str) -> tuple[np.ndarray, list, np.ndarray]:
+    """``(indices int32, dictionary values, valid)`` of a batch, nulls at index 0; every
+    distinct string is checked to be valid UTF-8 (the dictionary holds each once)."""
     valid = valid_mask(arr)
     if pa.types.is_boolean(arr.type):
         indices = np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.int32)
@@ -174,6 +187,7 @@ def dictionary_parts(arr: pa.Array) -> tuple[np.ndarray, list, np.ndarray]:
         # Arrow's own buffer when there is nothing to fill; int32 whatever the index width (a
         # batch's dictionary never has 2^31 entries)
         indices = codes.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        check_utf8(arr.dictionary, where)
         dictionary = arr.dictionary.to_pylist()
     # read-only whether Arrow's buffer or a new array: one kernel
     return _read_only(indices), dictionary, valid

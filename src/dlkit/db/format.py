@@ -141,7 +141,7 @@ def graph_header(num_rows: int, num_edges: int, num_tables: int, id_dtype,
 
 # --- names that become paths ---------------------------------------------------------------
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 
 def path_name_problem(name: object) -> str | None:
@@ -155,7 +155,7 @@ def path_name_problem(name: object) -> str | None:
         return "must be a non-empty string"
     if "/" in name or "\\" in name or name in (".", "..") or "\x00" in name:
         return "would escape the output directory (path separators and '.'/'..' are not allowed)"
-    if not _SAFE_NAME.match(name):
+    if not _SAFE_NAME.fullmatch(name):
         return ("is not a safe file name: use 1-128 characters from A-Z a-z 0-9 _ . -, "
                 "not starting with '.' or '-'")
     return None

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
-from dlkit.db.convert import to_int_keys, to_string_buffers, valid_mask
+from dlkit.db.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
 from dlkit.db.hashing import Hasher
 from dlkit.db.plan import TablePlan, check_rows, where
 from dlkit.db.report import Progress
@@ -150,7 +150,9 @@ class PrimaryKeys:
                     lo, hi = min(lo, self.bounds[0]), max(hi, self.bounds[1])
                 self.bounds = (lo, hi)
         else:
-            self.chunks.append(arr.cast(pa.large_string()))
+            keys = arr.cast(pa.large_string())
+            check_utf8(keys, self.where)
+            self.chunks.append(keys)
         self.pos += len(arr)
 
     def finish(self, referenced: bool) -> tuple[KeyIndex | None, int]:

@@ -26,7 +26,8 @@ from typing import Any
 
 from dlkit.db.format import FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 from dlkit.errors import DatabaseError
-from dlkit.nextbatch.cbor import cbor_sha256, parse_hex_digest
+from dlkit.files import open_regular
+from dlkit.nextbatch.cbor import UINT64_MAX, cbor_sha256, is_utf8, parse_hex_digest
 
 HASH_BLOCK = 1 << 22
 
@@ -35,7 +36,7 @@ def sha256_file(path: Path, progress=None) -> tuple[int, bytes]:
     """``(size, digest)`` of a file, read in blocks (hashlib releases the GIL per block)."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb", buffering=0) as f:
+    with os.fdopen(open_regular(path), "rb", buffering=0) as f:
         buf = bytearray(HASH_BLOCK)
         view = memoryview(buf)
         while True:
@@ -90,6 +91,10 @@ def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DatabaseError(f"not valid JSON: {exc}", path=where) from None
+    except RecursionError:
+        raise DatabaseError("not valid JSON: nested too deeply", path=where) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise DatabaseError(f"not valid JSON: {exc}", path=where) from None
     if not isinstance(doc, dict) or set(doc) != {"database_hash", "files", "format", "format_version"}:
         raise DatabaseError("not a dlkit database manifest (wrong keys)", path=where)
     if doc["format"] != MANIFEST_FORMAT:
@@ -110,10 +115,12 @@ def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict
     for rel, entry in files.items():
         if (not isinstance(entry, dict) or set(entry) != {"sha256", "size"}
                 or isinstance(entry["size"], bool) or not isinstance(entry["size"], int)
-                or entry["size"] < 0):
+                or not 0 <= entry["size"] <= UINT64_MAX):
             raise DatabaseError(f"entry for {rel!r} must be {{sha256, size}}", path=where)
         if rel.startswith("/") or ".." in rel.split("/") or "\\" in rel or rel == MANIFEST_FILE:
             raise DatabaseError(f"file name {rel!r} is not a plain relative path", path=where)
+        if not is_utf8(rel):
+            raise DatabaseError(f"file name {rel!r} is not UTF-8 text", path=where)
         try:
             digest = parse_hex_digest(entry["sha256"], f"sha256 of {rel}")
         except ValueError as exc:

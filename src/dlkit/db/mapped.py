@@ -9,6 +9,7 @@ an array is made of it. The frozen data classes and :class:`Database` are what
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +19,8 @@ import numpy as np
 
 from dlkit.db import format as fmt
 from dlkit.db.checks import Checks
+from dlkit.errors import DatabaseError
+from dlkit.files import open_regular
 
 
 # --- the data classes of the reader API ----------------------------------------------------
@@ -82,7 +85,7 @@ class TableData:
         if self.key_offsets is None:
             return int(self.key_values[row])
         a, b = int(self.key_offsets[row]), int(self.key_offsets[row + 1])
-        return bytes(self.key_values[a:b]).decode("utf-8")
+        return _utf8_text(self.key_values[a:b], fmt.key_values_file(self.name), f"key of row {row}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,9 +153,13 @@ class FileMaps:
         if rel in self.sizes and size != self.sizes[rel]:
             self.checks.fail(rel, "file.size", f"{size} bytes, manifest says {self.sizes[rel]}",
                              fatal=True)
-        if size == 0:
-            return None
-        with open(path, "rb") as f:
+        try:
+            fd = open_regular(path)
+        except OSError as exc:
+            self.checks.fail(rel, "file.type", f"cannot map: {exc.strerror or exc}", fatal=True)
+        with os.fdopen(fd, "rb") as f:
+            if size == 0:
+                return None
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.mmaps.append(mm)
         return mm
@@ -259,7 +266,7 @@ class Database:
         if not 0 <= text_id < self.num_texts:
             raise IndexError(f"text id {text_id} out of range [0, {self.num_texts})")
         a, b = int(self._text_offsets[text_id]), int(self._text_offsets[text_id + 1])
-        return bytes(self._text_data[a:b]).decode("utf-8")
+        return _utf8_text(self._text_data[a:b], fmt.TEXT_DATA_FILE, f"text {text_id}")
 
     def row_of(self, global_row: int) -> tuple[TableData, int]:
         """``(table, local row)`` of a global row id."""
@@ -280,3 +287,13 @@ class Database:
     def __repr__(self) -> str:
         return (f"Database({str(self.path)!r}, id={self.database_id!r}, tables={len(self.tables)}, "
                 f"rows={self.num_rows}, edges={self.num_edges})")
+
+
+def _utf8_text(data: np.ndarray, file: str, what: str) -> str:
+    """Stored bytes as text; opening a database does not read every string, so bytes that
+    are not UTF-8 (a corrupted file) surface here, as the database's error."""
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        raise DatabaseError(f"{what} is not valid UTF-8 text (`dlkit verify` checks them all)",
+                            path=file) from None

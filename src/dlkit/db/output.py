@@ -32,6 +32,7 @@ from pathlib import Path
 from dlkit.atomic import fsync_directory
 from dlkit.db.format import MANIFEST_FILE, MANIFEST_FORMAT
 from dlkit.errors import OutputError
+from dlkit.files import read_regular
 
 TMP_MARK = ".dlkit-tmp-"
 OLD_MARK = ".dlkit-old-"
@@ -61,8 +62,8 @@ def _renameat2(src: Path, dst: Path, flags: int) -> bool:
 def is_database_dir(path: Path) -> bool:
     """A directory that looks like a dlkit database (its manifest names the format)."""
     try:
-        doc = json.loads((path / MANIFEST_FILE).read_bytes())
-    except (OSError, ValueError):
+        doc = json.loads(read_regular(path / MANIFEST_FILE))
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(doc, dict) and doc.get("format") == MANIFEST_FORMAT
 
@@ -91,6 +92,8 @@ class AtomicDirectory:
         self._lock_fd: int | None = None
         self._lock_path = self.parent / f".{self.name}{LOCK_MARK}"
         self.committed = False
+        # directories made for the target (innermost first), removed again unless committed
+        self.created: list[Path] = []
 
     # -- locking and cleanup ------------------------------------------------------------
 
@@ -120,6 +123,12 @@ class AtomicDirectory:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    def _remove_created(self) -> None:
+        for directory in self.created:
+            with contextlib.suppress(OSError):  # not empty: someone else uses it now
+                directory.rmdir()
+        self.created = []
+
     def _leftovers(self, mark: str) -> list[Path]:
         prefix = f".{self.name}{mark}"
         return [p for p in self.parent.iterdir() if p.name.startswith(prefix)]
@@ -137,9 +146,11 @@ class AtomicDirectory:
 
     def __enter__(self) -> Path:
         try:
+            self.created = [p for p in (self.parent, *self.parent.parents) if not p.exists()]
             self.parent.mkdir(parents=True, exist_ok=True)
             self._lock()
         except OSError as exc:
+            self._remove_created()
             if isinstance(exc, OutputError):
                 raise
             raise OutputError(f"cannot write here: {exc.strerror or exc}", path=self.target) from exc
@@ -155,6 +166,7 @@ class AtomicDirectory:
                 shutil.rmtree(self.tmp, ignore_errors=True)
                 self.tmp = None
             self._unlock()
+            self._remove_created()
             raise
         return self.tmp
 
@@ -164,6 +176,8 @@ class AtomicDirectory:
                 shutil.rmtree(self.tmp, ignore_errors=True)
         finally:
             self._unlock()
+            if not self.committed:
+                self._remove_created()
 
     def commit(self, fsync: bool = True) -> None:
         """Move the finished temporary directory into place (see the module doc)."""

@@ -164,7 +164,7 @@ def infer_string_column(source: TableSource, column: str, batch_rows: int) -> st
     num_valid = 0
     for arr in source.iter_column(column, batch_rows):
         num_valid += len(arr) - arr.null_count
-        seen.update(unique_values(arr))
+        seen.update(unique_values(arr, where(source.name, column)))
         if len(seen) > CATEGORICAL_MAX_DISTINCT:
             return "text"
     return infer_stype("string", len(seen), num_valid)

@@ -21,12 +21,24 @@ from pathlib import Path
 
 import numpy as np
 
-from dlkit.core import csr
+from dlkit.core import csr, integrity
+from dlkit.core import keys as kk
+from dlkit.core.stats import welford_result, welford_state, welford_update
 from dlkit.db import format as fmt
-from dlkit.db.checks import Checks, Failure, Stop, check_metadata, expected_files, load_json
+from dlkit.db.checks import (
+    Checks,
+    Failure,
+    Stop,
+    check_metadata,
+    check_metadata_rules,
+    expected_files,
+    load_json,
+)
+from dlkit.db.keys import check_unique_ints
 from dlkit.db.manifest import database_hash, hash_files, list_files, parse_manifest
 from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
-from dlkit.errors import DatabaseError
+from dlkit.errors import DataError, DatabaseError
+from dlkit.files import read_regular
 
 __all__ = ["ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
            "check_database", "open_database"]
@@ -36,7 +48,7 @@ def _check_manifest(root: Path, checks: Checks, full: bool,
                     verify_hashes: bool) -> tuple[dict[str, dict], bytes]:
     """``(file map, recorded database hash)``; every file checked against the manifest."""
     try:
-        raw_manifest = (root / fmt.MANIFEST_FILE).read_bytes()
+        raw_manifest = read_regular(root / fmt.MANIFEST_FILE)
     except OSError as exc:
         checks.fail(fmt.MANIFEST_FILE, "file.missing", f"cannot read: {exc.strerror or exc}",
                     fatal=True)
@@ -82,8 +94,14 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
     file_map, recorded = _check_manifest(root, checks, full, verify_hashes)
     meta = load_json(root, fmt.METADATA_FILE, checks)
     check_metadata(meta, checks)
-    for rel in sorted(expected_files(meta) - set(file_map)):
+    expected = expected_files(meta)
+    for rel in sorted(expected - set(file_map)):
         checks.fail(rel, "file.unlisted", "required by metadata.json but not in manifest.json")
+    if full:
+        check_metadata_rules(meta, checks)
+        for rel in sorted(set(file_map) - expected):
+            checks.fail(rel, "file.unexpected", "listed in manifest.json but not a file of the "
+                        "format (metadata.json implies no such file)")
     sizes = {rel: e["size"] for rel, e in file_map.items()}
     maps = FileMaps(root, checks, sizes)
     failures_before = len(checks.failures)
@@ -111,6 +129,13 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
             embeddings[key] = maps.array(rel, "<f2", count * dim, (count, dim))
         except Stop:
             ok = False
+            continue
+        if full:
+            i = integrity.first_all_bits(embeddings[key].reshape(-1).view(np.uint16),
+                                         integrity.F16_EXPONENT)
+            if i >= 0:
+                checks.fail(rel, "embeddings.finite", f"row {i // dim}, column {i % dim} is "
+                            f"{embeddings[key].flat[i]}: embeddings are finite")
     tasks = []
     if ok:
         by_name = {t.name: t for t in tables}
@@ -179,8 +204,31 @@ def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph
         raise Stop()
     graph = Graph(**a)
     if full:
+        _check_graph_zeros(np.frombuffer(mm, dtype=np.uint8), layout, checks)
         _full_graph_checks(meta, graph, checks)
     return graph
+
+
+# The header's last 16 bytes (offset 48) are zero.
+GRAPH_RESERVED = slice(fmt.GRAPH_HEADER_SIZE - 16, fmt.GRAPH_HEADER_SIZE)
+
+
+def _check_graph_zeros(raw: np.ndarray, layout: dict, checks: Checks) -> None:
+    """The header's reserved bytes and the padding around the page-aligned sections are 0."""
+    G = fmt.GRAPH_FILE
+    if raw[GRAPH_RESERVED].any():
+        checks.fail(G, "graph.header", f"reserved header bytes {GRAPH_RESERVED.start}.."
+                    f"{GRAPH_RESERVED.stop - 1} are not zero")
+    pos, gaps = fmt.GRAPH_HEADER_SIZE, []
+    for name, (off, dtype, count) in layout.items():  # in file order
+        gaps.append((pos, off, f"before {name}"))
+        pos = off + count * dtype.itemsize
+    gaps.append((pos, raw.size, "after the last section"))
+    for a, b, what in gaps:
+        if raw[a:b].any():
+            at = a + int(np.flatnonzero(raw[a:b])[0])
+            checks.fail(G, "graph.padding", f"padding {what} (bytes {a}..{b - 1}) is not zero "
+                        f"(byte {at})")
 
 
 def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
@@ -207,15 +255,35 @@ def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
             checks.fail(G, "graph.parent_ids", f"table {t['name']!r} has {hi - lo} parent edges, "
                         "metadata says " + str(sum(fk["num_edges"] for fk in fks)))
             continue
-        if b > a and np.diff(g.parent_offsets[a:b + 1]).max(initial=0) > len(fks):
-            checks.fail(G, "graph.parent_ids", f"a row of table {t['name']!r} has more parents "
-                        "than foreign keys")
-        allowed = np.zeros(len(meta["tables"]), dtype=bool)
-        for fk in fks:
-            allowed[name_to_index[fk["parent_table"]]] = True
-        if hi > lo and not allowed[g.row_table[g.parent_ids[lo:hi]]].all():
-            checks.fail(G, "graph.parent_ids", f"a row of table {t['name']!r} has a parent outside "
-                        "its foreign keys' tables")
+        _check_parent_order(t, g, offsets, [name_to_index[fk["parent_table"]] for fk in fks],
+                            checks)
+
+
+def _check_parent_order(t: dict, g: Graph, offsets: np.ndarray, fk_tables: list[int],
+                        checks: Checks) -> None:
+    """Each row's parents in foreign-key order, each in its key's table; edges per key as in
+    the metadata (per parent table when two keys point at the same table: the graph does not
+    say which key gave such an edge)."""
+    G = fmt.GRAPH_FILE
+    a, b = int(offsets[t["index"]]), int(offsets[t["index"] + 1])
+    keys = np.asarray(fk_tables, dtype=np.intp)
+    counts = np.zeros(keys.size, dtype=np.int64)
+    v = integrity.first_parent_misorder(g.parent_offsets, g.parent_ids, a, b, offsets[keys],
+                                        offsets[keys + 1], counts)
+    if v >= 0:
+        tables = np.searchsorted(offsets, g.parents(v), side="right") - 1
+        checks.fail(G, "graph.parent_order", f"row {v - a} of table {t['name']!r} has parents "
+                    f"in tables {tables.tolist()}, not one per foreign key in the order of its "
+                    f"keys' tables {fk_tables}")
+        return
+    for table in sorted(set(fk_tables)):
+        ks = [k for k, p in enumerate(fk_tables) if p == table]
+        counted = int(sum(counts[k] for k in ks))
+        recorded = sum(t["foreign_keys"][k]["num_edges"] for k in ks)
+        if counted != recorded:
+            keys = ", ".join(t["foreign_keys"][k]["column"] for k in ks)
+            checks.fail(G, "graph.foreign_key_edges", f"table {t['name']!r}, foreign key(s) "
+                        f"{keys}: {counted} edges, metadata says {recorded}")
 
 
 def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
@@ -236,6 +304,8 @@ def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
                             f"size of {vrel}", fatal=True)
             key_values = (np.zeros(0, np.uint8) if mm is None
                           else np.frombuffer(mm, dtype=np.uint8))
+        if full:
+            _check_keys(key_values, key_offsets, fmt.key_values_file(name), checks)
     columns = []
     for c in t["columns"]:
         stype = c["stype"]
@@ -266,12 +336,74 @@ def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
         if full:
             _full_column_checks(col, n, vrel, brel, checks)
         columns.append(col)
-    return TableData(
+    table = TableData(
         name=name, index=t["index"], num_rows=n, row_offset=t["row_offset"],
         primary_key=t.get("primary_key"), primary_key_type=t.get("primary_key_type"),
         time_column=t.get("time_column"),
         foreign_keys=tuple((fk["column"], fk["parent_table"]) for fk in t["foreign_keys"]),
         columns=tuple(columns), key_values=key_values, key_offsets=key_offsets)
+    if full and graph is not None:
+        _check_row_times(table, graph, checks)
+    return table
+
+
+def _first(mask: np.ndarray) -> int:
+    """Index of the first True of ``mask``, or -1."""
+    i = int(np.argmax(mask)) if mask.size else 0
+    return i if mask.size and mask[i] else -1
+
+
+def _check_keys(values: np.ndarray, offsets: np.ndarray | None, rel: str,
+                checks: Checks) -> None:
+    """Primary keys are unique; string keys valid UTF-8 each."""
+    if offsets is not None:
+        _check_strings(values, offsets, rel, "key", "key of row", checks)
+        return
+    if values.shape[0] < 2:
+        return
+    try:  # the build's own check
+        check_unique_ints(values, "primary keys", (int(values.min()), int(values.max())))
+    except DataError as exc:
+        checks.fail(rel, "key.unique", exc.message)
+
+
+def _check_strings(data: np.ndarray, offsets: np.ndarray, rel: str, kind: str, what: str,
+                   checks: Checks) -> None:
+    """Strings (offsets already checked) each valid UTF-8 on its own, and all distinct."""
+    i = int(integrity.first_bad_utf8(data, offsets))
+    if i >= 0:
+        a, b = int(offsets[i]), int(offsets[i + 1])
+        checks.fail(rel, f"{kind}.utf8", f"{what} {i} (bytes {a}..{b - 1}) is not valid UTF-8 "
+                    "on its own")
+    n = offsets.shape[0] - 1
+    if n < 2:
+        return
+    hashes = np.empty(n, dtype=np.int64)
+    kk.hash_strings(data, offsets, hashes)
+    slots = np.full(kk.table_size(n), -1, dtype=fmt.graph_id_dtype(n))
+    i, j = (int(x) for x in integrity.first_duplicate_string(data, offsets, hashes, slots))
+    if i >= 0:
+        shown = bytes(data[offsets[i]:offsets[i + 1]][:64])
+        checks.fail(rel, f"{kind}.unique", f"{what} {j} and {i} are the same ({shown!r}); "
+                    "they must be distinct")
+
+
+def _check_row_times(table: TableData, graph: Graph, checks: Checks) -> None:
+    """graph.bin's row times of the table: the time column's values, NO_TIME for a null, and
+    NO_TIME throughout for a table without a time column."""
+    times = graph.row_times[table.row_offset:table.row_offset + table.num_rows]
+    if table.time_column is None:
+        i = _first(times != fmt.NO_TIME)
+        source = "the table has no time column"
+    else:
+        col = next((c for c in table.columns if c.name == table.time_column), None)
+        if col is None or col.stype != fmt.TIMESTAMP:
+            return  # a metadata failure already
+        i = _first(times != np.where(col.valid, col.values, fmt.NO_TIME))
+        source = f"time column {table.time_column!r} (NO_TIME for a null)"
+    if i >= 0:
+        checks.fail(fmt.GRAPH_FILE, "graph.row_times", f"row_times of row {i} of table "
+                    f"{table.name!r} is {int(times[i])}, not as {source} says")
 
 
 def _full_column_checks(col: ColumnData, n: int, vrel: str, brel: str, checks: Checks) -> None:
@@ -283,6 +415,34 @@ def _full_column_checks(col: ColumnData, n: int, vrel: str, brel: str, checks: C
                     f"{col.num_valid}")
     if np.any(col.values[~valid] != 0):
         checks.fail(vrel, "column.null_values", "a null cell holds a value other than 0")
+    if col.stype == fmt.NUMERIC:
+        i = int(integrity.first_all_bits(col.values.view(np.uint64), integrity.F64_EXPONENT))
+        if i >= 0:
+            checks.fail(vrel, "column.finite", f"row {i} holds {col.values[i]} (NaN and "
+                        "infinities are stored as nulls)")
+            return
+    if col.stype in (fmt.NUMERIC, fmt.TIMESTAMP):
+        _check_stats(col, valid, vrel, checks)
+
+
+# Relative tolerance of a column's mean and std against a recount (the same Welford update
+# in the same order, so any difference is rounding at most).
+STATS_RTOL = 1e-9
+
+
+def _check_stats(col: ColumnData, valid: np.ndarray, vrel: str, checks: Checks) -> None:
+    """The metadata's mean and std are those of the column's non-null values (std 1.0 when
+    it would be 0, and mean 0.0 when there are no values)."""
+    state = welford_state()
+    welford_update(col.values, valid, state)
+    _count, mean, std = welford_result(state)
+    if not (std > 0 and np.isfinite(std)):
+        std = 1.0
+    scale = abs(mean) + std
+    if not (abs(float(col.mean) - mean) <= STATS_RTOL * scale
+            and abs(float(col.std) - std) <= STATS_RTOL * std):
+        checks.fail(vrel, "column.stats", f"metadata says mean {col.mean!r}, std {col.std!r}; "
+                    f"the values give {mean!r}, {std!r}")
 
 
 def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
@@ -293,10 +453,7 @@ def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
         checks.fail(fmt.TEXT_OFFSETS_FILE, "texts.offsets", "offsets not monotone from 0 to the "
                     f"size of {fmt.TEXT_DATA_FILE}", fatal=True)
     if full:
-        try:
-            bytes(data).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            checks.fail(fmt.TEXT_DATA_FILE, "texts.utf8", f"not valid UTF-8 at byte {exc.start}")
+        _check_strings(data, offsets, fmt.TEXT_DATA_FILE, "texts", "text", checks)
     return offsets, data
 
 

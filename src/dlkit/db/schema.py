@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
 from dlkit.errors import SchemaError
+from dlkit.files import read_regular
 
 SCHEMA_FILE = "dlkit.toml"
 
@@ -103,7 +104,7 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
     if unknown:
         raise _err(source, f"unknown top-level key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     version = doc.get("format_version", 1)
-    if version != 1 or isinstance(version, bool):
+    if type(version) is not int or version != 1:  # not 1.0, not true
         raise _err(source, f"format_version must be 1, got {version!r}")
     name = doc.get("name", default_name)
     _need_str(name, "name", source)
@@ -137,10 +138,16 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
     if not isinstance(raw_tasks, dict):
         raise _err(source, "tasks must be a table of [tasks.<name>] sections")
     tasks: list[TaskSpec] = []
+    task_folded: dict[str, str] = {}
     for task_name, raw in raw_tasks.items():
         problem = path_name_problem(task_name)
         if problem:
             raise _err(source, f"task {task_name!r}: name {problem}")
+        folded = task_name.casefold()  # one directory each, on case-insensitive file systems too
+        if folded in task_folded:
+            raise _err(source, f"tasks {task_folded[folded]!r} and {task_name!r} differ only in "
+                               "case")
+        task_folded[folded] = task_name
         if not isinstance(raw, dict):
             raise _err(source, f"task {task_name!r} must be a table with 'table' and 'target'")
         unknown = set(raw) - _TASK_KEYS
@@ -197,7 +204,7 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
     if not isinstance(types, dict):
         raise _err(source, f"{where}: types must map column -> semantic type")
     for column, stype in types.items():
-        if stype not in STYPE_BY_NAME:
+        if not isinstance(stype, str) or stype not in STYPE_BY_NAME:
             raise _err(source, f"{where}, column {column!r}: unknown type {stype!r}; use one of "
                                f"{', '.join(STYPE_NAMES)}")
     keys = {pk} | set(dict(foreign_keys))
@@ -223,7 +230,7 @@ def load_schema(path: str | os.PathLike[str], *, default_name: str | None = None
     """Read and parse a ``dlkit.toml`` file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p).decode("utf-8")
     except FileNotFoundError:
         raise SchemaError("schema file not found (draft one with `dlkit schema infer DIR`)",
                           path=p) from None
@@ -296,15 +303,16 @@ def infer_stype(family: str, num_distinct: int | None = None, num_valid: int | N
 
 # --- rendering a draft ------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def toml_key(name: str) -> str:
-    return name if _BARE_KEY.match(name) else json.dumps(name, ensure_ascii=False)
+    return name if _BARE_KEY.fullmatch(name) else toml_str(name)
 
 
 def toml_str(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """A TOML basic string: JSON's escapes are TOML's, and TOML also forbids a raw DEL."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = None,

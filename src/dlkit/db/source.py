@@ -89,8 +89,11 @@ class TableSource:
             files = parquet_parts(location)
             if not files:
                 raise SchemaError(f"table {name!r}: directory {location} holds no .parquet files")
-        else:
+        elif location.is_file():
             files = [location]
+        else:  # a FIFO or device would block the read, or never end
+            raise SchemaError(f"table {name!r}: {location} is neither a Parquet file nor a "
+                              "directory of Parquet parts")
         schema: pa.Schema | None = None
         rows = []
         for f in files:

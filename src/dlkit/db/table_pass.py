@@ -165,12 +165,22 @@ def _convert_batch(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.
         got = converted.get(c.name)
         w.append(*(got if got is not None else w.convert(column[c.name])))
     if text_cols:
-        encoded = ctx.texts.encode_row_major([column[c.name] for c in text_cols])
+        encoded = ctx.texts.encode_row_major([column[c.name] for c in text_cols],
+                                             [where(plan.name, c.name) for c in text_cols])
         for c, (values, valid) in zip(text_cols, encoded):
             writers[c.name].append(values, valid)
     for tw in tasks:
         values, valid = writers[tw.task.target].last
         tw.append(pos, rt[pos:pos + n], values, valid)
+
+
+def _shown(key: pa.Scalar) -> Any:
+    """A foreign key's value for a message: its bytes when it is not valid UTF-8 text (it
+    dangles then: every primary key is valid text)."""
+    try:
+        return key.as_py()
+    except UnicodeDecodeError:
+        return key.cast(pa.binary()).as_py()
 
 
 def _resolve_foreign_keys(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.Array],
@@ -187,5 +197,5 @@ def _resolve_foreign_keys(plan: TablePlan, ctx: TablePassContext, column: dict[s
         fkp.num_dangling += dangling
         fkp.num_edges += num_valid - dangling
         if dangling and k not in first_dangling:
-            first_dangling[k] = (pos + first, arr[first].as_py())
+            first_dangling[k] = (pos + first, _shown(arr[first]))
     ctx.graph.append(parents, plan.row_offset + pos)

@@ -28,13 +28,15 @@ class TextStore:
         self.total_bytes = 0
         self.embed_seconds = 0.0
 
-    def encode_row_major(self, arrays: list[pa.Array]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Text ids for the text columns of one batch; new texts are numbered by their first
-        cell in row-major order (row, then column), so ids do not depend on batch size."""
+    def encode_row_major(self, arrays: list[pa.Array],
+                         wheres: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Text ids for the text columns of one batch (``wheres`` names them for errors); new
+        texts are numbered by their first cell in row-major order (row, then column), so ids
+        do not depend on batch size."""
         parts = []
         first_cell: dict[str, tuple[int, int]] = {}
-        for c, arr in enumerate(arrays):
-            indices, dictionary, valid, mapping, new = map_dictionary(arr, self.ids, np.int64)
+        for c, (arr, at) in enumerate(zip(arrays, wheres, strict=True)):
+            indices, dictionary, valid, mapping, new = map_dictionary(arr, self.ids, np.int64, at)
             if new:
                 rows = np.flatnonzero(valid)
                 uniq, first = np.unique(indices[rows], return_index=True)

@@ -1,13 +1,32 @@
 """``dlkit verify``: prove a database intact.
 
 First every file against ``manifest.json`` (present, listed, size, SHA-256, the recorded
-database hash), then the full structure: everything ``open_database`` checks, plus the graph
-(children in (time, id) order, ``child_times`` equal to the children's row times, the child
-lists exactly the transpose of the parent lists, parents only in the foreign keys' tables,
-``row_table`` agreeing with ``table_offsets``), the columns (bitmap padding bits zero, valid
-counts as in the metadata, null cells zero), the texts (valid UTF-8) and the tasks (seeds are
-exactly the rows with a non-null target, ascending; targets and observation times agree with
-the table). Every failure names the file and the check.
+database hash), then everything ``open_database`` checks, then the full checks, which hold
+even when ``manifest.json`` was re-hashed over corrupt files (``docs/database_format.md``,
+"Reader API", lists each with its check name). Each is one vectorised pass (numpy, or a
+nogil kernel of :mod:`dlkit.core.integrity` / :mod:`dlkit.core.csr`), linear in the data:
+
+- files: no symbolic link, no file beyond the set ``metadata.json`` implies (present or
+  listed);
+- ``metadata.json``: exactly the documented keys and JSON types (integers that are not
+  booleans, finite ``mean``/``std``, ``no_time``, ``stypes``, stype names, ``on_dangling``);
+  names (tables and tasks unique ignoring case, columns unique in a table, the primary key
+  not a feature or foreign-key column, the time column a timestamp feature); categories of
+  one kind, strictly ascending; counts that must add up (edges + nulls + dangling = rows per
+  foreign key, null times, valid counts, seeds);
+- ``graph.bin``: reserved header bytes and page padding zero; ``row_table`` agreeing with
+  ``table_offsets``; children in (time, id) order with their row times; the child lists the
+  transpose of the parent lists; each row's parents one per foreign key at most, in key
+  order, each in its key's table; edges per table and per foreign key as in the metadata;
+  ``row_times`` equal to the time column (``NO_TIME`` for a null or without one);
+- primary keys unique, string keys valid UTF-8;
+- columns: bitmap padding bits zero, valid counts as in the metadata, null cells zero,
+  booleans 0/1, numeric values finite, ``mean``/``std`` those of the values;
+- texts each valid UTF-8 on its own and distinct; every embedding finite;
+- tasks: seeds exactly the rows with a non-null target, ascending; targets and observation
+  times agree with the table.
+
+Every failure names the file and the check; open_database runs none of the full checks.
 """
 
 from __future__ import annotations

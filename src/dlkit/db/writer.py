@@ -61,6 +61,7 @@ from dlkit.core.stats import (
     map_entries,
     mark_used_entries,
     remap_ids,
+    welford_state,
     welford_update,
 )
 from dlkit.db import format as fmt
@@ -276,12 +277,12 @@ def _warm_up(embedder: Any, done: threading.Event) -> None:
     try:
         # in the order a pass first needs them: a table's columns, its keys, the lookups of
         # a table with foreign keys, its task seeds, then the graph stage's
-        state = np.zeros(4)
+        state = welford_state()
         welford_update(*to_micros(pa.array([1, None], pa.timestamp("us")), ""), state)
         numbers, _ = to_numeric(pa.array([1.0, None]))  # read-only, as every converted batch
         welford_update(numbers, np.ones(2, bool), state)
         to_numeric(pa.array([1.0, 2.0]))  # no null: the same kernel with an empty bitmap
-        indices, _, valid = dictionary_parts(pa.array(["a", "a"]))
+        indices, _, valid = dictionary_parts(pa.array(["a", "a"]), "")
         mark_used_entries(indices, valid, np.zeros(1, bool))
         map_entries(indices, np.zeros(1, np.int32), valid, np.int32(-1), np.empty(2, np.int32))
         for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):

@@ -20,6 +20,16 @@ UINT64_MAX = (1 << 64) - 1
 UINT32_MAX = (1 << 32) - 1
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` is encodable UTF-8: Python strings may hold lone surrogates (from a
+    JSON ``\\ud800`` escape), which no CBOR text string can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_encodable(value: Any) -> None:
     if isinstance(value, bool) or value is None:
         return
@@ -27,12 +37,17 @@ def _check_encodable(value: Any) -> None:
         if not 0 <= value <= UINT64_MAX:
             raise ContractViolationError(f"integer {value} is outside uint64 [0, 2^64-1]")
         return
-    if isinstance(value, (str, bytes, float)):
+    if isinstance(value, str):
+        if not is_utf8(value):
+            raise ContractViolationError(f"text {value!r} is not UTF-8 (a lone surrogate)")
+        return
+    if isinstance(value, (bytes, float)):
         return
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ContractViolationError(f"map key {key!r} is not text")
+            _check_encodable(key)
             _check_encodable(item)
         return
     if isinstance(value, Sequence):

@@ -18,6 +18,7 @@ import cbor2
 
 from dlkit.atomic import atomic_write_bytes
 from dlkit.errors import CheckpointError, ContractViolationError
+from dlkit.files import read_regular
 from dlkit.nextbatch.cbor import UINT64_MAX, canonical_cbor
 
 
@@ -85,7 +86,7 @@ def parse_checkpoint(data: bytes) -> dict[str, Cursor]:
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Cursor]:
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except FileNotFoundError:
         raise CheckpointError("no such file", path=path) from None
     except OSError as exc:

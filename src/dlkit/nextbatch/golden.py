@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from dlkit.errors import DlkitError, GoldenFileError, GoldenMismatchError
+from dlkit.files import read_regular
+from dlkit.nextbatch.cbor import UINT64_MAX
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.manifest import RunManifest, manifest_from_value
 from dlkit.nextbatch.sampler import SamplingPlan, Stage
@@ -33,6 +35,9 @@ from dlkit.nextbatch.sampler import SamplingPlan, Stage
 GOLDEN_FORMAT = "dlkit_golden_v1"
 FIRST_INDICES = 16
 QUICK_FULL_DIGEST_LIMIT = 1 << 23  # full digests up to this many indices are always checked
+MAX_PREFIX_STEPS = 1 << 20  # a prefix digest is a few steps: more would only stall a check
+_STREAM_UINTS = ("world_size", "rank", "epoch", "start_index", "num_indices", "prefix_steps",
+                 "prefix_num_indices")
 
 Progress = Callable[[int], None]  # called with the number of indices just processed
 
@@ -134,16 +139,49 @@ class GoldenReport:
 def load_golden(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(read_regular(path).decode("utf-8"))
     except FileNotFoundError:
         raise GoldenFileError("no such file", path=path) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8, JSON, digits
         raise GoldenFileError(f"not a golden JSON file ({exc})", path=path) from None
     if not isinstance(document, dict) or document.get("format") != GOLDEN_FORMAT:
         raise GoldenFileError(f"not a {GOLDEN_FORMAT} file", path=path)
     if not isinstance(document.get("cases"), list) or not document["cases"]:
         raise GoldenFileError("has no cases", path=path)
+    for number, case in enumerate(document["cases"]):
+        _check_case(case, number, path)
     return document
+
+
+def _check_case(case: Any, number: int, path: Path) -> None:
+    """The shape of one case (types and ranges), before any of it is computed."""
+    def bad(what: str) -> GoldenFileError:
+        return GoldenFileError(f"case {number} is malformed: {what}", path=path)
+
+    def is_uint(value: Any) -> bool:
+        return type(value) is int and 0 <= value <= UINT64_MAX
+
+    if not isinstance(case, dict):
+        raise bad("not an object")
+    streams, positions = case.get("streams", []), case.get("positions", [])
+    if not isinstance(streams, list) or not isinstance(positions, list):
+        raise bad("streams and positions must be lists")
+    for k, stream in enumerate(streams):
+        if not isinstance(stream, dict):
+            raise bad(f"stream {k} is not an object")
+        for field in _STREAM_UINTS:
+            if not is_uint(stream.get(field)):
+                raise bad(f"stream {k}: {field} must be an unsigned integer, got "
+                          f"{stream.get(field)!r}")
+        if stream["prefix_steps"] > MAX_PREFIX_STEPS:
+            raise bad(f"stream {k}: prefix_steps {stream['prefix_steps']} is above "
+                      f"{MAX_PREFIX_STEPS}")
+        first = stream.get("first_indices")
+        if not isinstance(first, list) or not all(is_uint(v) for v in first):
+            raise bad(f"stream {k}: first_indices must be a list of unsigned integers")
+    for k, triple in enumerate(positions):
+        if not (isinstance(triple, list) and len(triple) == 3 and all(map(is_uint, triple))):
+            raise bad(f"position {k} must be [epoch, position, index], unsigned integers")
 
 
 def golden_work(document: dict[str, Any], full: bool) -> int:
@@ -186,9 +224,9 @@ def verify_golden(path: str | os.PathLike[str], *, full: bool = False,
                 cursor = Cursor(stream["epoch"], stream["start_index"])
                 where = (f"stream epoch {cursor.epoch} start {cursor.global_index} "
                          f"ws {plan.world_size} rank {plan.rank}")
-                expected_count = int(stream["num_indices"])
-                prefix_steps = int(stream["prefix_steps"])
-            except (KeyError, TypeError, ValueError) as exc:
+                expected_count = stream["num_indices"]
+                prefix_steps = stream["prefix_steps"]
+            except (KeyError, TypeError, ValueError, DlkitError) as exc:
                 raise GoldenFileError(f"case {number} has a malformed stream ({exc})",
                                       path=path) from None
             count = plan.count_indices(cursor, None)
@@ -215,9 +253,9 @@ def verify_golden(path: str | os.PathLike[str], *, full: bool = False,
         plan = SamplingPlan.create(manifest, dataset_key, 1, 0, stage)
         for triple in case.get("positions", []):
             try:
-                epoch, position, expected = (int(v) for v in triple)
+                epoch, position, expected = triple
                 found = index_at(plan, epoch, position)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, DlkitError) as exc:
                 raise GoldenFileError(f"case {number} has a malformed position ({exc})",
                                       path=path) from None
             if found != expected:

@@ -19,7 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 from dlkit.errors import ManifestError
-from dlkit.nextbatch.cbor import UINT64_MAX, cbor_sha256, hex_digest, parse_hex_digest
+from dlkit.files import read_regular
+from dlkit.nextbatch.cbor import UINT64_MAX, cbor_sha256, hex_digest, is_utf8, parse_hex_digest
 from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, TRAIN_SAMPLING_MODES
 
 DEFAULT_BLOCK_SIZE = 1_048_576
@@ -188,6 +189,9 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     for key, value in pairs:
         if key in obj:
             raise ManifestError(f"duplicate key {key!r}")
+        for text in (key, value) if isinstance(value, str) else (key,):
+            if not is_utf8(text):
+                raise ManifestError(f"{text!r} is not UTF-8 text (a lone surrogate)")
         obj[key] = value
     return obj
 
@@ -241,6 +245,12 @@ def parse_manifest(text: str | bytes) -> RunManifest:
         raise ManifestError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except UnicodeDecodeError:
         raise ManifestError("not valid JSON: the file is not UTF-8 text") from None
+    except ManifestError:
+        raise
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise ManifestError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ManifestError("not valid JSON: nested too deeply") from None
     return manifest_from_value(value)
 
 
@@ -248,7 +258,7 @@ def load_manifest(path: str | os.PathLike[str]) -> RunManifest:
     """Read and validate a manifest file; every problem is a ``ManifestError`` naming the file."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)
     except FileNotFoundError:
         raise ManifestError("no such file", path=path) from None
     except IsADirectoryError:

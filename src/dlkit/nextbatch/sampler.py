@@ -352,9 +352,21 @@ class SamplingPlan:
                 cursor = self.advance(last)
                 if remaining is None:
                     return total
+                remaining -= k
+                # every epoch from its start emits the same: whole epochs at once, so a
+                # count of any size is O(1), not a walk over its epochs
+                per_epoch_steps = self.steps_to_epoch_end(cursor)
+                whole = remaining // per_epoch_steps
+                if whole:
+                    total += whole * self.count_indices(cursor, per_epoch_steps)
+                    remaining -= whole * per_epoch_steps
+                    if cursor.epoch + whole > UINT64_MAX:
+                        raise ContractViolationError("epoch counter overflows uint64",
+                                                     record=self._failure_record(cursor))
+                    cursor = Cursor(cursor.epoch + whole, 0)
             else:
                 total += k * self.micro_batch_size
-            remaining = None if remaining is None else remaining - k
+                remaining = None if remaining is None else remaining - k
         return total
 
     # --- metadata --------------------------------------------------------------------------

@@ -20,7 +20,8 @@ import cbor2
 import numpy as np
 
 from dlkit.atomic import atomic_writer
-from dlkit.errors import NextBatchError, ReplayMismatchError, TraceError
+from dlkit.errors import ContractViolationError, NextBatchError, ReplayMismatchError, TraceError
+from dlkit.files import open_regular
 from dlkit.nextbatch.cbor import canonical_cbor, hex_digest, sha256
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.manifest import RunManifest
@@ -141,7 +142,7 @@ def iter_trace_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
     """Decode a CBOR sequence record by record, checking each is a canonical map."""
     path = Path(path)
     try:
-        stream = path.open("rb")
+        stream = os.fdopen(open_regular(path), "rb")
     except OSError as exc:
         raise TraceError(f"cannot read: {exc.strerror}", path=path) from None
     with stream:
@@ -159,7 +160,12 @@ def iter_trace_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
                 raise TraceError(f"record {number} is not a trace record map", path=path)
             end = stream.tell()
             stream.seek(start)
-            if stream.read(end - start) != canonical_cbor(record):
+            try:
+                canonical = canonical_cbor(record)
+            except (ContractViolationError, RecursionError) as exc:  # e.g. a negative integer
+                raise TraceError(f"record {number} (byte {start}) is not a trace record: "
+                                 f"{exc}", path=path) from None
+            if stream.read(end - start) != canonical:
                 raise TraceError(f"record {number} is not canonically encoded (corrupted bytes)",
                                  path=path)
             yield record

@@ -52,6 +52,7 @@ from dlkit.prefetch.workloads import (
 
 ProgressFn = Callable[[str, int, int], None]
 BENCH_DATASET = "bench"
+MAX_MS = 60_000.0  # synthetic cost per batch: a minute is beyond any step worth simulating
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,9 @@ class BenchRequest:
         if self.row_bytes < 8:
             raise InvalidArgumentError(f"row_bytes must be at least 8, got {self.row_bytes}")
         for name in ("compute_ms", "consumer_ms"):
-            if not getattr(self, name) >= 0:
-                raise InvalidArgumentError(f"{name} must be >= 0, got {getattr(self, name)}")
+            if not 0 <= getattr(self, name) <= MAX_MS:  # not NaN, not infinite
+                raise InvalidArgumentError(f"{name} must be from 0 to {MAX_MS:g} ms, got "
+                                           f"{getattr(self, name)}")
         if self.trace is not None and self.manifest is None:
             raise InvalidArgumentError("--trace needs --manifest (the manifest the trace was "
                                        "made with)")

@@ -21,6 +21,7 @@ import numpy as np
 
 from dlkit.core.gather import burn, checksum_rows, gather_rows, page_runs
 from dlkit.errors import InputFormatError, InvalidArgumentError
+from dlkit.files import open_regular
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.sampler import SamplingPlan
 from dlkit.prefetch.pool import BufferSpec
@@ -73,14 +74,15 @@ class RowFile:
         self.path = Path(path)
         self.row_bytes = row_bytes
         try:
-            size = self.path.stat().st_size
+            handle = os.fdopen(open_regular(self.path), "rb")
         except OSError as exc:
             raise InputFormatError(f"cannot read: {exc.strerror}", path=self.path) from None
-        if row_bytes < 1 or size < row_bytes:
-            raise InputFormatError(
-                f"holds {size} bytes, not even one row of {row_bytes} bytes", path=self.path)
-        self.num_rows = size // row_bytes
-        with open(self.path, "rb") as handle:
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if row_bytes < 1 or size < row_bytes:
+                raise InputFormatError(
+                    f"holds {size} bytes, not even one row of {row_bytes} bytes", path=self.path)
+            self.num_rows = size // row_bytes
             self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         self.rows = np.frombuffer(self._map, dtype=np.uint8,
                                   count=self.num_rows * row_bytes).reshape(self.num_rows, row_bytes)

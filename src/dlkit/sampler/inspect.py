@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
-from dlkit.errors import InvalidArgumentError
+from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.api import open_db
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
@@ -102,6 +102,17 @@ def format_value(db: Any, column: Any, local: int) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _column(table: Any, name: str, row: int) -> Any:
+    """The column a cell of ``row`` names; a name its table lacks means the graph's table
+    index disagrees with the tables (a corrupt but in-range ``graph.bin``)."""
+    for column in table.columns:
+        if column.name == name:
+            return column
+    raise DatabaseError(f"row {row} has a cell of column {name!r}, which its table "
+                        f"{table.name!r} lacks: the graph's row_table is corrupt (run "
+                        "`dlkit verify`)", path="graph.bin")
+
+
 def _key_of(table: Any, local: int) -> str:
     key = getattr(table, "key", None)
     try:
@@ -144,9 +155,8 @@ def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
         c = by_id[int(a["column_ids"][0, p])]
         table_name, column_name = catalog.names[c]
         row = int(built.visited_rows[0, i])
-        table = db.tables[int(db.graph.row_table[row])]
-        column = next(col for col in table.columns if col.name == column_name)
-        local = row - int(table.row_offset)
+        table, local = db.row_of(row)
+        column = _column(table, column_name, row)
         target = bool(a["is_target"][0, p])
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)],
                                       MASKED if target else format_value(db, column, local),
@@ -154,8 +164,7 @@ def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
     rows = []
     for i in range(n_rows):
         row = int(built.visited_rows[0, i])
-        table = db.tables[int(db.graph.row_table[row])]
-        local = row - int(table.row_offset)
+        table, local = db.row_of(row)
         source, via = int(built.visited_source[0, i]), int(built.visited_via[0, i])
         reached = ("seed" if source < 0 else
                    f"parent of #{source}" if via == VIA_PARENT else
