@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.jit import kernel
+from dlkit.core.keys import bytes_equal
 
 # Exponent bits of IEEE binary16 and binary64: all set means NaN or infinity.
 F16_EXPONENT = np.uint16(0x7C00)
@@ -75,16 +76,6 @@ def first_bad_utf8(data, offsets):
 
 
 @kernel
-def _same_bytes(data, a, b, c, d):
-    if b - a != d - c:
-        return False
-    for k in range(b - a):
-        if data[a + k] != data[c + k]:
-            return False
-    return True
-
-
-@kernel
 def first_duplicate_string(data, offsets, hashes, slots):
     """``(i, j)``: string ``i`` equals the earlier string ``j``; ``(-1, -1)`` when all are
     distinct. ``hashes[i]`` is string ``i``'s hash, ``slots`` a power-of-two number (> the
@@ -97,7 +88,7 @@ def first_duplicate_string(data, offsets, hashes, slots):
         s = np.int64(np.uint64(h) & np.uint64(mask))
         while slots[s] >= 0:
             j = slots[s]
-            if hashes[j] == h and _same_bytes(data, offsets[j], offsets[j + 1], a, b):
+            if hashes[j] == h and bytes_equal(data, offsets[j], offsets[j + 1], data, a, b):
                 return i, np.int64(j)
             s = (s + 1) & mask
         slots[s] = i

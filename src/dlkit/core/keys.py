@@ -56,7 +56,7 @@ def hash_strings(data, offsets, out):
 
 
 @kernel
-def _bytes_equal(a_data, a_start, a_end, b_data, b_start, b_end):
+def bytes_equal(a_data, a_start, a_end, b_data, b_start, b_end):
     if a_end - a_start != b_end - b_start:
         return False
     for k in range(a_end - a_start):
@@ -218,7 +218,7 @@ def hash_index_strings(hashes, data, offsets, size):
         s = np.int64(np.uint64(h) & mask)
         while table[s, 1] >= 0:
             j = table[s, 1]
-            if table[s, 0] == h and _bytes_equal(data, offsets[j], offsets[j + 1], data, a, b):
+            if table[s, 0] == h and bytes_equal(data, offsets[j], offsets[j + 1], data, a, b):
                 return table, i, j
             s = (s + 1) & (size - 1)
         table[s, 0] = h
@@ -255,7 +255,7 @@ def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, pk_offs
                 while table[s, 1] >= 0:
                     j = table[s, 1]
                     if (table[s, 0] == h and table[s, 3] == b - a and table[s, 2] == word
-                            and (b - a <= 8 or _bytes_equal(data, a + 8, b, pk_data,
+                            and (b - a <= 8 or bytes_equal(data, a + 8, b, pk_data,
                                                             pk_offsets[j] + 8,
                                                             pk_offsets[j + 1]))):
                         row = j
