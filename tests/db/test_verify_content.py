@@ -23,7 +23,6 @@ from dlkit.core import keys as kk
 from dlkit.db import check_database, open_database
 from dlkit.db import format as fmt
 from dlkit.db.checks import (
-    ON_DANGLING,
     Checks,
     Stop,
     check_metadata,
@@ -665,12 +664,6 @@ def test_statistics_of_a_column_without_values(db):
     col["mean"], col["std"] = 0.0, 1.0
     write_meta(db, meta)
     assert failures(db) == set()
-
-
-def test_on_dangling_values_match_the_writer():
-    from dlkit.db.writer import ON_DANGLING as WRITER
-
-    assert ON_DANGLING == WRITER
 
 
 def _paths(node, path=()):

@@ -224,8 +224,6 @@ TASK_KEYS = frozenset({"name", "index", "table", "target_column", "target_stype"
                        "target_stype_name", "target_column_id", "num_seeds"})
 EMBEDDING_KEYS = frozenset({"embedder", "config", "text_dim", "column_dim", "categorical_dim"})
 OPTION_KEYS = frozenset({"on_dangling"})
-# What a build does with a dangling foreign key (``dlkit.db.writer.ON_DANGLING``).
-ON_DANGLING = ("drop", "error")
 
 
 def _column_keys(stype: int) -> frozenset[str]:
@@ -281,9 +279,9 @@ def check_metadata_rules(meta: dict[str, Any], checks: Checks) -> None:
         _bad(checks, "top", "options must be an object")
     else:
         _keys(checks, options, OPTION_KEYS, "options")
-        if options.get("on_dangling") not in ON_DANGLING:
+        if options.get("on_dangling") not in fmt.ON_DANGLING:
             _bad(checks, "options", f"on_dangling is {options.get('on_dangling')!r}, not one "
-                 f"of {list(ON_DANGLING)}")
+                 f"of {list(fmt.ON_DANGLING)}")
     strict = isinstance(options, dict) and options.get("on_dangling") == "error"
     for kind, items in (("table", meta["tables"]), ("task", meta["tasks"])):
         folded: dict[str, str] = {}

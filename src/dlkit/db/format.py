@@ -12,6 +12,8 @@ FORMAT_VERSION = 3  # 2: graph.bin sections reordered and page aligned; 3: int32
 MANIFEST_FORMAT = "dlkit-database-manifest"
 
 NO_TIME = np.iinfo(np.int64).min
+# What a build does with a dangling foreign key (metadata.json's options.on_dangling).
+ON_DANGLING = ("drop", "error")
 
 # Semantic types.
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = 0, 1, 2, 3, 4

@@ -88,7 +88,7 @@ from dlkit.errors import InvalidArgumentError, SchemaError
 
 __all__ = ["ON_DANGLING", "STAGES", "PreprocessReport", "Progress", "StageReport", "preprocess"]
 
-ON_DANGLING = ("drop", "error")
+ON_DANGLING = fmt.ON_DANGLING
 # Decoded record batches held ahead of the tables pass (at least two are always allowed):
 # a few batches of a wide table, more of a narrow one. Much more measured slower: batches
 # decoded long before use are read back from memory instead of cache.
