@@ -77,3 +77,20 @@ def test_a_fifo_gets_the_bytes_and_stays_a_fifo(tmp_path):
 def test_a_directory_target_is_refused(tmp_path):
     with pytest.raises(OutputError, match="is a directory"):
         atomic_write_bytes(tmp_path, b"x")
+
+
+def test_a_symlink_keeps_pointing_at_the_replaced_file(tmp_path):
+    """A link is a name for a file, not the file: the file it names is replaced. So is a
+    descriptor link such as /dev/stdout when the shell sends stdout to a file."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "out.json").write_bytes(b"old")
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "real" / "out.json")
+    atomic_write_bytes(link, b"new")
+    assert link.is_symlink() and (tmp_path / "real" / "out.json").read_bytes() == b"new"
+    with open(tmp_path / "stdout.txt", "wb") as redirected:
+        fd_link = tmp_path / "fd"
+        fd_link.symlink_to(f"/proc/self/fd/{redirected.fileno()}")
+        atomic_write_bytes(fd_link, b"through the descriptor")
+    assert fd_link.is_symlink()
+    assert (tmp_path / "stdout.txt").read_bytes() == b"through the descriptor"

@@ -62,6 +62,10 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
                 raise
             raise OutputError(f"write failed: {exc.strerror or exc}", path=target) from exc
         return
+    if target.is_symlink():
+        # replace the file the link names and keep the link (/dev/stdout into a file names
+        # that file: replacing the link itself would put a file at /dev/stdout)
+        target = Path(os.path.realpath(target))
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise OutputError(f"directory {directory} does not exist", path=target)

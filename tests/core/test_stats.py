@@ -79,3 +79,10 @@ def test_timestamps_keep_their_precision(micros):
     _, mean, std = _fold(values, np.ones(len(values), bool), [])
     exact_mean, exact_std = _exact([float(v) for v in values])
     assert abs(mean - exact_mean) <= 1.0 and abs(std - exact_std) <= 1e-6
+
+
+def test_an_infinity_ends_the_fold_instead_of_rescaling_forever():
+    """Callers fold finite values only; should an infinity slip through, the kernel still
+    returns (a non-finite result), where rescaling could never shrink it."""
+    _, mean, _ = _fold(np.array([1.0, np.inf, 2.0]), np.ones(3, bool), [])
+    assert not math.isfinite(mean)

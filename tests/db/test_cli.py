@@ -183,7 +183,7 @@ def test_a_failing_embedder_plugin_is_an_argument_error_and_writes_nothing(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("budget", ["nan", "inf", "-1G", "1e30"])
+@pytest.mark.parametrize("budget", ["nan", "inf", "-1G", "1e30", "1e18T"])
 def test_memory_budget_must_be_a_plain_size(dlkit, tmp_path, budget):
     r = dlkit("preprocess", EXAMPLE, tmp_path / "db", "-q", "--memory-budget", budget)
     assert r.returncode == 2 and "INVALID_ARGUMENT" in r.stderr and "Traceback" not in r.stderr

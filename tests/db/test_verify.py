@@ -4,6 +4,7 @@ corrupt index reach a kernel out of bounds."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -111,6 +112,18 @@ def test_missing_and_extra_files(copy_db):
     checks = {(f.file, f.check) for f in failures}
     assert ("tables/users/0.valid", "file.missing") in checks
     assert ("stray.bin", "file.unexpected") in checks
+
+
+@pytest.mark.parametrize("rel", ["texts.data", "metadata.json", "graph.bin"])
+def test_a_listed_file_that_is_not_a_regular_file_is_named_not_read(copy_db, rel):
+    """A FIFO would block the hash (no writer ever comes), a directory has no bytes."""
+    db = copy_db()
+    (db / rel).unlink()
+    os.mkfifo(db / rel)
+    report = verify_database(db)
+    assert not report.ok and (rel, "file.type") in {(f.file, f.check) for f in report.failures}
+    with pytest.raises(DatabaseError):
+        open_database(db, verify_hashes=True).close()
 
 
 def test_structure_checks_without_hashes(copy_db):

@@ -36,10 +36,10 @@ def parse_size(text: str, what: str) -> int:
         value = float(t[: len(t) - len(unit)])
     except ValueError:
         raise InvalidArgumentError(f"{what} must be a size like 512M or 2G, got {text!r}") from None
-    if not 0 <= value < float(1 << 62):  # not negative, NaN or beyond any memory
-        raise InvalidArgumentError(f"{what} must be a size from 0 to 4E (2^62 bytes), got "
-                                   f"{text!r}")
-    return int(value * units[unit])
+    size = value * units[unit]
+    if not 0 <= size < float(1 << 62):  # not negative, NaN or beyond any memory
+        raise InvalidArgumentError(f"{what} must be a size from 0 to 2^62 bytes, got {text!r}")
+    return int(size)
 
 
 def _human_bytes(n: int) -> str:

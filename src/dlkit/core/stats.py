@@ -10,9 +10,10 @@ Every finite column has a finite mean and standard deviation, but its deviations
 overflow on the way (``1e308 - (-1e308)``, or any deviation beyond 1e154 squared). So values
 are folded halved (``x/2 - shift/2`` cannot overflow) and divided by ``scale``, a power of
 two that starts at 1 and grows by ``2^RESCALE_BITS`` whenever a folded value passes
-``2^RESCALE_BITS`` (mean and m2 rescaled with it). Powers of two are exact: below that size
-the statistics are bit for bit those of the plain Welford recurrence. (At the other end,
-deviations below ~1e-154 vanish when squared, as in any float64 variance.)
+``2^RESCALE_BITS`` (mean and m2 rescaled with it). Powers of two are exact for normal
+floats: below that size the statistics are bit for bit those of the plain Welford
+recurrence. At the other end, deviations below ~1e-154 vanish when squared, as in any
+float64 variance (two bits sooner here, and subnormal values round differently when halved).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def welford_update(values, valid, state):
             if count == 0.0:
                 shift = v
             x = (0.5 * v - 0.5 * shift) * inv_scale
-            while abs(x) > _RESCALE:
+            while _RESCALE < abs(x) < np.inf:  # (an infinity would never shrink)
                 scale *= _RESCALE
                 inv_scale *= _INV_RESCALE
                 x *= _INV_RESCALE

@@ -103,6 +103,8 @@ def embed_texts(embedder: Any, texts: list[str] | pa.Array) -> np.ndarray:
         else:
             out = embedder.embed(list(texts))
         out = np.asarray(out)
+    except MemoryError:
+        raise
     except Exception as exc:  # a plug-in's own failure: nothing is written, say whose it is
         raise InvalidArgumentError(f"embedder {getattr(embedder, 'name', embedder)!r} failed: "
                                    f"{type(exc).__name__}: {exc}") from None
@@ -127,6 +129,8 @@ def load_embedder(spec: str | None, dim: int = DEFAULT_DIM) -> Any:
         raise InvalidArgumentError(f"cannot load embedder {spec!r}: {exc}") from None
     try:
         embedder = factory(dim=dim)
+    except MemoryError:
+        raise
     except Exception as exc:  # a plug-in's own failure, reported as the argument's
         raise InvalidArgumentError(f"embedder {spec!r}: its factory failed: "
                                    f"{type(exc).__name__}: {exc}") from None

@@ -89,12 +89,10 @@ def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict
     """``(file map, recorded database hash)``; raises :class:`DatabaseError` naming the problem."""
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, an integer of too many digits
         raise DatabaseError(f"not valid JSON: {exc}", path=where) from None
     except RecursionError:
         raise DatabaseError("not valid JSON: nested too deeply", path=where) from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise DatabaseError(f"not valid JSON: {exc}", path=where) from None
     if not isinstance(doc, dict) or set(doc) != {"database_hash", "files", "format", "format_version"}:
         raise DatabaseError("not a dlkit database manifest (wrong keys)", path=where)
     if doc["format"] != MANIFEST_FORMAT:

@@ -71,15 +71,24 @@ def _check_manifest(root: Path, checks: Checks, full: bool,
                 if p.is_symlink():
                     checks.fail(str(p.relative_to(root)), "file.symlink", "symbolic links are "
                                 "not allowed in a database")
+    sized = []
     for rel in sorted(set(file_map) & present):
+        if not (root / rel).is_file():  # a FIFO would block the hash, a device never end
+            checks.fail(rel, "file.type", "not a regular file")
+            continue
         size = (root / rel).stat().st_size
         if size != file_map[rel]["size"]:
             checks.fail(rel, "file.size", f"{size} bytes, manifest says {file_map[rel]['size']}")
+        else:
+            sized.append(rel)
     if verify_hashes:
-        listed = sorted(rel for rel in set(file_map) & present
-                        if (root / rel).stat().st_size == file_map[rel]["size"])
-        actual = hash_files(root, listed)
-        for rel in listed:
+        try:
+            actual = hash_files(root, sized)
+        except OSError as exc:  # unreadable (permissions), or replaced since it was listed
+            where = os.path.relpath(exc.filename, root) if exc.filename else fmt.MANIFEST_FILE
+            checks.fail(where, "file.unreadable", f"cannot read: {exc.strerror or exc}",
+                        fatal=True)
+        for rel in sized:
             if actual[rel]["sha256"] != file_map[rel]["sha256"]:
                 checks.fail(rel, "file.sha256", "content differs from manifest.json "
                             f"(sha256 {actual[rel]['sha256'].hex()[:16]}..., manifest "

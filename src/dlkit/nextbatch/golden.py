@@ -85,6 +85,8 @@ def make_case(manifest: RunManifest, dataset_key: str, stage: Stage | str, *,
     With ``full_digests=False`` only prefixes, counts and positions are pinned (``sha256`` is
     null), which keeps generating and checking N = 10^9 matrices affordable.
     """
+    if not 0 <= prefix_steps <= MAX_PREFIX_STEPS:  # what verification accepts
+        raise ValueError(f"prefix_steps must be in [0, {MAX_PREFIX_STEPS}], got {prefix_steps}")
     stage = Stage(stage)
     streams = []
     for epoch, start in starts:
