@@ -68,6 +68,14 @@ def test_json_summary_and_steps_rolling_into_next_epoch(tmp_path, manifest_path)
     assert summary["indices"] == len(concat(list(plan.iter_chunks(Cursor(), 12))))
 
 
+@pytest.mark.parametrize("option", ["--epoch", "--start-index", "--rank", "--world-size",
+                                    "--cardinality"])
+def test_numbers_beyond_uint64_are_usage_errors_naming_the_option(manifest_path, option):
+    result = run_dlkit("sample", manifest_path, "-d", "ds", option, str(2**64))
+    err = result.stderr.decode()
+    assert result.returncode == 2 and option in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("args, code", [
     (["-d", "nope"], "INVALID_DATASET_KEY"),
     (["-d", "ds", "--stage", "test"], "INVALID_STAGE_TYPE"),
