@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -37,8 +36,3 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
     with os.fdopen(open_regular(path), "rb") as f:
         return f.read()
-
-
-def read_regular_text(path: str | os.PathLike[str]) -> str:
-    """The UTF-8 text of the regular file ``path``; ``UnicodeDecodeError`` when it is not."""
-    return read_regular(Path(path)).decode("utf-8")

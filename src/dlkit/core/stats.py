@@ -75,6 +75,14 @@ def welford_result(state) -> tuple[int, float, float]:
     return int(count), 2.0 * (0.5 * shift + scale * mean), 2.0 * scale * (m2 / count) ** 0.5
 
 
+def column_stats(state) -> tuple[float, float]:
+    """The ``(mean, std)`` a column's metadata records for a Welford state: std 1.0 where it
+    would be 0 (a constant or empty column), so z-scoring always divides by a positive
+    number."""
+    _count, mean, std = welford_result(state)
+    return mean, (std if std > 0 and np.isfinite(std) else 1.0)
+
+
 @kernel
 def convert_fixed_width(src, bitmap, bit_offset, finite_only, values, valid):
     """An Arrow fixed-width array read from its buffers: ``values[i] = src[i]`` converted to

@@ -16,7 +16,7 @@ from dlkit.core.stats import (
     map_entries,
     mark_used_entries,
     remap_ids,
-    welford_result,
+    column_stats,
     welford_state,
     welford_update,
 )
@@ -170,9 +170,7 @@ class ColumnWriter:
         self.bitmap.close()
         self.last = None
         if col.stype in (fmt.NUMERIC, fmt.TIMESTAMP):
-            _count, mean, std = welford_result(self.state)
-            col.mean = mean
-            col.std = std if std > 0 and np.isfinite(std) else 1.0
+            col.mean, col.std = column_stats(self.state)
         if self.encoder is None:
             self.values_out.close()
             return None

@@ -25,7 +25,6 @@ from dlkit.db import format as fmt
 from dlkit.errors import DataError
 
 
-
 def plain(arr: pa.Array) -> pa.Array:
     """Dictionary-encoded arrays decoded; string views as large strings."""
     if pa.types.is_dictionary(arr.type):

@@ -17,13 +17,14 @@ validation in :mod:`dlkit.db.checks`; both are re-exported here.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
 
 from dlkit.core import csr, integrity
 from dlkit.core import keys as kk
-from dlkit.core.stats import welford_result, welford_state, welford_update
+from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import format as fmt
 from dlkit.db.checks import (
     Checks,
@@ -73,10 +74,15 @@ def _check_manifest(root: Path, checks: Checks, full: bool,
                                 "not allowed in a database")
     sized = []
     for rel in sorted(set(file_map) & present):
-        if not (root / rel).is_file():  # a FIFO would block the hash, a device never end
+        try:
+            info = (root / rel).stat()
+        except OSError as exc:  # a dangling symlink
+            checks.fail(rel, "file.type", f"cannot stat: {exc.strerror or exc}")
+            continue
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the hash, a device never end
             checks.fail(rel, "file.type", "not a regular file")
             continue
-        size = (root / rel).stat().st_size
+        size = info.st_size
         if size != file_map[rel]["size"]:
             checks.fail(rel, "file.size", f"{size} bytes, manifest says {file_map[rel]['size']}")
         else:
@@ -444,9 +450,7 @@ def _check_stats(col: ColumnData, valid: np.ndarray, vrel: str, checks: Checks) 
     it would be 0, and mean 0.0 when there are no values)."""
     state = welford_state()
     welford_update(col.values, valid, state)
-    _count, mean, std = welford_result(state)
-    if not (std > 0 and np.isfinite(std)):
-        std = 1.0
+    mean, std = column_stats(state)
     scale = abs(mean) + std
     if not (abs(float(col.mean) - mean) <= STATS_RTOL * scale
             and abs(float(col.std) - std) <= STATS_RTOL * std):
