@@ -68,6 +68,19 @@ def test_json_summary_and_steps_rolling_into_next_epoch(tmp_path, manifest_path)
     assert summary["indices"] == len(concat(list(plan.iter_chunks(Cursor(), 12))))
 
 
+@pytest.mark.parametrize("fmt", ["txt", "npy"])
+def test_a_reader_that_leaves_the_pipe_is_not_an_error(manifest_path, fmt):
+    # Our end of the pipe is closed before dlkit starts writing, so its first write fails
+    # with EPIPE (Python ignores SIGPIPE): `dlkit sample | head -c 10` in the limit.
+    proc = subprocess.Popen([sys.executable, "-m", "dlkit", "sample", str(manifest_path),
+                             "-d", "ds", "--format", fmt], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert err == ""
+
+
 @pytest.mark.parametrize("option", ["--epoch", "--start-index", "--rank", "--world-size",
                                     "--cardinality"])
 def test_numbers_beyond_uint64_are_usage_errors_naming_the_option(manifest_path, option):

@@ -10,12 +10,29 @@ import os
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 from dlkit import errors
 from dlkit.cli.console import err_console, plain
 
+class _ReaderGone(Exception):
+    """Standard output's reader left (``dlkit sample | head``): not an error of ours."""
+
+
+class _Group(TyperGroup):
+    """The root command group. A ``BrokenPipeError`` leaving a command becomes
+    :class:`_ReaderGone` here, before click's own handler, which would exit 1 on it."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _ReaderGone from exc
+
+
 app = typer.Typer(
     name="dlkit",
+    cls=_Group,
     help=(
         "dlkit turns relational data into fast, exactly reproducible training input.\n\n"
         "Index sampling (NextBatch_v2): `sample`, `replay`, `verify-golden`.\n\n"
@@ -75,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         try:
             app(args=argv, prog_name="dlkit")
-        except (BrokenPipeError, errors.DlkitError):
+        except (_ReaderGone, errors.DlkitError):
             raise
         except OSError as exc:  # I/O no command reported itself (stdout on a full disk)
             raise errors.OutputError(f"input/output error: {exc.strerror or exc}",
@@ -90,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         err_console.print(f"[bold red]error[/] [red]{exc.code}[/]: {plain(exc)}", highlight=False, soft_wrap=True)
         sys.exit(exit_code_for(exc))
-    except BrokenPipeError:
-        # `dlkit sample | head`: the reader left; that is not an error of ours.
-        sys.stderr.close()
+    except _ReaderGone:
+        # The interpreter's last flush of stdout would fail again: point it at nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         sys.exit(0)
