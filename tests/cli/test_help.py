@@ -37,6 +37,7 @@ def test_every_command_and_option_has_help():
             assert (getattr(param, "help", None) or "").strip(), f"`dlkit {name}` {param.name} has no help"
         result = run_dlkit(*name.split(), "--help")
         assert result.returncode == 0 and b"Usage" in result.stdout, name
+        assert b"18446744073709551615" not in result.stdout, f"`dlkit {name}` prints 2^64-1"
 
 
 def test_readme_documents_every_command():

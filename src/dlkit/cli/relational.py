@@ -12,7 +12,7 @@ from rich.text import Text
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, progress
-from dlkit.nextbatch.cbor import UINT64_MAX
+from dlkit.cli.params import positive_uint64, uint64
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
     from dlkit.sampler.splits import SplitRatios
@@ -37,14 +37,14 @@ def _ratios(text: str) -> SplitRatios:
 @app.command(rich_help_panel=PANEL)
 def manifest(
     db: Path = typer.Argument(..., help=DB_HELP),
-    seed: int = typer.Option(..., "--seed", "-s", min=0, max=UINT64_MAX,
+    seed: int = typer.Option(..., "--seed", "-s", parser=uint64,
                              help="The run's sampling seed."),
     global_batch_size: int = typer.Option(
-        ..., "--global-batch-size", "-g", min=1, max=UINT64_MAX,
+        ..., "--global-batch-size", "-g", parser=positive_uint64,
         help="Seeds per step over all ranks (world size x micro-batch)."),
     out: Path = typer.Option(Path("run.json"), "--out", "-o",
                              help="Manifest file to write (atomically)."),
-    split_seed: int = typer.Option(0, "--split-seed", min=0, max=UINT64_MAX, help=SPLIT_SEED_HELP),
+    split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="v3|v2",
                                       help=MODE_HELP),
@@ -93,14 +93,14 @@ def batches(
         help="Batches to write (may roll into later epochs)."),
     out: Path = typer.Option(
         ..., "--out", "-o", help="Directory for step_NNNNNN.npz files and index.json."),
-    seed: int = typer.Option(0, "--seed", "-s", min=0, max=UINT64_MAX, help=SEED_HELP),
-    split_seed: int = typer.Option(0, "--split-seed", min=0, max=UINT64_MAX, help=SPLIT_SEED_HELP),
+    seed: int = typer.Option(0, "--seed", "-s", parser=uint64, help=SEED_HELP),
+    split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
     batch_size: int = typer.Option(
         32, "--batch-size", "-b", min=1, help="Sequences per batch on this rank (B)."),
-    rank: int = typer.Option(0, "--rank", "-r", min=0, max=UINT64_MAX, help="This rank, 0-based."),
+    rank: int = typer.Option(0, "--rank", "-r", parser=uint64, help="This rank, 0-based."),
     world_size: int = typer.Option(
-        1, "--world-size", "-w", min=1, max=UINT64_MAX, help="Number of ranks."),
+        1, "--world-size", "-w", parser=positive_uint64, help="Number of ranks."),
     sequence_length: int = typer.Option(
         1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
@@ -151,10 +151,10 @@ def show(
     db: Path = typer.Argument(..., help=DB_HELP),
     task: str = typer.Option(..., "--task", "-t", help="Task name."),
     anchor: int = typer.Option(
-        ..., "--anchor", "-a", min=0, max=UINT64_MAX,
+        ..., "--anchor", "-a", parser=uint64,
         help="The seed: a row number (0-based, input order) of the task's table."),
-    seed: int = typer.Option(0, "--seed", "-s", min=0, max=UINT64_MAX, help=SEED_HELP),
-    epoch: int = typer.Option(0, "--epoch", "-e", min=0, max=UINT64_MAX,
+    seed: int = typer.Option(0, "--seed", "-s", parser=uint64, help=SEED_HELP),
+    epoch: int = typer.Option(0, "--epoch", "-e", parser=uint64,
                               help="Epoch of the BFS stream."),
     sequence_length: int = typer.Option(
         1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),

@@ -10,7 +10,7 @@ import typer
 from dlkit.cli.app import app
 from dlkit.cli.console import err_console, plain, print_json, progress
 from dlkit.errors import InvalidArgumentError
-from dlkit.nextbatch.cbor import UINT64_MAX
+from dlkit.cli.params import positive_uint64, uint64
 from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
 
 DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parents[3] / "fixtures" / "golden"
@@ -32,15 +32,15 @@ def _parse_steps(value: str) -> int | None:
 def sample(
     manifest: Path = typer.Argument(..., help="Run manifest JSON (seed, global_batch_size, data, datasets)."),
     dataset: str = typer.Option(..., "--dataset", "-d", help="Dataset key in the manifest's datasets."),
-    epoch: int = typer.Option(None, "--epoch", "-e", min=0, max=UINT64_MAX,
+    epoch: int = typer.Option(None, "--epoch", "-e", parser=uint64,
                               help="Epoch to sample. Default: 0, or the checkpoint's epoch with --resume."),
-    rank: int = typer.Option(0, "--rank", "-r", min=0, max=UINT64_MAX,
+    rank: int = typer.Option(0, "--rank", "-r", parser=uint64,
                              help="This process's rank, 0-based."),
-    world_size: int = typer.Option(1, "--world-size", "-w", min=1, max=UINT64_MAX,
+    world_size: int = typer.Option(1, "--world-size", "-w", parser=positive_uint64,
                                    help="Number of ranks; must divide global_batch_size."),
     stage: str = typer.Option("train", "--stage", "-s",
                               help="train (block-shuffled, no repeats), eval or infer (sequential, partial last batch)."),
-    start_index: int = typer.Option(None, "--start-index", min=0, max=UINT64_MAX,
+    start_index: int = typer.Option(None, "--start-index", parser=uint64,
                                     help="Global position in the epoch to start from. Default: 0."),
     resume: Path = typer.Option(None, "--resume", help="Start from the cursor stored in this checkpoint."),
     steps: str = typer.Option("all", "--steps", "-n",
@@ -51,7 +51,7 @@ def sample(
     trace: Path = typer.Option(None, "--trace", help="Also write the CBOR trace (one record per step) here."),
     checkpoint_out: Path = typer.Option(None, "--checkpoint-out",
                                         help="Write the cursor after the last step to this checkpoint."),
-    cardinality: int = typer.Option(None, "--cardinality", min=0, max=UINT64_MAX,
+    cardinality: int = typer.Option(None, "--cardinality", parser=uint64,
                                     help="Actual number of rows of the data; a mismatch with the manifest is CARDINALITY_MISMATCH."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (needs --out)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
