@@ -44,3 +44,11 @@ def test_readme_documents_every_command():
     readme = README.read_text()
     for name, _ in commands():
         assert f"dlkit {name}" in readme, f"README does not mention `dlkit {name}`"
+
+
+def test_version_is_the_installed_distribution_s():
+    from importlib.metadata import version
+
+    result = run_dlkit("--version")
+    assert result.returncode == 0
+    assert result.stdout.decode() == f"dlkit {version('dlkit')}\n"

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,6 +60,19 @@ def test_checkpoint_resume_at_another_world_size_and_trace_replay(tmp_path, mani
     assert [[int(x) for x in ln.split()] for ln in lines] == expected_steps(4, 2, start=Cursor(0, 24), steps=20)
 
 
+def test_replay_against_another_manifest_reports_the_mismatch_in_json(tmp_path, manifest_path):
+    trace = tmp_path / "t.cbor"
+    assert run_dlkit("sample", manifest_path, "-d", "ds", "--steps", "2", "--trace",
+                     trace).returncode == 0
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(DOC | {"seed": DOC["seed"] + 1}))
+    replay = run_dlkit("replay", trace, "--manifest", other, "--json")
+    assert replay.returncode == 3
+    result = json.loads(replay.stdout)
+    assert result["ok"] is False and result["code"] == "REPLAY_MISMATCH"
+    assert "REPLAY_MISMATCH" in replay.stderr.decode()
+
+
 def test_json_summary_and_steps_rolling_into_next_epoch(tmp_path, manifest_path):
     result = run_dlkit("sample", manifest_path, "-d", "ds", "--steps", "12", "--out", tmp_path / "o",
                        "--json")
@@ -79,6 +93,18 @@ def test_a_reader_that_leaves_the_pipe_is_not_an_error(manifest_path, fmt):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 0, err
     assert err == ""
+
+
+def test_a_reader_that_leaves_a_rich_table_is_not_an_error(tmp_path):
+    # rich's own handler would exit 1 (Console.on_broken_pipe)
+    from tests.db.conftest import EXAMPLE
+
+    proc = subprocess.Popen([sys.executable, "-m", "dlkit", "preprocess", str(EXAMPLE),
+                             str(tmp_path / "db"), "--quiet", "--no-fsync"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
 
 
 @pytest.mark.parametrize("option", ["--epoch", "--start-index", "--rank", "--world-size",
@@ -144,6 +170,31 @@ def test_verify_golden_default_run(tmp_path):
     assert result.returncode == 0, result.stderr
     files = json.loads(result.stdout)["files"]
     assert len(files) >= 3 and all(f["streams_checked"] > 0 for f in files)
+
+
+def test_verify_golden_checks_every_file_and_reports_each_failure(tmp_path):
+    from dlkit.cli.sample import DEFAULT_GOLDEN_DIR
+
+    document = json.loads((DEFAULT_GOLDEN_DIR / "nextbatch_v2_n1e6_drop_last.json").read_text())
+    document["cases"] = document["cases"][:1]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(document))
+    document["cases"][0]["positions"][3][2] += 1
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(document))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    result = run_dlkit("verify-golden", changed, broken, good, "--json")
+    assert result.returncode == 3, result.stderr  # the first failure's: a mismatch
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert [Path(f["path"]).name for f in report["files"]] == ["good.json"]
+    assert [(Path(f["path"]).name, f["code"]) for f in report["failures"]] == [
+        ("changed.json", "GOLDEN_MISMATCH"), ("broken.json", "GOLDEN_INVALID")]
+    text = run_dlkit("verify-golden", changed, broken, good)
+    err = text.stderr.decode()
+    assert text.returncode == 3 and "ok good.json" in err
+    assert err.count("error GOLDEN_INVALID") == 1 and err.count("error GOLDEN_MISMATCH") == 1
 
 
 def test_a_full_disk_on_stdout_is_one_line(manifest_path):

@@ -28,6 +28,9 @@ def test_preprocess_json_and_verify(dlkit, tmp_path):
     assert v.returncode == 0
     verdict = json.loads(v.stdout)
     assert verdict["ok"] and verdict["database_hash"] == report["database_hash"]
+    on_disk = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
+    assert verdict["files"] == len(on_disk)  # manifest.json included, as in the bytes
+    assert verdict["bytes"] == report["bytes"] == sum(p.stat().st_size for p in on_disk)
 
 
 def test_preprocess_human_summary(dlkit, tmp_path):
@@ -55,6 +58,30 @@ def test_verify_failure_names_file_and_check(dlkit, tmp_path, example_db):
     failures = json.loads(j.stdout)["failures"]
     assert failures[0] == {"file": "tables/orders/1.values", "check": "file.sha256",
                            "message": failures[0]["message"]}
+
+
+def test_long_lines_are_not_wrapped_off_a_terminal(dlkit, tmp_path, example_db):
+    db = tmp_path / ("a-database-whose-name-takes-more-than-eighty-columns-" * 2)
+    shutil.copytree(example_db, db)
+    r = dlkit("verify", db)
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith(f"OK {db}: ") and first.endswith(" s)")
+
+
+def test_a_missing_database_or_one_never_built_says_so(dlkit, tmp_path):
+    r = dlkit("verify", tmp_path / "nowhere")
+    assert r.returncode == 3 and ".: database.missing: no such directory" in r.stdout
+    r = dlkit("manifest", EXAMPLE, "--seed", 1, "-g", 4, "--out", tmp_path / "run.json")
+    assert r.returncode == 5 and "not a dlkit database?" in r.stderr
+    assert "`dlkit preprocess` makes one" in r.stderr
+
+
+def test_an_error_before_the_first_stage_leaves_no_empty_progress_line(dlkit, tmp_path):
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "mine.txt").write_text("not a database")
+    r = dlkit("preprocess", EXAMPLE, tmp_path / "db")  # progress bars on
+    assert r.returncode == 6 and r.stderr.startswith("error OUTPUT_ERROR: ")
 
 
 def test_preprocess_errors_are_one_line(dlkit, tmp_path):
@@ -86,7 +113,8 @@ def test_user_text_with_brackets_is_printed_as_it_is(dlkit, tmp_path):
     out = tmp_path / "db[/y]"
     r = dlkit("preprocess", src, out, "-q", "--no-fsync")
     assert r.returncode == 0, r.stderr
-    assert "[/oops]" in r.stdout and "in[/x]" in r.stdout and "db[/y]" in r.stdout
+    assert "in[/x]" in r.stdout and "db[/y]" in r.stdout
+    assert "warning" in r.stderr and "[/oops]" in r.stderr  # warnings go to stderr
     assert dlkit("verify", out).returncode == 0
     failed = dlkit("preprocess", src, tmp_path / "db2", "-q", "--on-dangling", "error")
     assert failed.returncode == 5 and "[/oops]" in failed.stderr
@@ -112,6 +140,10 @@ def test_schema_infer_drafts_a_working_schema(dlkit, tmp_path):
     draft.unlink()
     w = dlkit("schema", "infer", tmp_path / "in", "--out", draft)
     assert w.returncode == 0 and draft.exists()
+    assert "--schema" not in w.stderr  # preprocess finds INPUT_DIR/dlkit.toml itself
+    elsewhere = tmp_path / "draft.toml"
+    e = dlkit("schema", "infer", tmp_path / "in", "--out", elsewhere)
+    assert e.returncode == 0 and f"OUT --schema {elsewhere}`" in e.stderr
     assert dlkit("schema", "infer", tmp_path / "in", "--out", draft).returncode == 6
     schema = load_schema(draft)
     assert {t.name for t in schema.tables} == {"orders", "products", "reviews", "users"}

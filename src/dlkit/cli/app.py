@@ -35,7 +35,7 @@ app = typer.Typer(
     cls=_Group,
     help=(
         "dlkit turns relational data into fast, exactly reproducible training input.\n\n"
-        "Index sampling (NextBatch_v2): `sample`, `replay`, `verify-golden`.\n\n"
+        "Index sampling (NextBatch_v2 and v3): `sample`, `replay`, `verify-golden`.\n\n"
         "Performance: `bench` (the prefetch engine against a sequential loop).\n\n"
         "Relational database: `preprocess`, `verify`, `schema infer`.\n\n"
         "Relational sampling: `manifest`, `batches`, `show`."
@@ -43,7 +43,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
@@ -58,11 +58,23 @@ EXIT_CODES: tuple[tuple[type[errors.DlkitError], int], ...] = (
 _debug = {"enabled": os.environ.get("DLKIT_DEBUG", "") not in ("", "0")}
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from dlkit import __version__
+
+        print(f"dlkit {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(
-        False, "--debug", help="Show the full Python traceback when a command fails."
-    ),
+        False, "--debug",
+        help="Show the full Python traceback when a command fails (before the command: "
+             "`dlkit --debug sample ...`)."),
+    version: bool = typer.Option(  # noqa: ARG001 - handled by its callback
+        False, "--version", callback=_print_version, is_eager=True,
+        help="Print dlkit's version and exit."),
 ) -> None:
     """dlkit: deterministic, world-size-independent training input from relational data."""
     if debug:

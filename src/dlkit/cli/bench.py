@@ -55,7 +55,7 @@ def render(report: BenchReport) -> None:
 def bench(
     workload: WorkloadKind = typer.Option(WorkloadKind.GATHER, "--workload",
                                  help="gather: rows from a memory-mapped file in `dlkit sample` order; synthetic: a CPU-bound nogil kernel per batch."),
-    steps: int = typer.Option(400, "--steps", "-n", min=1, help="Batches to time (NextBatch_v2 calls for gather; --trace gives its own)."),
+    steps: int = typer.Option(400, "--steps", "-n", min=1, help="Batches to time (NextBatch calls for gather; --trace gives its own)."),
     batch_size: int = typer.Option(256, "--batch-size", "-b", min=1,
                                    help="Rows per batch (with --manifest: global_batch_size / world size instead)."),
     workers: int = typer.Option(2, "--workers", min=1, help="Producer threads."),

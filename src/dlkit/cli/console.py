@@ -16,14 +16,37 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-console = Console()
-err_console = Console(stderr=True)
+class _Console(Console):
+    """A rich console for a command's output.
+
+    Off a terminal (a pipe, a log) it does not wrap printed lines at 80 columns in the middle
+    of a phrase; tables still fit the width. A reader that leaves the pipe (``dlkit show |
+    head -1``) raises ``BrokenPipeError``, which the CLI's boundary turns into a quiet exit 0
+    (rich's own handler exits 1).
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.soft_wrap = not self.is_terminal
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 
 def plain(value: Any) -> str:
     """``value`` as text that rich prints as it is: user data (paths, names, keys, messages
     quoting cell values) may hold ``[...]``, which rich would otherwise read as markup."""
     return escape(str(value))
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 task``, ``3 tasks``, ``1,024 rows``: a count with its noun in the right number."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
 def print_json(payload: Any) -> None:

@@ -18,12 +18,12 @@ from rich.progress import (
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json
+from dlkit.cli.console import console, counted, err_console, plain, print_json
 from dlkit.errors import InvalidArgumentError, OutputError, VerificationError
 
 PANEL = "Relational database"
 
-schema_app = typer.Typer(help="Draft and check dlkit.toml schemas.", no_args_is_help=True)
+schema_app = typer.Typer(help="Draft a dlkit.toml schema from Parquet files.", no_args_is_help=True)
 app.add_typer(schema_app, name="schema", rich_help_panel=PANEL)
 
 
@@ -66,15 +66,19 @@ class RichProgress:
             transient=False,
         )
         self.task = None
+        self.started = False
 
     def __enter__(self) -> RichProgress:
-        self.bar.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.bar.stop()
+        if self.started:
+            self.bar.stop()
 
     def begin(self, stage: str, total: int | None, unit: str = "rows") -> None:
+        if not self.started:  # at the first stage: an early error leaves no empty bar line
+            self.bar.start()
+            self.started = True
         self.task = self.bar.add_task(stage, total=total, unit=unit)
 
     def advance(self, amount: int) -> None:
@@ -125,7 +129,8 @@ def preprocess(
 ) -> None:
     """Turn a relational Parquet database into a verified, memory-mapped dlkit database.
 
-    Example:
+    The database is built beside OUTPUT and renamed into place when complete: a failed or
+    interrupted run leaves no partial database. Example:
 
         dlkit schema infer data/shop -o data/shop/dlkit.toml   # then review it
         dlkit preprocess data/shop out/shop-db
@@ -173,9 +178,10 @@ def preprocess(
                    str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}")
     console.print(stages)
     for warning in report.warnings:
-        console.print(f"[yellow]warning[/] {plain(warning)}", highlight=False)
-    console.print(f"{report.num_texts:,} distinct texts, {report.num_categories:,} categories, "
-                  f"{report.num_tasks} task(s)", highlight=False)
+        err_console.print(f"[yellow]warning[/] {plain(warning)}", highlight=False)
+    console.print(f"{counted(report.num_texts, 'distinct text')}, "
+                  f"{counted(report.num_categories, 'category', 'categories')}, "
+                  f"{counted(report.num_tasks, 'task')}", highlight=False)
     console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
 
 
@@ -200,13 +206,13 @@ def verify(
                       f"({report.seconds:.2f} s)", highlight=False)
         console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
     else:
-        console.print(f"[bold red]FAILED[/] {plain(database)}: {len(report.failures)} problem(s)",
-                      highlight=False)
+        console.print(f"[bold red]FAILED[/] {plain(database)}: "
+                      f"{counted(len(report.failures), 'problem')}", highlight=False)
         for f in report.failures:
             console.print(f"  {plain(f.file)}: [red]{plain(f.check)}[/]: {plain(f.message)}", highlight=False)
     if not report.ok:
         first = report.failures[0]
-        raise VerificationError(f"{len(report.failures)} check(s) failed, first: {first}",
+        raise VerificationError(f"{counted(len(report.failures), 'check')} failed, first: {first}",
                                 path=database)
 
 
@@ -220,6 +226,7 @@ def schema_infer(
     """Draft a dlkit.toml from the Parquet schemas (keys, time columns, types) to review."""
     from dlkit.atomic import atomic_write_bytes
     from dlkit.db.infer import infer_schema
+    from dlkit.db.schema import SCHEMA_FILE
 
     if out is not None and out.exists() and not overwrite:
         raise OutputError("already exists (pass --overwrite to replace it)", path=out)
@@ -228,5 +235,8 @@ def schema_infer(
         sys.stdout.write(text)
     else:
         atomic_write_bytes(out, text.encode("utf-8"))
-        err_console.print(f"wrote {plain(out)}: review it, then `dlkit preprocess {plain(input_dir)} OUT`",
+        # preprocess reads INPUT_DIR/dlkit.toml unless told otherwise
+        default = out.resolve() == (input_dir / SCHEMA_FILE).resolve()
+        command = f"dlkit preprocess {input_dir} OUT" + ("" if default else f" --schema {out}")
+        err_console.print(f"wrote {plain(out)}: review it, then `{plain(command)}`",
                           highlight=False)

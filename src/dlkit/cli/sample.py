@@ -1,4 +1,4 @@
-"""``dlkit sample``, ``dlkit replay``, ``dlkit verify-golden``: the NextBatch_v2 commands."""
+"""``dlkit sample``, ``dlkit replay``, ``dlkit verify-golden``: the NextBatch commands."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import typer
 
 from dlkit.cli.app import app
 from dlkit.cli.console import err_console, plain, print_json, progress
-from dlkit.errors import InvalidArgumentError
 from dlkit.cli.params import positive_uint64, uint64
+from dlkit.errors import DlkitError, InvalidArgumentError, ReplayMismatchError
 from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
 
+PANEL = "Index sampling (NextBatch_v2 and v3)"
 DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parents[3] / "fixtures" / "golden"
 
 
@@ -28,7 +29,7 @@ def _parse_steps(value: str) -> int | None:
     return steps
 
 
-@app.command(rich_help_panel="Index sampling (NextBatch_v2)")
+@app.command(rich_help_panel=PANEL)
 def sample(
     manifest: Path = typer.Argument(..., help="Run manifest JSON (seed, global_batch_size, data, datasets)."),
     dataset: str = typer.Option(..., "--dataset", "-d", help="Dataset key in the manifest's datasets."),
@@ -39,7 +40,7 @@ def sample(
     world_size: int = typer.Option(1, "--world-size", "-w", parser=positive_uint64,
                                    help="Number of ranks; must divide global_batch_size."),
     stage: str = typer.Option("train", "--stage", "-s",
-                              help="train (block-shuffled, no repeats), eval or infer (sequential, partial last batch)."),
+                              help="train (the manifest's shuffled order, full batches only, no repeats), eval or infer (in order, partial last batch)."),
     start_index: int = typer.Option(None, "--start-index", parser=uint64,
                                     help="Global position in the epoch to start from. Default: 0."),
     resume: Path = typer.Option(None, "--resume", help="Start from the cursor stored in this checkpoint."),
@@ -56,7 +57,7 @@ def sample(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (needs --out)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
 ) -> None:
-    """Dump this rank's deterministic batch indices (NextBatch_v2).
+    """Dump this rank's deterministic batch indices (NextBatch_v2, or v3 if the manifest says so).
 
     The global order depends only on the manifest, dataset and epoch: every world size sees the
     same global batches, each rank its contiguous slice. Example:
@@ -95,7 +96,7 @@ def sample(
                           f"next cursor: {summary.cursor_end}")
 
 
-@app.command(rich_help_panel="Index sampling (NextBatch_v2)")
+@app.command(rich_help_panel=PANEL)
 def replay(
     trace: Path = typer.Argument(..., help="Trace file written by `dlkit sample --trace`."),
     manifest: Path = typer.Option(..., "--manifest", "-m", help="The run manifest the trace was made with."),
@@ -108,7 +109,12 @@ def replay(
     from dlkit.nextbatch.manifest import load_manifest
     from dlkit.nextbatch.trace import replay_trace
 
-    report = replay_trace(trace, load_manifest(manifest))
+    try:
+        report = replay_trace(trace, load_manifest(manifest))
+    except ReplayMismatchError as exc:
+        if as_json:  # a result like a match: scripts read it on stdout (exit 3 still)
+            print_json({"ok": False, "code": exc.code, "message": str(exc)})
+        raise
     result = {"ok": True, "records": report.records_checked,
               "total_samples_seen": report.total_samples_seen,
               "final_cursor": report.final_cursor.to_value()}
@@ -119,7 +125,7 @@ def replay(
                           f"{report.total_samples_seen} samples; final cursor {report.final_cursor}")
 
 
-@app.command("verify-golden", rich_help_panel="Index sampling (NextBatch_v2)")
+@app.command("verify-golden", rich_help_panel=PANEL)
 def verify_golden_command(
     golden: list[Path] = typer.Argument(None, help=f"Golden files. Default: every file in fixtures/golden/."),
     full: bool = typer.Option(False, "--full", help="Also digest whole epochs of the large (N = 10^9) streams."),
@@ -135,18 +141,41 @@ def verify_golden_command(
     paths = list(golden) if golden else default_golden_paths(DEFAULT_GOLDEN_DIR)
     if not paths:
         raise InvalidArgumentError(f"no golden files given and none found in {DEFAULT_GOLDEN_DIR}")
-    total = sum(golden_work(load_golden(p), full) for p in paths)
+    # Every file is checked, a bad one does not hide the others; the first error decides
+    # the exit code.
+    work: dict[Path, int] = {}
+    failures: dict[Path, DlkitError] = {}
+    for path in paths:
+        try:
+            work[path] = golden_work(load_golden(path), full)
+        except DlkitError as exc:
+            failures[path] = exc
     reports = []
     with progress() as bar:
-        task = bar.add_task("hashing indices", total=total)
-        for path in paths:
+        task = bar.add_task("hashing indices", total=sum(work.values()))
+        for path in work:
             bar.update(task, description=f"verifying {path.name}")
-            reports.append(verify_golden(path, full=full, progress=lambda n: bar.advance(task, n)))
+            try:
+                reports.append(verify_golden(path, full=full,
+                                             progress=lambda n: bar.advance(task, n)))
+            except DlkitError as exc:
+                failures[path] = exc
+    failures = {path: failures[path] for path in paths if path in failures}  # given order
     if as_json:
-        print_json({"ok": True, "files": [r.__dict__ for r in reports]})
-        return
-    for r in reports:
-        skipped = f", {r.full_digests_skipped} full digests left for --full" if r.full_digests_skipped else ""
-        err_console.print(
-            f"[green]ok[/] {plain(Path(r.path).name)}: {r.cases} cases, {r.streams_checked} streams, "
-            f"{r.full_digests_checked} full digests, {r.positions_checked} positions{skipped}")
+        print_json({"ok": not failures, "files": [r.__dict__ for r in reports],
+                    "failures": [{"path": str(p), "code": e.code, "message": str(e)}
+                                 for p, e in failures.items()]})
+    else:
+        for r in reports:
+            skipped = (f", {r.full_digests_skipped} full digests left for --full"
+                       if r.full_digests_skipped else "")
+            err_console.print(
+                f"[green]ok[/] {plain(Path(r.path).name)}: {r.cases} cases, {r.streams_checked} "
+                f"streams, {r.full_digests_checked} full digests, {r.positions_checked} "
+                f"positions{skipped}")
+    if failures:
+        first, *rest = failures.values()
+        for exc in rest:  # the first is printed by the CLI's boundary, which raises it
+            err_console.print(f"[bold red]error[/] [red]{exc.code}[/]: {plain(exc)}",
+                              highlight=False)
+        raise first

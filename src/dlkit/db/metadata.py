@@ -119,5 +119,4 @@ def write_manifest(root: Path, hasher: Hasher, metadata: dict[str, Any],
     with open(root / fmt.MANIFEST_FILE, "wb") as f:
         f.write(data)
     st.bytes = file_map[fmt.METADATA_FILE]["size"] + len(data)
-    st.columns = len(file_map) + 1
     return digest, sum(e["size"] for e in file_map.values()) + len(data)

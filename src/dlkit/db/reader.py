@@ -50,6 +50,10 @@ def _check_manifest(root: Path, checks: Checks, full: bool,
     """``(file map, recorded database hash)``; every file checked against the manifest."""
     try:
         raw_manifest = read_regular(root / fmt.MANIFEST_FILE)
+    except FileNotFoundError:
+        # the usual cause: a directory that is no database (yet), such as the Parquet input
+        checks.fail(fmt.MANIFEST_FILE, "file.missing", "no such file: not a dlkit database? "
+                    "(`dlkit preprocess` makes one)", fatal=True)
     except OSError as exc:
         checks.fail(fmt.MANIFEST_FILE, "file.missing", f"cannot read: {exc.strerror or exc}",
                     fatal=True)
@@ -105,7 +109,8 @@ def _check_manifest(root: Path, checks: Checks, full: bool,
 def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Database | None:
     root = Path(root)
     if not root.is_dir():
-        checks.fail(".", "database.missing", "not a directory", fatal=True)
+        checks.fail(".", "database.missing",
+                    "not a directory" if root.exists() else "no such directory", fatal=True)
     file_map, recorded = _check_manifest(root, checks, full, verify_hashes)
     meta = load_json(root, fmt.METADATA_FILE, checks)
     check_metadata(meta, checks)

@@ -129,16 +129,20 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
     task_meta = [tw.finish(mappings[tw.task.target]) for tw in tasks]
     warnings = []
     if plan.num_null_times:
-        warnings.append(f"{where(plan.name, plan.time_column)}: {plan.num_null_times} "
-                        "null time(s); those rows get no time (always visible)")
+        nulls = plan.num_null_times
+        warnings.append(f"{where(plan.name, plan.time_column)}: {nulls:,} null "
+                        f"{'time' if nulls == 1 else 'times'}; those rows get no time "
+                        "(always visible)")
     problems = []
     for k, fkp in enumerate(plan.foreign_keys):
         if fkp.num_dangling:
             row, value = first_dangling[k]
             parent = ctx.plans[fkp.parent]
-            problems.append(f"{where(plan.name, fkp.column)}: {fkp.num_dangling} dangling "
-                            f"foreign key(s) to {fkp.parent}.{parent.primary_key} (first: "
-                            f"row {row}, value {value!r})")
+            count = fkp.num_dangling
+            problems.append(f"{where(plan.name, fkp.column)}: {count:,} dangling foreign "
+                            f"{'key' if count == 1 else 'keys'} to "
+                            f"{fkp.parent}.{parent.primary_key} (first: row {row}, "
+                            f"value {value!r})")
     if problems and ctx.on_dangling == "error":
         raise DataError("; ".join(problems) + " (--on-dangling error)")
     warnings.extend(p + "; edges dropped, rows kept" for p in problems)

@@ -65,6 +65,8 @@ def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
     root = Path(path)
     failures = check_database(root, verify_hashes=True)
     files = list_files(root) if root.is_dir() else []
+    if (root / "manifest.json").exists():
+        files.append("manifest.json")  # counted with the rest, as preprocess counts it
     total = sum((root / rel).stat().st_size for rel in files if (root / rel).is_file())
     recorded = None
     if not failures:
@@ -73,5 +75,5 @@ def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
         _, digest = parse_manifest((root / "manifest.json").read_bytes())
         recorded = digest.hex()
     return VerifyReport(path=str(root), ok=not failures, database_hash=recorded,
-                        files=len(files) + (1 if (root / "manifest.json").exists() else 0),
+                        files=len(files),
                         bytes=total, seconds=time.perf_counter() - started, failures=failures)

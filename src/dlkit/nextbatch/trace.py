@@ -214,9 +214,10 @@ def _render(value: Any) -> str:
 
 
 def _mismatch(path: Path, record: str, name: str, expected: Any, found: Any) -> ReplayMismatchError:
+    held = "none" if found is None else _render(found)
     return ReplayMismatchError(
-        f"record {record}, field {name}: expected {_render(expected)}, found {_render(found)}",
-        path=path)
+        f"record {record}, field {name}: the trace holds {held}, the replay computes "
+        f"{_render(expected)}", path=path)
 
 
 def _cursor_field(record: dict[str, Any], name: str, path: Path, where: str) -> Cursor:
