@@ -63,6 +63,34 @@ def test_manifest_sampling_mode_v2_writes_a_v2_manifest(dlkit, db_path, tmp_path
     assert orders[0] != orders[1]
 
 
+def test_manifest_warns_of_each_train_split_smaller_than_the_global_batch(dlkit, db_path,
+                                                                         tmp_path):
+    result = dlkit("manifest", db_path, "--seed", 1, "-g", 200, "--out", tmp_path / "run.json")
+    assert result.returncode == 0, result.stderr
+    manifest = load_manifest(tmp_path / "run.json")
+    short = sorted(k for k, e in manifest.datasets.items() if e.cardinality < 200
+                   and k.endswith("/train"))
+    assert len(short) == 2  # review_rating and user_premium, not order_status (239 seeds)
+    warned = sorted(line.split("'")[1] for line in result.stderr.splitlines()
+                    if line.startswith("warning: dataset"))
+    assert warned == short
+    assert "fewer than the global batch size 200: it yields no train step" in result.stderr
+    quiet = dlkit("manifest", db_path, "--seed", 1, "-g", 16, "--out", tmp_path / "run.json")
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr
+    empty = dlkit("manifest", db_path, "--seed", 1, "-g", 16, "--split-ratios", "1,0,0",
+                  "--out", tmp_path / "run.json")
+    assert empty.returncode == 0, empty.stderr
+    warned = sorted(line.split("'")[1] for line in empty.stderr.splitlines()
+                    if line.endswith("has no seed: it yields no step"))
+    assert warned == sorted(k for k in load_manifest(tmp_path / "run.json").datasets
+                            if not k.endswith("/train")) and len(warned) == 6
+
+
+def test_manifest_help_says_to_sample_val_and_test_with_stage_eval(dlkit):
+    text = " ".join(dlkit("manifest", "--help").stdout.split())
+    assert "dlkit sample --stage eval" in text and "in order either way" not in text
+
+
 def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path):
     out = tmp_path / "batches"
     result = dlkit("batches", db_path, "--task", "order_status", "--split", "train", "--steps", 3,
@@ -88,6 +116,61 @@ def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path):
         assert entry["anchor_rows"] == built.anchor_rows.tolist()
 
 
+def _batches(dlkit, db_path, out, steps, *extra):
+    return dlkit("batches", db_path, "--task", "order_status", "--steps", steps, "--out", out,
+                 "--seed", 1, "-b", 2, "-S", 64, "-R", 8, *extra)
+
+
+def _step_files(out: Path) -> list[str]:
+    return sorted(p.name for p in out.glob("step_*.npz"))
+
+
+def test_batches_refuses_an_existing_output_unless_overwrite(dlkit, db_path, tmp_path):
+    out = tmp_path / "out"
+    assert _batches(dlkit, db_path, out, 3).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    refused = _batches(dlkit, db_path, out, 1)
+    assert refused.returncode == 6
+    assert f"{out}: already exists (pass --overwrite to replace it)" in refused.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    replaced = _batches(dlkit, db_path, out, 1, "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    index = json.loads((out / "index.json").read_text())
+    assert _step_files(out) == [b["file"] for b in index["batches"]] and len(index["batches"]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary or lock left
+    assert "wrote 1 batch (2 sequences, " in replaced.stderr
+
+
+def test_batches_fills_an_empty_existing_directory(dlkit, db_path, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    result = _batches(dlkit, db_path, out, 2)
+    assert result.returncode == 0, result.stderr
+    assert _step_files(out) == ["step_000000.npz", "step_000001.npz"]
+    assert (out / "index.json").is_file() and "wrote 2 batches (4 sequences, " in result.stderr
+
+
+def test_batches_overwrite_never_replaces_other_data(dlkit, db_path, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    result = _batches(dlkit, db_path, out, 1, "--overwrite")
+    assert result.returncode == 6
+    assert f"{out}: exists and is not a dlkit batches directory" in result.stderr
+    assert [p.name for p in out.iterdir()] == ["precious.txt"]
+
+
+def test_a_failed_batches_run_leaves_the_old_output(dlkit, db_path, tmp_path):
+    out = tmp_path / "out"
+    assert _batches(dlkit, db_path, out, 2).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    failed = dlkit("batches", db_path, "--task", "user_premium", "-b", 1000, "--out", out,
+                   "--overwrite")
+    assert failed.returncode == 2 and "has no train batch" in failed.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_show_renders_the_sequence_with_the_masked_target(dlkit, db_path):
     result = dlkit("show", db_path, "--task", "review_rating", "--anchor", 3, "-S", 64, "--json")
     assert result.returncode == 0, result.stderr
@@ -100,6 +183,13 @@ def test_show_renders_the_sequence_with_the_masked_target(dlkit, db_path):
     assert text.returncode == 0 and "[MASKED]" in text.stdout and "reviews" in text.stdout
 
 
+def test_show_counts_in_the_singular(dlkit, db_path):
+    # S is one users row's cells, so the sequence is the seed row alone
+    result = dlkit("show", db_path, "--task", "user_premium", "--anchor", 0, "-S", 5)
+    assert result.returncode == 0, result.stderr
+    assert "; 1 row, 5/5 cells" in result.stdout
+
+
 @pytest.mark.parametrize("args,code,needle", [
     (("show", "{db}", "--task", "nope", "--anchor", 0), 2, "no task 'nope'"),
     (("show", "{db}", "--task", "review_rating", "--anchor", 100000), 2, "not a seed"),
@@ -107,17 +197,25 @@ def test_show_renders_the_sequence_with_the_masked_target(dlkit, db_path):
      "split must be one of"),
     (("manifest", "{tmp}/nothing", "--seed", 1, "-g", 4, "--out", "{tmp}/m.json"), 5, "nothing"),
     (("manifest", "{db}", "--seed", 1, "-g", 4, "--split-ratios", "0.5,0.5", "--out",
-      "{tmp}/m.json"), 2, "3 values"),
+      "{tmp}/m.json"), 2, "split ratios need 3 values"),
+    (("batches", "{db}", "--task", "review_rating", "--split-ratios", "0.5,0.6,0", "--out",
+      "{tmp}/b"), 2, "split ratios must sum to 1"),
     (("manifest", "{db}", "--seed", 1, "-g", 4, "--sampling-mode", "v1", "--out",
       "{tmp}/m.json"), 2, "sampling mode must be v3"),
     (("batches", "{db}", "--task", "review_rating", "--sampling-mode", "x", "--out", "{tmp}"),
      2, "sampling mode must be v3"),
+    (("show", "{db}", "--task", "user_premium", "--anchor", 0, "-S", 4), 2,
+     "sequence_length 4 is shorter than the 5 cells of a row of table 'users' (task "
+     "'user_premium')"),
+    (("batches", "{db}", "--task", "review_rating", "--bfs-child-width", 2**31, "--out",
+      "{tmp}/b"), 2, "bfs_child_width must be an integer in"),
 ])
 def test_errors_are_one_line_with_an_exit_code(dlkit, db_path, tmp_path, args, code, needle):
     argv = [str(a).format(db=db_path, tmp=tmp_path) for a in args]
     result = dlkit(*argv)
     assert result.returncode == code, result.stderr
     assert needle in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_every_option_has_help(dlkit):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json, progress
+from dlkit.cli.console import console, counted, err_console, plain, print_json, progress
 from dlkit.cli.params import positive_uint64, uint64
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
@@ -25,7 +27,26 @@ SPLIT_SEED_HELP = ("Split seed: which seeds are train/val/test (independent of -
 RATIOS_HELP = "Train,val,test shares of the hash split; must sum to 1."
 MODE_HELP = ("Train order: v3 (NextBatch_v3, a keyed Feistel shuffle of each epoch) or v2 "
              "(NextBatch_v2's block-affine order, an arithmetic progression inside a block; "
-             "for runs that started with it). Val and test are in order either way.")
+             "for runs that started with it).")
+# The manifest does not fix val/test order: `dlkit sample --stage` does; its default shuffles.
+MANIFEST_MODE_HELP = (MODE_HELP + " Sample val and test with `dlkit sample --stage eval` (in "
+                      "order, partial last batch); the default stage shuffles them like train.")
+BATCHES_MODE_HELP = MODE_HELP + " Val and test are in order either way."
+
+
+@contextlib.contextmanager
+def _printing_warnings() -> Iterator[None]:
+    """Print the sampler's warnings on stderr, even when the command then fails on them."""
+    from dlkit.sampler.schedule import SamplerWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplerWarning)
+        try:
+            yield
+        finally:
+            for warning in caught:
+                err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
+
 
 
 def _ratios(text: str) -> SplitRatios:
@@ -47,22 +68,26 @@ def manifest(
     split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="v3|v2",
-                                      help=MODE_HELP),
+                                      help=MANIFEST_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Write the run manifest: one dataset per task and split, ready for `dlkit sample`.
 
-    Datasets are named <database id>/<task>/<split>; each one's cardinality is its number of
-    seeds and its hash the database hash. Train uses drop_last, so every step is full, and
-    NextBatch_v3's shuffle unless --sampling-mode v2. Example:
+    Datasets are named DB_ID/TASK/SPLIT (DB_ID is the database id); each one's cardinality is
+    its number of seeds and its hash the database hash. Train uses drop_last, so every step is
+    full (a warning names each train split smaller than the global batch size: it yields no
+    step), and NextBatch_v3's shuffle unless --sampling-mode v2. Sample val and test with
+    `dlkit sample --stage eval`: in order, with a partial last batch. Example:
 
         dlkit manifest out/db --seed 42 --global-batch-size 64 --out run.json
+        dlkit sample run.json -d DB_ID/review_rating/val --stage eval
     """
     from dlkit.sampler.runs import write_run_manifest
 
-    summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
-                                 split_seed=split_seed, split_ratios=_ratios(split_ratios),
-                                 sampling_mode=sampling_mode)
+    with _printing_warnings():
+        summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
+                                     split_seed=split_seed, split_ratios=_ratios(split_ratios),
+                                     sampling_mode=sampling_mode)
     if as_json:
         print_json(summary.__dict__)
         return
@@ -92,7 +117,12 @@ def batches(
         1, "--steps", "-n", min=1,
         help="Batches to write (may roll into later epochs)."),
     out: Path = typer.Option(
-        ..., "--out", "-o", help="Directory for step_NNNNNN.npz files and index.json."),
+        ..., "--out", "-o",
+        help="Directory for step_NNNNNN.npz files and index.json (new or empty, unless "
+             "--overwrite)."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite",
+        help="Replace an existing --out of an earlier `dlkit batches` as a whole (atomically)."),
     seed: int = typer.Option(0, "--seed", "-s", parser=uint64, help=SEED_HELP),
     split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
@@ -106,7 +136,7 @@ def batches(
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="v3|v2",
-                                      help=MODE_HELP),
+                                      help=BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -119,31 +149,26 @@ def batches(
         dlkit batches out/db --task review_rating --split train --steps 4 --out out/batches
     """
     from dlkit.sampler.runs import BatchRequest, write_batches
-    from dlkit.sampler.schedule import SamplerWarning
 
-    request = BatchRequest(task=task, split=split, steps=steps, seed=seed, split_seed=split_seed,
-                           split_ratios=_ratios(split_ratios), batch_size=batch_size, rank=rank,
-                           world_size=world_size, sequence_length=sequence_length,
-                           max_rows=max_rows, bfs_child_width=bfs_child_width,
-                           sampling_mode=sampling_mode)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SamplerWarning)
-        try:
-            if quiet or as_json:
-                summary = write_batches(db, request, out)
-            else:
-                with progress() as bar:
-                    job = bar.add_task("building batches", total=steps)
-                    summary = write_batches(db, request, out,
-                                            on_batch=lambda n: bar.advance(job, n))
-        finally:
-            for warning in caught:
-                err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
+    with _printing_warnings():
+        request = BatchRequest(task=task, split=split, steps=steps, seed=seed,
+                               split_seed=split_seed, split_ratios=_ratios(split_ratios),
+                               batch_size=batch_size, rank=rank, world_size=world_size,
+                               sequence_length=sequence_length, max_rows=max_rows,
+                               bfs_child_width=bfs_child_width, sampling_mode=sampling_mode)
+        if quiet or as_json:
+            summary = write_batches(db, request, out, overwrite=overwrite)
+        else:
+            with progress() as bar:
+                job = bar.add_task("building batches", total=steps)
+                summary = write_batches(db, request, out, overwrite=overwrite,
+                                        on_batch=lambda n: bar.advance(job, n))
     if as_json:
         print_json(summary.__dict__)
     else:
-        err_console.print(f"[green]wrote[/] {summary.steps} batches ({summary.sequences} "
-                          f"sequences, {summary.cells} cells) to {plain(summary.out_dir)}")
+        err_console.print(f"[green]wrote[/] {counted(summary.steps, 'batch', 'batches')} "
+                          f"({counted(summary.sequences, 'sequence')}, "
+                          f"{counted(summary.cells, 'cell')}) to {plain(summary.out_dir)}")
 
 
 @app.command(rich_help_panel=PANEL)
@@ -179,8 +204,8 @@ def show(
         print_json(view.to_json_value())
         return
     console.print(f"task [bold]{plain(view.task)}[/], anchor row {view.anchor_row}, observed at "
-                  f"{view.obs_time}; epoch {view.epoch}; {len(view.rows)} rows, "
-                  f"{view.num_cells}/{view.sequence_length} cells", highlight=False)
+                  f"{view.obs_time}; epoch {view.epoch}; {counted(len(view.rows), 'row')}, "
+                  f"{view.num_cells}/{counted(view.sequence_length, 'cell')}", highlight=False)
     table = Table(show_lines=False, header_style="bold")
     for name, justify in (("#", "right"), ("table", "left"), ("key", "left"),
                           ("time", "left"), ("reached", "left"), ("cells", "left")):

@@ -1,4 +1,5 @@
-"""Atomic creation and replacement of a database directory.
+"""Atomic creation and replacement of an output directory: a database, or ``dlkit batches``
+output (a :class:`TargetKind` says which, and so which existing directory may be replaced).
 
 ``target`` is built in a temporary directory beside it, ``.<name>.dlkit-tmp-<random>``, which
 is renamed into place only when complete:
@@ -10,9 +11,9 @@ is renamed into place only when complete:
 * A new target is moved into place with ``renameat2(RENAME_NOREPLACE)`` (plain ``rename``
   where unavailable); an existing one (``overwrite``) is swapped in one step with
   ``renameat2(RENAME_EXCHANGE)``, so the target path always holds either the old or the new
-  database, and the old one is deleted afterwards. Where the exchange is unavailable, the old
-  database is first renamed to ``.<name>.dlkit-old-<random>``; a run interrupted between the
-  two renames is repaired by the next run (the old database is put back).
+  output, and the old one is deleted afterwards. Where the exchange is unavailable, the old
+  output is first renamed to ``.<name>.dlkit-old-<random>``; a run interrupted between the
+  two renames is repaired by the next run (the old output is put back).
 * On any failure or interrupt the temporary directory is deleted; nothing else was touched.
 """
 
@@ -27,6 +28,8 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from dlkit.atomic import fsync_directory
@@ -68,26 +71,43 @@ def is_database_dir(path: Path) -> bool:
     return isinstance(doc, dict) and doc.get("format") == MANIFEST_FORMAT
 
 
-def check_target(target: Path, overwrite: bool) -> None:
-    """Refuse a target that exists (unless ``overwrite`` and it is a database or empty)."""
+@dataclass(frozen=True)
+class TargetKind:
+    """What a target directory holds: its name in messages, how to recognise an existing one
+    that ``overwrite`` may replace (anything else is someone's data), and whether an existing
+    empty directory is taken without ``overwrite``."""
+
+    name: str
+    recognise: Callable[[Path], bool]
+    fill_empty: bool = False
+
+
+DATABASE = TargetKind("database", is_database_dir)
+
+
+def check_target(target: Path, overwrite: bool, kind: TargetKind = DATABASE) -> None:
+    """Refuse a target that exists (unless ``overwrite`` and it is a ``kind`` or empty, or
+    ``kind.fill_empty`` and it is empty)."""
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise OutputError("exists and is not a directory; refusing to replace it", path=target)
     if target.exists():
-        if not overwrite:
+        if not overwrite and not (kind.fill_empty and not any(target.iterdir())):
             raise OutputError("already exists (pass --overwrite to replace it)", path=target)
-        if not is_database_dir(target) and any(target.iterdir()):
-            raise OutputError("exists and is not a dlkit database; refusing to replace it, even "
-                              "with --overwrite", path=target)
+        if not kind.recognise(target) and any(target.iterdir()):
+            raise OutputError(f"exists and is not a dlkit {kind.name}; refusing to replace it, "
+                              "even with --overwrite", path=target)
 
 
 class AtomicDirectory:
     """Context manager yielding a temporary build directory for ``target``; ``commit()``."""
 
-    def __init__(self, target: str | os.PathLike[str], overwrite: bool = False):
+    def __init__(self, target: str | os.PathLike[str], overwrite: bool = False,
+                 kind: TargetKind = DATABASE):
         self.target = Path(target).absolute()
         self.parent = self.target.parent
         self.name = self.target.name
         self.overwrite = overwrite
+        self.kind = kind
         self.tmp: Path | None = None
         self._lock_fd: int | None = None
         self._lock_path = self.parent / f".{self.name}{LOCK_MARK}"
@@ -104,8 +124,8 @@ class AtomicDirectory:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                raise OutputError("another dlkit process is writing this database right now",
-                                  path=self.target) from None
+                raise OutputError(f"another dlkit process is writing this {self.kind.name} "
+                                  "right now", path=self.target) from None
             # The file may have been unlinked by its previous holder between open and flock.
             try:
                 same = os.stat(self._lock_path).st_ino == os.fstat(fd).st_ino
@@ -136,7 +156,7 @@ class AtomicDirectory:
     def _recover(self) -> None:
         """Holding the lock: finish or undo what an interrupted run left beside the target."""
         olds = self._leftovers(OLD_MARK)
-        if olds and not self.target.exists() and is_database_dir(olds[0]):
+        if olds and not self.target.exists() and self.kind.recognise(olds[0]):
             os.rename(olds[0], self.target)  # interrupted fallback overwrite: put the old back
             olds = olds[1:]
         for stale in self._leftovers(TMP_MARK) + olds:
@@ -156,11 +176,11 @@ class AtomicDirectory:
             raise OutputError(f"cannot write here: {exc.strerror or exc}", path=self.target) from exc
         try:
             self._recover()
-            check_target(self.target, self.overwrite)
+            check_target(self.target, self.overwrite, self.kind)
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.name}{TMP_MARK}", dir=self.parent))
             umask = os.umask(0)
             os.umask(umask)
-            os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a database is shared
+            os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the output is shared
         except BaseException:
             if self.tmp is not None:
                 shutil.rmtree(self.tmp, ignore_errors=True)
@@ -186,10 +206,10 @@ class AtomicDirectory:
             fsync_tree(self.tmp)
         try:
             if self.target.exists():
-                check_target(self.target, self.overwrite)
+                check_target(self.target, self.overwrite, self.kind)
                 if _renameat2(self.tmp, self.target, _RENAME_EXCHANGE):
                     self.committed = True
-                    shutil.rmtree(self.tmp, ignore_errors=True)  # now holds the old database
+                    shutil.rmtree(self.tmp, ignore_errors=True)  # now holds the old target
                 else:
                     old = self.parent / f".{self.name}{OLD_MARK}{secrets.token_hex(6)}"
                     os.rename(self.target, old)
@@ -201,8 +221,8 @@ class AtomicDirectory:
                     os.rename(self.tmp, self.target)
                 self.committed = True
         except OSError as exc:
-            raise OutputError(f"cannot move the new database into place: {exc.strerror or exc}",
-                              path=self.target) from exc
+            raise OutputError(f"cannot move the new {self.kind.name} into place: "
+                              f"{exc.strerror or exc}", path=self.target) from exc
         if fsync:
             fsync_directory(self.parent)
 

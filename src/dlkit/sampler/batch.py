@@ -249,7 +249,8 @@ class BatchBuilder:
             if config.sequence_length < cells:
                 raise InvalidArgumentError(
                     f"sequence_length {config.sequence_length} is shorter than the {cells} cells "
-                    f"of a row of task {view.name!r}'s table: the seed's target could be cut off")
+                    f"of a row of table {db.tables[view.table_index].name!r} (task "
+                    f"{view.name!r}): the seed's target could be cut off")
 
     def _task_view(self, task: Any) -> TaskView:
         table = self.db.table(task.table)

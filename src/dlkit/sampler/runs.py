@@ -3,13 +3,15 @@
 ``write_run_manifest`` hash-splits every task and writes the run manifest for ``dlkit sample``.
 ``write_batches`` streams one (task, split) dataset through the same schedules the
 ``Sampler`` uses (so a task's train batches here are that task's batches in a multi-task
-run, in order) and writes each batch as ``.npz``.
+run, in order) and writes each batch as ``.npz``, into a directory that replaces the output
+directory only when complete.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from dlkit.atomic import atomic_write_bytes
+from dlkit.db.output import AtomicDirectory, TargetKind
 from dlkit.errors import InvalidArgumentError, OutputError
+from dlkit.files import read_regular
 from dlkit.nextbatch import RunManifest, Stage
 from dlkit.sampler.api import open_db
 from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
-from dlkit.sampler.schedule import Job, TrainSchedule, ValSchedule, open_streams
+from dlkit.sampler.schedule import Job, SamplerWarning, TrainSchedule, ValSchedule, open_streams
 from dlkit.sampler.splits import (
     DEFAULT_SAMPLING_MODE,
     SPLITS,
@@ -34,6 +38,8 @@ from dlkit.sampler.splits import (
     split_index,
     train_sampling_mode,
 )
+
+INDEX_FILE = "index.json"
 
 
 @dataclass(frozen=True)
@@ -75,12 +81,30 @@ def write_run_manifest(db_path: Any, out: str | Path, *, seed: int, global_batch
                                      sampler_block_size=sampler_block_size,
                                      sampling_mode=sampling_mode)
         atomic_write_bytes(out, manifest.to_json().encode())
+        _warn_unusable(manifest)
         return ManifestSummary(str(out), db.database_id, manifest.manifest_hash.hex(),
                                manifest.global_batch_size, manifest.data.sampling_mode,
                                {key: e.cardinality for key, e in manifest.datasets.items()})
     finally:
         if owned:
             db.close()
+
+
+def _warn_unusable(manifest: RunManifest) -> None:
+    """A ``SamplerWarning`` per dataset that can never yield a step: train drops a partial
+    batch, so it needs a global batch of seeds; val and test (sampled in order, partial last
+    batch kept) need one seed."""
+    gbs = manifest.global_batch_size
+    for key, entry in manifest.datasets.items():
+        n = entry.cardinality
+        if n == 0:
+            warnings.warn(f"dataset {key!r} has no seed: it yields no step", SamplerWarning,
+                          stacklevel=3)
+        elif key.endswith("/train") and n < gbs:
+            seeds = "1 seed" if n == 1 else f"{n} seeds"
+            warnings.warn(f"dataset {key!r} has {seeds}, fewer than the global batch size {gbs}: "
+                          "it yields no train step (a partial batch is dropped)", SamplerWarning,
+                          stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -155,38 +179,60 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
-                  on_batch: Callable[[int], None] | None = None) -> BatchesSummary:
-    """Write ``step_NNNNNN.npz`` (exactly the batch keys) per step and ``index.json``
-    (per step: file, task, epoch, cursor, anchor rows), each file atomically."""
-    out = Path(out_dir)
+def is_batches_dir(path: Path) -> bool:
+    """A directory that looks like ``write_batches`` output (its index names the database
+    and lists the batches)."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the output directory: {exc.strerror or exc}",
-                          path=out) from None
+        doc = json.loads(read_regular(path / INDEX_FILE))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and {"database_id", "batches"} <= doc.keys()
+
+
+# An existing empty directory holds nothing a run could mix with its own files.
+BATCHES = TargetKind("batches directory", is_batches_dir, fill_empty=True)
+
+
+def _write(root: Path, out: Path, name: str, data: bytes) -> None:
+    try:
+        (root / name).write_bytes(data)
+    except OSError as exc:  # the temporary directory's name would mean nothing to the user
+        raise OutputError(f"cannot write {name}: {exc.strerror or exc}", path=out) from None
+
+
+def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
+                  on_batch: Callable[[int], None] | None = None,
+                  overwrite: bool = False) -> BatchesSummary:
+    """Write ``step_NNNNNN.npz`` (exactly the batch keys) per step and ``index.json``
+    (per step: file, task, epoch, cursor, anchor rows) into a new ``out_dir``, or an empty
+    one. An existing one is replaced as a whole with ``overwrite`` (so no file of an earlier
+    run stays beside the new index), and only once every file is written."""
+    out = Path(out_dir)
+    target = AtomicDirectory(out, overwrite=overwrite, kind=BATCHES)
     db, owned = open_db(db_path)
     files, entries, sequences, cells = [], [], 0, 0
     try:
-        for job, built in iter_batches(db, request):
-            name = f"step_{job.step:06d}.npz"
-            atomic_write_bytes(out / name, npz_bytes(built.arrays))
-            files.append(name)
-            sequences += int(built.seed_indices.shape[0])
-            cells += int(built.cell_counts.sum())
-            entries.append({"step": job.step, "file": name, "task": built.task,
-                            "dataset": job.stream.key, "epoch": job.cursor.epoch,
-                            "global_index": job.cursor.global_index,
-                            "anchor_rows": built.anchor_rows.tolist()})
-            if on_batch is not None:
-                on_batch(1)
-        index = {"database_id": db.database_id, "request": _request_json(request),
-                 "batches": entries}
-        atomic_write_bytes(out / "index.json", (json.dumps(index, indent=1) + "\n").encode())
+        with target as root:
+            for job, built in iter_batches(db, request):
+                name = f"step_{job.step:06d}.npz"
+                _write(root, out, name, npz_bytes(built.arrays))
+                files.append(name)
+                sequences += int(built.seed_indices.shape[0])
+                cells += int(built.cell_counts.sum())
+                entries.append({"step": job.step, "file": name, "task": built.task,
+                                "dataset": job.stream.key, "epoch": job.cursor.epoch,
+                                "global_index": job.cursor.global_index,
+                                "anchor_rows": built.anchor_rows.tolist()})
+                if on_batch is not None:
+                    on_batch(1)
+            index = {"database_id": db.database_id, "request": _request_json(request),
+                     "batches": entries}
+            _write(root, out, INDEX_FILE, (json.dumps(index, indent=1) + "\n").encode())
+            target.commit()
     finally:
         if owned:
             db.close()
-    return BatchesSummary(str(out), files, len(files), sequences, cells, str(out / "index.json"))
+    return BatchesSummary(str(out), files, len(files), sequences, cells, str(out / INDEX_FILE))
 
 
 def _request_json(request: BatchRequest) -> dict[str, Any]:
