@@ -13,7 +13,8 @@ import typer
 from typer.core import TyperGroup
 
 from dlkit import errors
-from dlkit.cli.console import err_console, plain
+from dlkit.cli.console import print_error
+
 
 class _ReaderGone(Exception):
     """Standard output's reader left (``dlkit sample | head``): not an error of ours."""
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        err_console.print(f"[bold red]error[/] [red]{exc.code}[/]: {plain(exc)}", highlight=False, soft_wrap=True)
+        print_error(exc)
         sys.exit(exit_code_for(exc))
     except _ReaderGone:
         # The interpreter's last flush of stdout would fail again: point it at nothing.

@@ -16,6 +16,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from dlkit.errors import DlkitError
+
+
 class _Console(Console):
     """A rich console for a command's output.
 
@@ -42,6 +45,12 @@ def plain(value: Any) -> str:
     """``value`` as text that rich prints as it is: user data (paths, names, keys, messages
     quoting cell values) may hold ``[...]``, which rich would otherwise read as markup."""
     return escape(str(value))
+
+
+def print_error(error: DlkitError) -> None:
+    """One line on stderr: ``error CODE: file: problem``."""
+    err_console.print(f"[bold red]error[/] [red]{error.code}[/]: {plain(error)}",
+                      highlight=False, soft_wrap=True)
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:

@@ -112,7 +112,7 @@ def preprocess(
     output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
     schema: Path = typer.Option(None, "--schema", "-s", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically)."),
-    on_dangling: str = typer.Option("drop", "--on-dangling",
+    on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
                                     help="Foreign keys pointing to a missing parent: drop (keep the row, drop the edge, report) or error."),
     # = dlkit.db.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
     # every command, --help included.

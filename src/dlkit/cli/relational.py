@@ -67,7 +67,7 @@ def manifest(
                              help="Manifest file to write (atomically)."),
     split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
-    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="v3|v2",
+    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
                                       help=MANIFEST_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
@@ -111,7 +111,7 @@ def batches(
     db: Path = typer.Argument(..., help=DB_HELP),
     task: str = typer.Option(..., "--task", "-t", help="Task name (see the database metadata)."),
     split: str = typer.Option(
-        "train", "--split",
+        "train", "--split", metavar="<train|val|test>",
         help="train (shuffled), val or test (in order, each seed once per epoch)."),
     steps: int = typer.Option(
         1, "--steps", "-n", min=1,
@@ -135,7 +135,7 @@ def batches(
         1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
-    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="v3|v2",
+    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
                                       help=BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -177,7 +177,9 @@ def show(
     task: str = typer.Option(..., "--task", "-t", help="Task name."),
     anchor: int = typer.Option(
         ..., "--anchor", "-a", parser=uint64,
-        help="The seed: a row number (0-based, input order) of the task's table."),
+        help="The seed: a row number (0-based, input order) of the task's table, as in "
+             "index.json's anchor_rows; not a position that `dlkit sample` prints (those "
+             "count the seeds of one split)."),
     seed: int = typer.Option(0, "--seed", "-s", parser=uint64, help=SEED_HELP),
     epoch: int = typer.Option(0, "--epoch", "-e", parser=uint64,
                               help="Epoch of the BFS stream."),

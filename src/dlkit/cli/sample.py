@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from dlkit.cli.app import app
-from dlkit.cli.console import err_console, plain, print_json, progress
+from dlkit.cli.console import err_console, plain, print_error, print_json, progress
 from dlkit.cli.params import positive_uint64, uint64
 from dlkit.errors import DlkitError, InvalidArgumentError, ReplayMismatchError
 from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
@@ -39,12 +39,12 @@ def sample(
                              help="This process's rank, 0-based."),
     world_size: int = typer.Option(1, "--world-size", "-w", parser=positive_uint64,
                                    help="Number of ranks; must divide global_batch_size."),
-    stage: str = typer.Option("train", "--stage", "-s",
+    stage: str = typer.Option("train", "--stage", "-s", metavar="<train|eval|infer>",
                               help="train (the manifest's shuffled order, full batches only, no repeats), eval or infer (in order, partial last batch)."),
     start_index: int = typer.Option(None, "--start-index", parser=uint64,
                                     help="Global position in the epoch to start from. Default: 0."),
     resume: Path = typer.Option(None, "--resume", help="Start from the cursor stored in this checkpoint."),
-    steps: str = typer.Option("all", "--steps", "-n",
+    steps: str = typer.Option("all", "--steps", "-n", metavar="<int|all>",
                               help="Calls to make: a positive integer (may roll into later epochs), or 'all' for the rest of the epoch."),
     fmt: OutputFormat = typer.Option(OutputFormat.TXT, "--format", "-f",
                                      help="txt: one line per step, indices separated by spaces (empty line for an empty micro-batch); bin: raw little-endian uint64; npy: one 1-D uint64 array."),
@@ -176,6 +176,5 @@ def verify_golden_command(
     if failures:
         first, *rest = failures.values()
         for exc in rest:  # the first is printed by the CLI's boundary, which raises it
-            err_console.print(f"[bold red]error[/] [red]{exc.code}[/]: {plain(exc)}",
-                              highlight=False)
+            print_error(exc)
         raise first
