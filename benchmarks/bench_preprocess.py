@@ -31,10 +31,11 @@ faster right after: it runs long enough (over 2 s) for the host to take that mem
 during its run. With reporting off (as root, ``page_reporting_order`` above the largest page
 order) every page stays backed, as on a machine without a balloon: the read then runs at
 its churned speed and preprocess at its settled one (measured on the build VM: read
-0.82-1.01 s, preprocess 3.32-3.59 s, 3.6-4.3x in same-moment pairs). Steps 1 and 2 therefore run in both states,
-each step prepared the same way: ``settled`` (the machine idle for SETTLE_SECONDS first) and
-``churned`` (a process touched and freed CHURN_BYTES just before). Each state's ratio
-compares the two steps in that state; the target holds when it holds in both.
+0.82-1.01 s, preprocess 3.32-3.59 s, 3.6-4.3x in same-moment pairs). As the two states
+favour different steps, steps 1 and 2 run in both, each step prepared the same way:
+``settled`` (the machine idle for SETTLE_SECONDS first) and ``churned`` (a process touched
+and freed CHURN_BYTES just before). Each state's ratio compares the two steps in that state;
+the target holds when it holds in both.
 
 Targets (issue 3): preprocess within 3x the pyarrow read; CSR build faster than argsort.
 Usage: ``python benchmarks/bench_preprocess.py [--edges N] [--workdir DIR] [--keep]``.

@@ -84,7 +84,9 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
-        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+        # A broken pipe is never the temporary file's (a regular file): the block wrote to
+        # stdout too (`dlkit sample --trace t | head`) and its reader left.
+        if isinstance(exc, OSError) and not isinstance(exc, (OutputError, BrokenPipeError)):
             raise OutputError(f"write failed: {exc.strerror or exc}", path=target) from exc
         raise
     fsync_directory(directory)

@@ -1,5 +1,7 @@
 """Every command has help that explains each option (docs are tested to cover every command)."""
 
+import inspect
+import re
 from pathlib import Path
 
 import typer.main
@@ -46,9 +48,28 @@ def test_readme_documents_every_command():
         assert f"dlkit {name}" in readme, f"README does not mention `dlkit {name}`"
 
 
-def test_version_is_the_installed_distribution_s():
+def test_version_matches_the_installed_distribution():
     from importlib.metadata import version
 
     result = run_dlkit("--version")
     assert result.returncode == 0
     assert result.stdout.decode() == f"dlkit {version('dlkit')}\n"
+
+
+# Help is rendered as markdown: these would vanish (an HTML-like tag), turn into emphasis, or
+# become a list or heading instead of the text written.
+MARKDOWN_TRAPS = re.compile(r"<[A-Za-z][^>]*>|\*|__|^\s*(?:[-+#]|\d+[.)])\s", re.MULTILINE)
+
+
+def test_no_help_text_holds_what_markdown_would_swallow():
+    texts = {"dlkit": app.info.help}
+    for name, command in commands():
+        texts[f"dlkit {name}"] = command.help or ""
+        texts.update({f"dlkit {name} {p.name}": getattr(p, "help", None) or ""
+                      for p in command.params})
+    for where, text in texts.items():
+        # an indented block is code, shown as written
+        prose = "\n".join(line for line in inspect.cleandoc(text).splitlines()
+                          if not line.startswith("    "))
+        found = MARKDOWN_TRAPS.search(prose)
+        assert found is None, f"{where}: markdown would render {found.group()!r}"

@@ -141,13 +141,49 @@ def test_batches_refuses_an_existing_output_unless_overwrite(dlkit, db_path, tmp
     assert "wrote 1 batch (2 sequences, " in replaced.stderr
 
 
-def test_batches_fills_an_empty_existing_directory(dlkit, db_path, tmp_path):
+def test_batches_takes_an_existing_empty_directory_with_overwrite_as_preprocess_does(
+        dlkit, db_path, tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
-    result = _batches(dlkit, db_path, out, 2)
+    refused = _batches(dlkit, db_path, out, 2)
+    assert refused.returncode == 6 and "--overwrite" in refused.stderr
+    result = _batches(dlkit, db_path, out, 2, "--overwrite")
     assert result.returncode == 0, result.stderr
     assert _step_files(out) == ["step_000000.npz", "step_000001.npz"]
     assert (out / "index.json").is_file() and "wrote 2 batches (4 sequences, " in result.stderr
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    linked = _batches(dlkit, db_path, link, 1, "--overwrite")
+    assert linked.returncode == 6 and "is a symbolic link" in linked.stderr
+
+
+def test_a_terminated_batches_run_leaves_nothing_beside_its_output(dlkit, db_path, tmp_path,
+                                                                   monkeypatch):
+    import os
+    import signal
+
+    from dlkit.sampler import runs
+
+    real, calls = runs.npz_bytes, []
+
+    def terminated_after_one(arrays):
+        calls.append(1)
+        if len(calls) == 2:  # a batch is on disk in the build directory by now
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(arrays)
+
+    def not_taken(signum, frame):  # without the CLI's handler SIGTERM would end pytest
+        raise AssertionError("the CLI did not take SIGTERM")
+
+    monkeypatch.setattr(runs, "npz_bytes", terminated_after_one)
+    previous = signal.signal(signal.SIGTERM, not_taken)
+    try:
+        result = _batches(dlkit, db_path, tmp_path / "out", 3)
+        assert signal.getsignal(signal.SIGTERM) is not_taken  # the CLI put it back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.returncode == 130 and len(calls) == 2  # as for Ctrl-C
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no build dir, lock or output
 
 
 def test_batches_overwrite_never_replaces_other_data(dlkit, db_path, tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlkit.cli.sample import DEFAULT_GOLDEN_DIR
 from dlkit.nextbatch import Cursor, SamplingPlan
 from tests.cli.helpers import assert_clean_failure, run_dlkit
 from tests.nextbatch.helpers import concat, manifest_dict, manifest_of
@@ -71,6 +72,9 @@ def test_replay_against_another_manifest_reports_the_mismatch_in_json(tmp_path, 
     result = json.loads(replay.stdout)
     assert result["ok"] is False and result["code"] == "REPLAY_MISMATCH"
     assert "REPLAY_MISMATCH" in replay.stderr.decode()
+    trace.write_bytes(trace.read_bytes()[:-3])  # truncated: a malformed input, not a mismatch
+    broken = run_dlkit("replay", trace, "--manifest", manifest_path, "--json")
+    assert broken.returncode == 5 and json.loads(broken.stdout)["code"] == "TRACE_INVALID"
 
 
 def test_json_summary_and_steps_rolling_into_next_epoch(tmp_path, manifest_path):
@@ -82,29 +86,44 @@ def test_json_summary_and_steps_rolling_into_next_epoch(tmp_path, manifest_path)
     assert summary["indices"] == len(concat(list(plan.iter_chunks(Cursor(), 12))))
 
 
+def _run_with_closed(stream: str, *args) -> tuple[int, str]:
+    """Run dlkit with our end of its stdout or stderr pipe closed before it writes, so its
+    first write there fails with EPIPE (Python ignores SIGPIPE): `dlkit ... | head -c 0`."""
+    proc = subprocess.Popen([sys.executable, "-m", "dlkit", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    getattr(proc, stream).close()
+    other = (proc.stderr if stream == "stdout" else proc.stdout).read().decode()
+    return proc.wait(timeout=300), other
+
+
 @pytest.mark.parametrize("fmt", ["txt", "npy"])
-def test_a_reader_that_leaves_the_pipe_is_not_an_error(manifest_path, fmt):
-    # Our end of the pipe is closed before dlkit starts writing, so its first write fails
-    # with EPIPE (Python ignores SIGPIPE): `dlkit sample | head -c 10` in the limit.
-    proc = subprocess.Popen([sys.executable, "-m", "dlkit", "sample", str(manifest_path),
-                             "-d", "ds", "--format", fmt], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    proc.stdout.close()
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=300) == 0, err
-    assert err == ""
+def test_a_reader_that_leaves_stdout_stops_the_command_as_sigpipe_would(manifest_path, fmt,
+                                                                         tmp_path):
+    checkpoint = tmp_path / "after.ckpt"
+    code, err = _run_with_closed("stdout", "sample", manifest_path, "-d", "ds", "--format", fmt,
+                                 "--trace", tmp_path / "t.cbor", "--checkpoint-out", checkpoint)
+    assert code == 128 + 13 and err == ""  # quiet: not blamed on the trace file either
+    assert not checkpoint.exists()  # the run was cut short: no cursor claims otherwise
 
 
-def test_a_reader_that_leaves_a_rich_table_is_not_an_error(tmp_path):
+def test_a_reader_that_leaves_a_rich_table_stops_the_command(tmp_path):
     # rich's own handler would exit 1 (Console.on_broken_pipe)
     from tests.db.conftest import EXAMPLE
 
-    proc = subprocess.Popen([sys.executable, "-m", "dlkit", "preprocess", str(EXAMPLE),
-                             str(tmp_path / "db"), "--quiet", "--no-fsync"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.close()
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=300) == 0, err
+    code, _ = _run_with_closed("stdout", "preprocess", EXAMPLE, tmp_path / "db", "--quiet",
+                               "--no-fsync")
+    assert code == 128 + 13
+
+
+def test_a_reader_that_leaves_stderr_keeps_the_exit_code(tmp_path):
+    golden = json.loads((DEFAULT_GOLDEN_DIR / "nextbatch_v2_n1e6_drop_last.json").read_text())
+    golden["cases"] = golden["cases"][:1]
+    golden["cases"][0]["positions"][3][2] += 1
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(golden))
+    code, out = _run_with_closed("stderr", "verify-golden", changed, "--json")
+    assert code == 3 and json.loads(out)["ok"] is False
+    assert _run_with_closed("stderr", "verify", tmp_path / "nowhere")[0] == 3
 
 
 @pytest.mark.parametrize("option", ["--epoch", "--start-index", "--rank", "--world-size",
@@ -173,8 +192,6 @@ def test_verify_golden_default_run(tmp_path):
 
 
 def test_verify_golden_checks_every_file_and_reports_each_failure(tmp_path):
-    from dlkit.cli.sample import DEFAULT_GOLDEN_DIR
-
     document = json.loads((DEFAULT_GOLDEN_DIR / "nextbatch_v2_n1e6_drop_last.json").read_text())
     document["cases"] = document["cases"][:1]
     good = tmp_path / "good.json"
@@ -184,17 +201,22 @@ def test_verify_golden_checks_every_file_and_reports_each_failure(tmp_path):
     changed.write_text(json.dumps(document))
     broken = tmp_path / "broken.json"
     broken.write_text("{")
-    result = run_dlkit("verify-golden", changed, broken, good, "--json")
-    assert result.returncode == 3, result.stderr  # the first failure's: a mismatch
+    result = run_dlkit("verify-golden", broken, changed, good, "--json")
+    assert result.returncode == 3, result.stderr  # a mismatch decides, wherever it is
     report = json.loads(result.stdout)
     assert report["ok"] is False
     assert [Path(f["path"]).name for f in report["files"]] == ["good.json"]
     assert [(Path(f["path"]).name, f["code"]) for f in report["failures"]] == [
-        ("changed.json", "GOLDEN_MISMATCH"), ("broken.json", "GOLDEN_INVALID")]
-    text = run_dlkit("verify-golden", changed, broken, good)
-    err = text.stderr.decode()
-    assert text.returncode == 3 and "ok good.json" in err
-    assert err.count("error GOLDEN_INVALID") == 1 and err.count("error GOLDEN_MISMATCH") == 1
+        ("broken.json", "GOLDEN_INVALID"), ("changed.json", "GOLDEN_MISMATCH")]
+    text = run_dlkit("verify-golden", broken, changed, good)
+    lines = text.stderr.decode().splitlines()
+    assert text.returncode == 3 and "ok good.json" in lines[0]
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "error GOLDEN_INVALID", "error GOLDEN_MISMATCH", "error GOLDEN_MISMATCH"]
+    assert "broken.json" in lines[1] and "changed.json" in lines[2]
+    assert lines[3].endswith("2 of 3 golden files failed (above)")
+    alone = run_dlkit("verify-golden", broken, broken)  # given twice, checked once
+    assert alone.returncode == 5 and len(alone.stderr.decode().splitlines()) == 1
 
 
 def test_a_full_disk_on_stdout_is_one_line(manifest_path):

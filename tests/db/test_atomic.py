@@ -196,6 +196,22 @@ def test_interrupted_fallback_overwrite_is_repaired(tmp_path, monkeypatch):
     assert leftovers(tmp_path) == []
 
 
+def test_an_output_of_another_kind_run_at_the_same_path_puts_the_database_back(tmp_path):
+    """A database moved aside by an interrupted fallback overwrite is the user's data, whatever
+    kind of output the next run at that path builds: it goes back, and is then refused."""
+    from dlkit.db.output import TargetKind
+
+    src = write_db(tmp_path / "in", {"a": pa.table({"k": [1, 2]})}, '[tables.a]\nprimary_key = "k"\n')
+    target = tmp_path / "db"
+    first = preprocess(src, target, fsync=False).database_hash
+    os.rename(target, tmp_path / ".db.dlkit-old-deadbeef")
+    other = TargetKind("batches directory", lambda path: (path / "index.json").exists())
+    with pytest.raises(OutputError, match="is not a dlkit batches directory"):
+        with AtomicDirectory(target, overwrite=True, kind=other):
+            pass
+    assert verify_database(target).database_hash == first and leftovers(tmp_path) == []
+
+
 def test_refuses_to_overwrite_without_flag_even_at_commit(tmp_path):
     src = write_db(tmp_path / "in", {"a": pa.table({"k": [1]})}, '[tables.a]\nprimary_key = "k"\n')
     target = tmp_path / "db"

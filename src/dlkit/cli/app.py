@@ -6,8 +6,12 @@ red line and an exit code. A traceback is shown only with ``--debug`` (or ``DLKI
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import signal
 import sys
+from collections.abc import Iterator
 
 import typer
 from typer.core import TyperGroup
@@ -16,19 +20,39 @@ from dlkit import errors
 from dlkit.cli.console import print_error
 
 
+# A command whose standard output's reader left before the end (`dlkit sample | head`)
+# stops there, quietly, with the status of a process killed by SIGPIPE: the output is cut
+# short and whatever the command would have done after it (a checkpoint, say) is not done.
+READER_GONE_EXIT = 128 + signal.SIGPIPE
+
+
 class _ReaderGone(Exception):
-    """Standard output's reader left (``dlkit sample | head``): not an error of ours."""
+    """Standard output's reader left."""
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe or socket whose reading end is closed."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or no stdout
+        return False
 
 
 class _Group(TyperGroup):
     """The root command group. A ``BrokenPipeError`` leaving a command becomes
-    :class:`_ReaderGone` here, before click's own handler, which would exit 1 on it."""
+    :class:`_ReaderGone` when stdout's reader left, an ``OutputError`` otherwise (a plug-in's
+    pipe, say), before click's own handler, which would exit 1 on either."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except BrokenPipeError as exc:
-            raise _ReaderGone from exc
+            if _stdout_reader_gone():
+                raise _ReaderGone from exc
+            raise errors.OutputError(f"input/output error: {exc.strerror or exc}",
+                                     path=exc.filename) from exc
 
 
 app = typer.Typer(
@@ -95,6 +119,25 @@ def _register_commands() -> None:
     from dlkit.cli import relational  # noqa: F401
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a scheduler's time limit) unwinds like Ctrl-C, so a command's
+    temporary output is removed on the way out instead of left beside the target."""
+
+    def interrupt(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding program's): leave it alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; never lets a traceback out unless debugging.
 
@@ -104,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     _register_commands()
     try:
         try:
-            app(args=argv, prog_name="dlkit")
+            with _sigterm_as_interrupt():
+                app(args=argv, prog_name="dlkit")
         except (_ReaderGone, errors.DlkitError):
             raise
         except OSError as exc:  # I/O no command reported itself (stdout on a full disk)
@@ -124,4 +168,4 @@ def main(argv: list[str] | None = None) -> None:
         # The interpreter's last flush of stdout would fail again: point it at nothing.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(0)
+        sys.exit(READER_GONE_EXIT)

@@ -23,9 +23,10 @@ class _Console(Console):
     """A rich console for a command's output.
 
     Off a terminal (a pipe, a log) it does not wrap printed lines at 80 columns in the middle
-    of a phrase; tables still fit the width. A reader that leaves the pipe (``dlkit show |
-    head -1``) raises ``BrokenPipeError``, which the CLI's boundary turns into a quiet exit 0
-    (rich's own handler exits 1).
+    of a phrase; tables still fit the width. When the reader of stdout leaves (``dlkit show |
+    head -1``) it raises ``BrokenPipeError`` for the CLI's boundary (rich's own handler exits
+    1 at once); when stderr's does, the command goes on without its messages, so its exit
+    code still tells how it went.
     """
 
     def __init__(self, **kwargs: Any):
@@ -34,7 +35,8 @@ class _Console(Console):
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
-        raise BrokenPipeError
+        if not self.stderr:
+            raise BrokenPipeError
 
 
 console = _Console()
@@ -51,11 +53,6 @@ def print_error(error: DlkitError) -> None:
     """One line on stderr: ``error CODE: file: problem``."""
     err_console.print(f"[bold red]error[/] [red]{error.code}[/]: {plain(error)}",
                       highlight=False, soft_wrap=True)
-
-
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """``1 task``, ``3 tasks``, ``1,024 rows``: a count with its noun in the right number."""
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
 def print_json(payload: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import signal
+import shlex
 import sys
 from pathlib import Path
 
@@ -18,8 +18,9 @@ from rich.progress import (
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, counted, err_console, plain, print_json
+from dlkit.cli.console import console, err_console, plain, print_json
 from dlkit.errors import InvalidArgumentError, OutputError, VerificationError
+from dlkit.text import counted
 
 PANEL = "Relational database"
 
@@ -94,18 +95,6 @@ class RichProgress:
             self.task = None
 
 
-def _sigterm_as_interrupt() -> None:
-    """Turn SIGTERM into an exception so the build directory is cleaned up on the way out."""
-
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        pass
-
-
 @app.command(rich_help_panel=PANEL)
 def preprocess(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables (files or directories of parts)."),
@@ -144,7 +133,6 @@ def preprocess(
         raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
     emb = load_embedder(embedder, embedding_dim)
     budget = None if memory_budget is None else parse_size(memory_budget, "--memory-budget")
-    _sigterm_as_interrupt()
     show = not quiet and not as_json
     if show:
         with RichProgress() as sink:
@@ -178,7 +166,7 @@ def preprocess(
                    str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}")
     console.print(stages)
     for warning in report.warnings:
-        err_console.print(f"[yellow]warning[/] {plain(warning)}", highlight=False)
+        err_console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
     console.print(f"{counted(report.num_texts, 'distinct text')}, "
                   f"{counted(report.num_categories, 'category', 'categories')}, "
                   f"{counted(report.num_tasks, 'task')}", highlight=False)
@@ -237,6 +225,7 @@ def schema_infer(
         atomic_write_bytes(out, text.encode("utf-8"))
         # preprocess reads INPUT_DIR/dlkit.toml unless told otherwise
         default = out.resolve() == (input_dir / SCHEMA_FILE).resolve()
-        command = f"dlkit preprocess {input_dir} OUT" + ("" if default else f" --schema {out}")
+        command = (f"dlkit preprocess {shlex.quote(str(input_dir))} OUT"
+                   + ("" if default else f" --schema {shlex.quote(str(out))}"))
         err_console.print(f"wrote {plain(out)}: review it, then `{plain(command)}`",
                           highlight=False)

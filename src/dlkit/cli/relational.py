@@ -13,8 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, counted, err_console, plain, print_json, progress
+from dlkit.cli.console import console, err_console, plain, print_json, progress
 from dlkit.cli.params import positive_uint64, uint64
+from dlkit.text import counted
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
     from dlkit.sampler.splits import SplitRatios
@@ -46,7 +47,6 @@ def _printing_warnings() -> Iterator[None]:
         finally:
             for warning in caught:
                 err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
-
 
 
 def _ratios(text: str) -> SplitRatios:
@@ -207,7 +207,7 @@ def show(
         return
     console.print(f"task [bold]{plain(view.task)}[/], anchor row {view.anchor_row}, observed at "
                   f"{view.obs_time}; epoch {view.epoch}; {counted(len(view.rows), 'row')}, "
-                  f"{view.num_cells}/{counted(view.sequence_length, 'cell')}", highlight=False)
+                  f"{view.num_cells:,}/{counted(view.sequence_length, 'cell')}", highlight=False)
     table = Table(show_lines=False, header_style="bold")
     for name, justify in (("#", "right"), ("table", "left"), ("key", "left"),
                           ("time", "left"), ("reached", "left"), ("cells", "left")):

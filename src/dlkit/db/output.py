@@ -73,29 +73,29 @@ def is_database_dir(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class TargetKind:
-    """What a target directory holds: its name in messages, how to recognise an existing one
-    that ``overwrite`` may replace (anything else is someone's data), and whether an existing
-    empty directory is taken without ``overwrite``."""
+    """What a target directory holds: its name in messages, and how to recognise an existing
+    one that ``overwrite`` may replace (anything else is someone's data)."""
 
     name: str
     recognise: Callable[[Path], bool]
-    fill_empty: bool = False
 
 
 DATABASE = TargetKind("database", is_database_dir)
 
 
 def check_target(target: Path, overwrite: bool, kind: TargetKind = DATABASE) -> None:
-    """Refuse a target that exists (unless ``overwrite`` and it is a ``kind`` or empty, or
-    ``kind.fill_empty`` and it is empty)."""
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
+    """Refuse a target that exists, unless ``overwrite`` and it is a ``kind`` or empty."""
+    if target.is_symlink():
+        raise OutputError("is a symbolic link; refusing to replace it (give the directory "
+                          "it names)", path=target)
+    if target.exists() and not target.is_dir():
         raise OutputError("exists and is not a directory; refusing to replace it", path=target)
     if target.exists():
-        if not overwrite and not (kind.fill_empty and not any(target.iterdir())):
-            raise OutputError("already exists (pass --overwrite to replace it)", path=target)
         if not kind.recognise(target) and any(target.iterdir()):
             raise OutputError(f"exists and is not a dlkit {kind.name}; refusing to replace it, "
                               "even with --overwrite", path=target)
+        if not overwrite:
+            raise OutputError("already exists (pass --overwrite to replace it)", path=target)
 
 
 class AtomicDirectory:
@@ -156,8 +156,10 @@ class AtomicDirectory:
     def _recover(self) -> None:
         """Holding the lock: finish or undo what an interrupted run left beside the target."""
         olds = self._leftovers(OLD_MARK)
-        if olds and not self.target.exists() and self.kind.recognise(olds[0]):
-            os.rename(olds[0], self.target)  # interrupted fallback overwrite: put the old back
+        if olds and not self.target.exists():
+            # an overwrite interrupted between its two renames, perhaps by a run of another
+            # kind of output: whatever the target held goes back
+            os.rename(olds[0], self.target)
             olds = olds[1:]
         for stale in self._leftovers(TMP_MARK) + olds:
             shutil.rmtree(stale, ignore_errors=True)

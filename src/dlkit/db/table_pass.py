@@ -33,6 +33,7 @@ from dlkit.db.source import ReadJob
 from dlkit.db.tasks import TaskWriter
 from dlkit.db.texts import TextStore
 from dlkit.errors import DataError
+from dlkit.text import counted
 
 
 @dataclass(frozen=True)
@@ -129,18 +130,16 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
     task_meta = [tw.finish(mappings[tw.task.target]) for tw in tasks]
     warnings = []
     if plan.num_null_times:
-        nulls = plan.num_null_times
-        warnings.append(f"{where(plan.name, plan.time_column)}: {nulls:,} null "
-                        f"{'time' if nulls == 1 else 'times'}; those rows get no time "
-                        "(always visible)")
+        warnings.append(f"{where(plan.name, plan.time_column)}: "
+                        f"{counted(plan.num_null_times, 'null time')}; those rows get no "
+                        "time (always visible)")
     problems = []
     for k, fkp in enumerate(plan.foreign_keys):
         if fkp.num_dangling:
             row, value = first_dangling[k]
             parent = ctx.plans[fkp.parent]
-            count = fkp.num_dangling
-            problems.append(f"{where(plan.name, fkp.column)}: {count:,} dangling foreign "
-                            f"{'key' if count == 1 else 'keys'} to "
+            problems.append(f"{where(plan.name, fkp.column)}: "
+                            f"{counted(fkp.num_dangling, 'dangling foreign key')} to "
                             f"{fkp.parent}.{parent.primary_key} (first: row {row}, "
                             f"value {value!r})")
     if problems and ctx.on_dangling == "error":

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlkit.db.format import MANIFEST_FILE
 from dlkit.db.manifest import list_files
 from dlkit.db.reader import Failure, check_database
 
@@ -65,14 +66,14 @@ def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
     root = Path(path)
     failures = check_database(root, verify_hashes=True)
     files = list_files(root) if root.is_dir() else []
-    if (root / "manifest.json").exists():
-        files.append("manifest.json")  # counted with the rest, as preprocess counts it
+    if (root / MANIFEST_FILE).exists():
+        files.append(MANIFEST_FILE)  # counted with the rest, as preprocess counts it
     total = sum((root / rel).stat().st_size for rel in files if (root / rel).is_file())
     recorded = None
     if not failures:
         from dlkit.db.manifest import parse_manifest
 
-        _, digest = parse_manifest((root / "manifest.json").read_bytes())
+        _, digest = parse_manifest((root / MANIFEST_FILE).read_bytes())
         recorded = digest.hex()
     return VerifyReport(path=str(root), ok=not failures, database_hash=recorded,
                         files=len(files),

@@ -38,6 +38,7 @@ from dlkit.sampler.splits import (
     split_index,
     train_sampling_mode,
 )
+from dlkit.text import counted
 
 INDEX_FILE = "index.json"
 
@@ -101,8 +102,7 @@ def _warn_unusable(manifest: RunManifest) -> None:
             warnings.warn(f"dataset {key!r} has no seed: it yields no step", SamplerWarning,
                           stacklevel=3)
         elif key.endswith("/train") and n < gbs:
-            seeds = "1 seed" if n == 1 else f"{n} seeds"
-            warnings.warn(f"dataset {key!r} has {seeds}, fewer than the global batch size {gbs}: "
+            warnings.warn(f"dataset {key!r} has {counted(n, 'seed')}, fewer than the global batch size {gbs}: "
                           "it yields no train step (a partial batch is dropped)", SamplerWarning,
                           stacklevel=3)
 
@@ -189,8 +189,7 @@ def is_batches_dir(path: Path) -> bool:
     return isinstance(doc, dict) and {"database_id", "batches"} <= doc.keys()
 
 
-# An existing empty directory holds nothing a run could mix with its own files.
-BATCHES = TargetKind("batches directory", is_batches_dir, fill_empty=True)
+BATCHES = TargetKind("batches directory", is_batches_dir)
 
 
 def _write(root: Path, out: Path, name: str, data: bytes) -> None:
