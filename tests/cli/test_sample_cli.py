@@ -8,10 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlkit.cli.sample import DEFAULT_GOLDEN_DIR
 from dlkit.nextbatch import Cursor, SamplingPlan
 from tests.cli.helpers import assert_clean_failure, run_dlkit
-from tests.nextbatch.helpers import concat, manifest_dict, manifest_of
+from tests.nextbatch.helpers import (
+    change_a_position,
+    concat,
+    manifest_dict,
+    manifest_of,
+    one_case_golden,
+)
 
 DOC = manifest_dict(70, 8, 16, seed=3)
 
@@ -116,11 +121,7 @@ def test_a_reader_that_leaves_a_rich_table_stops_the_command(tmp_path):
 
 
 def test_a_reader_that_leaves_stderr_keeps_the_exit_code(tmp_path):
-    golden = json.loads((DEFAULT_GOLDEN_DIR / "nextbatch_v2_n1e6_drop_last.json").read_text())
-    golden["cases"] = golden["cases"][:1]
-    golden["cases"][0]["positions"][3][2] += 1
-    changed = tmp_path / "changed.json"
-    changed.write_text(json.dumps(golden))
+    changed = one_case_golden(tmp_path / "changed.json", change_a_position)
     code, out = _run_with_closed("stderr", "verify-golden", changed, "--json")
     assert code == 3 and json.loads(out)["ok"] is False
     assert _run_with_closed("stderr", "verify", tmp_path / "nowhere")[0] == 3
@@ -192,13 +193,8 @@ def test_verify_golden_default_run(tmp_path):
 
 
 def test_verify_golden_checks_every_file_and_reports_each_failure(tmp_path):
-    document = json.loads((DEFAULT_GOLDEN_DIR / "nextbatch_v2_n1e6_drop_last.json").read_text())
-    document["cases"] = document["cases"][:1]
-    good = tmp_path / "good.json"
-    good.write_text(json.dumps(document))
-    document["cases"][0]["positions"][3][2] += 1
-    changed = tmp_path / "changed.json"
-    changed.write_text(json.dumps(document))
+    good = one_case_golden(tmp_path / "good.json")
+    changed = one_case_golden(tmp_path / "changed.json", change_a_position)
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     result = run_dlkit("verify-golden", broken, changed, good, "--json")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -14,6 +16,24 @@ def manifest_dict(n: int, gbs: int, block_size: int, drop_last: bool = False, se
     return {"seed": seed, "global_batch_size": gbs,
             "data": {"sampler_block_size": block_size, "drop_last": drop_last},
             "datasets": {key: {"id": "ds", "version": "1", "cardinality": n, "hash": "ab" * 32}}}
+
+
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "golden"
+
+
+def one_case_golden(path: Path, edit: Callable[[dict], None] | None = None) -> Path:
+    """A golden file at ``path``: the first case of a small bundled one, ``edit(case)`` first."""
+    document = json.loads((GOLDEN_DIR / "nextbatch_v2_n1e6_drop_last.json").read_text())
+    document["cases"] = document["cases"][:1]
+    if edit is not None:
+        edit(document["cases"][0])
+    path.write_text(json.dumps(document))
+    return path
+
+
+def change_a_position(case: dict) -> None:
+    """Make the case's expected index at one sampled position wrong."""
+    case["positions"][3][2] += 1
 
 
 def manifest_of(d: dict):

@@ -12,8 +12,9 @@ import pytest
 from dlkit.errors import GoldenFileError, GoldenMismatchError
 from dlkit.nextbatch.golden import verify_golden
 from tests import naive_nextbatch as naive
+from tests.nextbatch.helpers import GOLDEN_DIR, change_a_position, one_case_golden
 
-GOLDEN = Path(__file__).parents[2] / "fixtures" / "golden"
+GOLDEN = GOLDEN_DIR
 FILES = sorted(GOLDEN.glob("nextbatch_v2_*.json"))
 
 
@@ -101,22 +102,13 @@ def test_large_golden_prefixes_and_positions_match_the_reference():
 
 
 def test_a_changed_golden_is_a_mismatch(tmp_path):
-    document = json.loads((GOLDEN / "nextbatch_v2_n1e6_drop_last.json").read_text())
-    document["cases"] = document["cases"][:1]
-    document["cases"][0]["positions"][3][2] += 1
-    path = tmp_path / "g.json"
-    path.write_text(json.dumps(document))
+    path = one_case_golden(tmp_path / "g.json", change_a_position)
     with pytest.raises(GoldenMismatchError, match="index at epoch 0 position"):
         verify_golden(path)
 
 
 def _edited(tmp_path, edit) -> Path:
-    document = json.loads((GOLDEN / "nextbatch_v2_n1e6_drop_last.json").read_text())
-    document["cases"] = document["cases"][:1]
-    edit(document["cases"][0])
-    path = tmp_path / "g.json"
-    path.write_text(json.dumps(document))
-    return path
+    return one_case_golden(tmp_path / "g.json", edit)
 
 
 def _set_stream(field, value):
