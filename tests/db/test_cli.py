@@ -220,3 +220,16 @@ def test_memory_budget_must_be_a_plain_size(dlkit, tmp_path, budget):
     r = dlkit("preprocess", EXAMPLE, tmp_path / "db", "-q", "--memory-budget", budget)
     assert r.returncode == 2 and "INVALID_ARGUMENT" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "db").exists()
+
+
+def test_the_progress_display_skips_a_stage_with_nothing_to_do():
+    from dlkit.cli.db import RichProgress
+
+    with RichProgress() as sink:
+        sink.begin("keys", 0)  # keys read in the tables pass: not a "0/0" bar
+        sink.end()
+        assert not sink.started  # nor an empty display line yet
+        sink.begin("scan", 4, "tables")
+        sink.advance(4)
+        sink.end()
+        assert [(t.description, t.completed) for t in sink.bar.tasks] == [("scan", 4)]

@@ -77,6 +77,9 @@ class RichProgress:
             self.bar.stop()
 
     def begin(self, stage: str, total: int | None, unit: str = "rows") -> None:
+        if total == 0:  # nothing to do here (keys read in the tables pass): no "0/0" bar
+            self.task = None
+            return
         if not self.started:  # at the first stage: an early error leaves no empty bar line
             self.bar.start()
             self.started = True

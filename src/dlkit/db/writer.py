@@ -235,7 +235,8 @@ class _Builder:
     # -- 5: embeddings ----------------------------------------------------------------------
 
     def embeddings(self, hasher: Hasher) -> None:
-        with self._stage("embeddings", num_schema_embeddings(self.plans), "texts") as st:
+        # the texts were embedded in the tables pass; here the column and category names are
+        with self._stage("embeddings", num_schema_embeddings(self.plans), "names") as st:
             write_schema_embeddings(self.plans, self.embedder, hasher, self.progress, st)
 
     # -- 6: manifest ------------------------------------------------------------------------
