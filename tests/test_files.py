@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from dlkit.files import open_regular, read_regular
+from dlkit.files import json_object_at, open_regular, read_regular
 
 
 def test_a_regular_file_is_read_whole(tmp_path):
@@ -32,3 +32,13 @@ def test_a_directory_is_refused(tmp_path):
     with pytest.raises(OSError) as caught:
         open_regular(tmp_path)
     assert caught.value.errno == errno.EISDIR and "is a directory" in str(caught.value)
+
+
+def test_json_object_at_recognises_only_a_json_object_in_a_regular_file(tmp_path):
+    (tmp_path / "obj.json").write_text('{"format": "x"}')
+    (tmp_path / "list.json").write_text("[1]")
+    (tmp_path / "bad.json").write_text("{")
+    os.mkfifo(tmp_path / "fifo.json")  # would block a plain read
+    assert json_object_at(tmp_path / "obj.json") == {"format": "x"}
+    for name in ("list.json", "bad.json", "fifo.json", "missing.json", "."):
+        assert json_object_at(tmp_path / name) is None, name

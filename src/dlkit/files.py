@@ -10,8 +10,10 @@ into their own error naming the file.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
+from typing import Any
 
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -36,3 +38,14 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
     with os.fdopen(open_regular(path), "rb") as f:
         return f.read()
+
+
+def json_object_at(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON object in the regular file ``path``; None when there is none (no such file,
+    unreadable, not JSON, or JSON but not an object): for recognising a directory by a file
+    it holds, not for reporting what is wrong with it."""
+    try:
+        doc = json.loads(read_regular(path))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -23,7 +23,6 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -35,7 +34,7 @@ from pathlib import Path
 from dlkit.atomic import fsync_directory
 from dlkit.db.format import MANIFEST_FILE, MANIFEST_FORMAT
 from dlkit.errors import OutputError
-from dlkit.files import read_regular
+from dlkit.files import json_object_at
 
 TMP_MARK = ".dlkit-tmp-"
 OLD_MARK = ".dlkit-old-"
@@ -64,11 +63,8 @@ def _renameat2(src: Path, dst: Path, flags: int) -> bool:
 
 def is_database_dir(path: Path) -> bool:
     """A directory that looks like a dlkit database (its manifest names the format)."""
-    try:
-        doc = json.loads(read_regular(path / MANIFEST_FILE))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(doc, dict) and doc.get("format") == MANIFEST_FORMAT
+    doc = json_object_at(path / MANIFEST_FILE)
+    return doc is not None and doc.get("format") == MANIFEST_FORMAT
 
 
 @dataclass(frozen=True)

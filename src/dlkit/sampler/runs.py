@@ -22,7 +22,7 @@ import numpy as np
 from dlkit.atomic import atomic_write_bytes
 from dlkit.db.output import AtomicDirectory, TargetKind
 from dlkit.errors import InvalidArgumentError, OutputError
-from dlkit.files import read_regular
+from dlkit.files import json_object_at
 from dlkit.nextbatch import RunManifest, Stage
 from dlkit.sampler.api import open_db
 from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
@@ -102,9 +102,9 @@ def _warn_unusable(manifest: RunManifest) -> None:
             warnings.warn(f"dataset {key!r} has no seed: it yields no step", SamplerWarning,
                           stacklevel=3)
         elif key.endswith("/train") and n < gbs:
-            warnings.warn(f"dataset {key!r} has {counted(n, 'seed')}, fewer than the global batch size {gbs}: "
-                          "it yields no train step (a partial batch is dropped)", SamplerWarning,
-                          stacklevel=3)
+            warnings.warn(f"dataset {key!r} has {counted(n, 'seed')}, fewer than the global "
+                          f"batch size {gbs}: it yields no train step (a partial batch is "
+                          "dropped)", SamplerWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -182,11 +182,8 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 def is_batches_dir(path: Path) -> bool:
     """A directory that looks like ``write_batches`` output (its index names the database
     and lists the batches)."""
-    try:
-        doc = json.loads(read_regular(path / INDEX_FILE))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(doc, dict) and {"database_id", "batches"} <= doc.keys()
+    doc = json_object_at(path / INDEX_FILE)
+    return doc is not None and {"database_id", "batches"} <= doc.keys()
 
 
 BATCHES = TargetKind("batches directory", is_batches_dir)
@@ -203,9 +200,9 @@ def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
                   on_batch: Callable[[int], None] | None = None,
                   overwrite: bool = False) -> BatchesSummary:
     """Write ``step_NNNNNN.npz`` (exactly the batch keys) per step and ``index.json``
-    (per step: file, task, epoch, cursor, anchor rows) into a new ``out_dir``, or an empty
-    one. An existing one is replaced as a whole with ``overwrite`` (so no file of an earlier
-    run stays beside the new index), and only once every file is written."""
+    (per step: file, task, epoch, cursor, anchor rows) into a new ``out_dir``. With
+    ``overwrite`` an existing one (empty, or an earlier run's) is replaced as a whole, so no
+    file of an earlier run stays beside the new index, and only once every file is written."""
     out = Path(out_dir)
     target = AtomicDirectory(out, overwrite=overwrite, kind=BATCHES)
     db, owned = open_db(db_path)
