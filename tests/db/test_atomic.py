@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 from dlkit.db import preprocess, verify_database
-from dlkit.db.output import AtomicDirectory
+from dlkit.atomic import AtomicDirectory, TargetKind
+from dlkit.db.output import DATABASE
 from dlkit.errors import OutputError
 
 from .conftest import leftovers, write_db
@@ -140,7 +141,7 @@ def test_stale_leftovers_and_lock(tmp_path):
     stale.mkdir()
     (stale / "graph.bin").write_bytes(b"partial")
     src = write_db(tmp_path / "in", {"a": pa.table({"k": [1, 2]})}, '[tables.a]\nprimary_key = "k"\n')
-    holder = AtomicDirectory(target)
+    holder = AtomicDirectory(target, DATABASE)
     with holder:  # another process holding the target's lock
         assert not stale.exists()  # removed while taking the lock
         code = ("import sys\nfrom dlkit.db import preprocess\n"
@@ -163,12 +164,12 @@ def test_failed_build_removes_its_directory(tmp_path):
 def test_a_failed_build_removes_the_directories_it_made_for_the_target(tmp_path):
     (tmp_path / "kept").mkdir()
     target = tmp_path / "kept" / "new" / "sub" / "db"
-    with pytest.raises(RuntimeError), AtomicDirectory(target) as root:
+    with pytest.raises(RuntimeError), AtomicDirectory(target, DATABASE) as root:
         assert (tmp_path / "kept" / "new" / "sub").is_dir()
         (root / "f").write_bytes(b"x")
         raise RuntimeError("build failed")
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == []
-    out = AtomicDirectory(target)
+    out = AtomicDirectory(target, DATABASE)
     with out as root:
         (root / "f").write_bytes(b"y")
         out.commit(fsync=False)
@@ -184,12 +185,12 @@ def test_interrupted_fallback_overwrite_is_repaired(tmp_path, monkeypatch):
     aside = tmp_path / ".db.dlkit-old-deadbeef"
     os.rename(target, aside)  # the state right after the first fallback rename
     (tmp_path / ".db.dlkit-tmp-xyz").mkdir()
-    with AtomicDirectory(target, overwrite=True):
+    with AtomicDirectory(target, DATABASE, overwrite=True):
         assert verify_database(target).database_hash == first
         assert not aside.exists()
-    import dlkit.db.output as output
+    import dlkit.atomic as atomic
 
-    monkeypatch.setattr(output, "_renameat2", lambda *a: False)
+    monkeypatch.setattr(atomic, "_renameat2", lambda *a: False)
     src2 = write_db(tmp_path / "in2", {"a": pa.table({"k": [3]})}, '[tables.a]\nprimary_key = "k"\n')
     second = preprocess(src2, target, overwrite=True, fsync=False).database_hash
     assert second != first and verify_database(target).database_hash == second
@@ -199,15 +200,13 @@ def test_interrupted_fallback_overwrite_is_repaired(tmp_path, monkeypatch):
 def test_an_output_of_another_kind_run_at_the_same_path_puts_the_database_back(tmp_path):
     """A database moved aside by an interrupted fallback overwrite is the user's data, whatever
     kind of output the next run at that path builds: it goes back, and is then refused."""
-    from dlkit.db.output import TargetKind
-
     src = write_db(tmp_path / "in", {"a": pa.table({"k": [1, 2]})}, '[tables.a]\nprimary_key = "k"\n')
     target = tmp_path / "db"
     first = preprocess(src, target, fsync=False).database_hash
     os.rename(target, tmp_path / ".db.dlkit-old-deadbeef")
     other = TargetKind("batches directory", lambda path: (path / "index.json").exists())
     with pytest.raises(OutputError, match="is not a dlkit batches directory"):
-        with AtomicDirectory(target, overwrite=True, kind=other):
+        with AtomicDirectory(target, other, overwrite=True):
             pass
     assert verify_database(target).database_hash == first and leftovers(tmp_path) == []
 
@@ -215,7 +214,7 @@ def test_an_output_of_another_kind_run_at_the_same_path_puts_the_database_back(t
 def test_refuses_to_overwrite_without_flag_even_at_commit(tmp_path):
     src = write_db(tmp_path / "in", {"a": pa.table({"k": [1]})}, '[tables.a]\nprimary_key = "k"\n')
     target = tmp_path / "db"
-    out = AtomicDirectory(target)
+    out = AtomicDirectory(target, DATABASE)
     with pytest.raises(OutputError):
         with out as root:
             (root / "x").write_text("new")

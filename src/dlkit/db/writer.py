@@ -28,7 +28,7 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    hashed and written by background threads as it was produced (``dlkit.db.hashing``), so
    this stage only waits for the last chunks.
 7. ``commit``: fsync (each file was already flushed in the background once complete), then
-   the atomic rename into place (``dlkit.db.output``).
+   the atomic rename into place (``dlkit.atomic``).
 
 Memory: a few record batches at a time (up to ``STARTUP_READ_AHEAD_BYTES`` of them at the
 start), plus the index arrays: row times and both CSRs, about ``16 V + 18 E`` bytes at the
@@ -76,7 +76,8 @@ from dlkit.db.metadata import (
     write_manifest,
     write_schema_embeddings,
 )
-from dlkit.db.output import AtomicDirectory, check_target
+from dlkit.atomic import AtomicDirectory, check_target
+from dlkit.db.output import DATABASE
 from dlkit.db.plan import TablePlan, infer_string_column, plan_tables, where
 from dlkit.db.report import PreprocessReport, Progress, StageReport, timed_stage
 from dlkit.db.schema import SCHEMA_FILE, Schema, load_schema
@@ -348,7 +349,7 @@ def preprocess(
         schema = load_schema(schema_path, default_name=input_path.resolve().name)
     embedder = embedder if embedder is not None else load_embedder(None)
     target = Path(output)
-    check_target(target.absolute(), overwrite)
+    check_target(target.absolute(), overwrite, DATABASE)
     kernels_ready = threading.Event()
     builder = _Builder(input_path, schema, on_dangling=on_dangling, batch_rows=batch_rows,
                        embedder=embedder, progress=progress or Progress(), memory_budget=budget,
@@ -356,7 +357,7 @@ def preprocess(
     threading.Thread(target=_warm_up, args=(embedder, kernels_ready), name="dlkit-warm-up",
                      daemon=True).start()
     builder.scan()
-    out = AtomicDirectory(target, overwrite=overwrite)
+    out = AtomicDirectory(target, DATABASE, overwrite=overwrite)
     with out as root:
         digest = builder.run(out, root, fsync)
     return PreprocessReport(

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.atomic import atomic_write_bytes
-from dlkit.db.output import AtomicDirectory, TargetKind
+from dlkit.atomic import AtomicDirectory, TargetKind, atomic_write_bytes
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
 from dlkit.nextbatch import RunManifest, Stage
@@ -204,7 +203,7 @@ def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
     ``overwrite`` an existing one (empty, or an earlier run's) is replaced as a whole, so no
     file of an earlier run stays beside the new index, and only once every file is written."""
     out = Path(out_dir)
-    target = AtomicDirectory(out, overwrite=overwrite, kind=BATCHES)
+    target = AtomicDirectory(out, BATCHES, overwrite=overwrite)
     db, owned = open_db(db_path)
     files, entries, sequences, cells = [], [], 0, 0
     try:
