@@ -146,22 +146,22 @@ def verify_golden_command(
     paths = list(dict.fromkeys(golden)) if golden else default_golden_paths(DEFAULT_GOLDEN_DIR)
     if not paths:
         raise InvalidArgumentError(f"no golden files given and none found in {DEFAULT_GOLDEN_DIR}")
-    # Every file is checked, a bad one does not hide the others; the first error decides
-    # the exit code.
-    work: dict[Path, int] = {}
+    # Every file is checked: a bad one does not hide the others.
+    documents: dict[Path, dict] = {}
     failures: dict[Path, DlkitError] = {}
     for path in paths:
         try:
-            work[path] = golden_work(load_golden(path), full)
+            documents[path] = load_golden(path)
         except DlkitError as exc:
             failures[path] = exc
     reports = []
     with progress() as bar:
-        task = bar.add_task("hashing indices", total=sum(work.values()))
-        for path in work:
+        task = bar.add_task("hashing indices",
+                            total=sum(golden_work(d, full) for d in documents.values()))
+        for path, document in documents.items():
             bar.update(task, description=f"verifying {path.name}")
             try:
-                reports.append(verify_golden(path, full=full,
+                reports.append(verify_golden(path, full=full, document=document,
                                              progress=lambda n: bar.advance(task, n)))
             except DlkitError as exc:
                 failures[path] = exc

@@ -150,7 +150,7 @@ def _resolve_tiles(keys, n, starts, lengths, out, narrow):
     b = np.uint64(1) << kb
     his = np.empty(TILE if not narrow else 0, dtype=np.uint64)
     los = np.empty(TILE if not narrow else 0, dtype=np.uint64)
-    keys32 = keys.astype(np.uint32)
+    keys32 = keys.astype(np.uint32) if narrow else np.empty(0, dtype=np.uint32)
     his32 = np.empty(TILE if narrow else 0, dtype=np.uint32)
     los32 = np.empty(TILE if narrow else 0, dtype=np.uint32)
     written = np.uint64(0)

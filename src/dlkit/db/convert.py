@@ -110,6 +110,10 @@ def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
     t = arr.type
     if pa.types.is_timestamp(t) and t.unit == "us":
         values, valid = _from_buffers(arr, np.int64)
+        if values.size and values.min() == fmt.NO_TIME:
+            row = int(np.flatnonzero((values == fmt.NO_TIME) & valid)[0])
+            raise DataError(f"{where}: timestamp out of range at row {row}: the smallest int64 "
+                            "microsecond value is reserved for 'no time'")
     elif pa.types.is_timestamp(t) or pa.types.is_date(t):
         tz = t.tz if pa.types.is_timestamp(t) else None
         # ns -> us only drops sub-microsecond digits and cannot overflow; every other unit
@@ -120,15 +124,11 @@ def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
         except pa.ArrowInvalid as exc:
             raise DataError(f"{where}: timestamp out of range: {exc}") from None
         valid = valid_mask(arr)
-        values = np.array(us.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
-        values[~valid] = 0
-        values = _read_only(values)
+        # a cast result is never NO_TIME: from s, ms and dates a multiple of 1000, from ns
+        # far above int64's minimum
+        values = _read_only(np.array(us.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64))
     else:
         raise DataError(f"{where}: type {t} is not a timestamp or date")
-    if values.size and values.min() == fmt.NO_TIME:
-        row = int(np.flatnonzero((values == fmt.NO_TIME) & valid)[0])
-        raise DataError(f"{where}: timestamp out of range at row {row}: the smallest int64 "
-                        "microsecond value is reserved for 'no time'")
     return values, valid
 
 
@@ -163,11 +163,19 @@ def check_utf8(strings: pa.Array, where: str) -> None:
             raise DataError(f"{where}: a string is not valid UTF-8 text ({exc})") from None
 
 
+def _as_python(values: pa.Array, where: str) -> list:
+    """``values.to_pylist()``: its decoding is the UTF-8 check, so only a string that fails it
+    costs Arrow's full validation, which then names the problem."""
+    try:
+        return values.to_pylist()
+    except UnicodeDecodeError:
+        check_utf8(values, where)
+        raise
+
+
 def unique_values(arr: pa.Array, where: str) -> list:
     """Distinct non-null values of a batch (Python objects)."""
-    distinct = pc.unique(plain(arr).drop_null())
-    check_utf8(distinct, where)
-    return distinct.to_pylist()
+    return _as_python(pc.unique(plain(arr).drop_null()), where)
 
 
 def dictionary_parts(arr: pa.Array, where: str) -> tuple[np.ndarray, list, np.ndarray]:
@@ -186,7 +194,6 @@ def dictionary_parts(arr: pa.Array, where: str) -> tuple[np.ndarray, list, np.nd
         # Arrow's own buffer when there is nothing to fill; int32 whatever the index width (a
         # batch's dictionary never has 2^31 entries)
         indices = codes.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-        check_utf8(arr.dictionary, where)
-        dictionary = arr.dictionary.to_pylist()
+        dictionary = _as_python(arr.dictionary, where)
     # read-only whether Arrow's buffer or a new array: one kernel
     return _read_only(indices), dictionary, valid

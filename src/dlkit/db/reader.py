@@ -271,9 +271,10 @@ def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
         a, b = offsets[t["index"]], offsets[t["index"] + 1]
         lo, hi = g.parent_offsets[a], g.parent_offsets[b]
         fks = t["foreign_keys"]
-        if hi - lo != sum(fk["num_edges"] for fk in fks):
+        listed = sum(fk["num_edges"] for fk in fks)
+        if hi - lo != listed:
             checks.fail(G, "graph.parent_ids", f"table {t['name']!r} has {hi - lo} parent edges, "
-                        "metadata says " + str(sum(fk["num_edges"] for fk in fks)))
+                        f"metadata says {listed}")
             continue
         _check_parent_order(t, g, offsets, [name_to_index[fk["parent_table"]] for fk in fks],
                             checks)

@@ -206,10 +206,13 @@ def _case_fields(case: Any, path: Path, number: int) -> tuple[RunManifest, str, 
 
 
 def verify_golden(path: str | os.PathLike[str], *, full: bool = False,
-                  progress: Progress | None = None) -> GoldenReport:
-    """Recompute every digest and sampled index of a golden file; raise at the first mismatch."""
+                  progress: Progress | None = None,
+                  document: dict[str, Any] | None = None) -> GoldenReport:
+    """Recompute every digest and sampled index of a golden file (``document``: the file as
+    :func:`load_golden` already read it); raise at the first mismatch."""
     path = Path(path)
-    document = load_golden(path)
+    if document is None:
+        document = load_golden(path)
     streams_checked = full_checked = full_skipped = positions_checked = hashed = 0
     for number, case in enumerate(document["cases"]):
         manifest, dataset_key, stage = _case_fields(case, path, number)
