@@ -204,6 +204,19 @@ def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S:
     return visits, cells
 
 
+def label(db, task, seed_index: int) -> float | int:
+    """The seed's label, from the task's own stored target (``tasks/<task>/target.bin``) and
+    the target column's statistics: a z-scored float32 for numbers and times, 0/1 for
+    booleans, the class index (or text id) otherwise."""
+    column = next(c for c in db.table(task.table).columns if c.name == task.target_column)
+    target = float(task.target[seed_index])
+    if column.stype in (NUMERIC, TIMESTAMP):
+        return float(np.float32((target - column.mean) / column.std))
+    if column.stype == BOOLEAN:
+        return 1.0 if target else 0.0
+    return int(target)
+
+
 def fk_adjacency(db, visits) -> set[tuple[int, int]]:
     """(i, j) for every visited row j that is a foreign-key parent of visited row i."""
     g = db.graph

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.errors import InvalidArgumentError
-from dlkit.sampler.batch import BATCH_KEYS, BATCH_LAYOUT, BatchBuilder, BatchConfig
+from dlkit.sampler.batch import BATCH_KEYS, BATCH_LAYOUT, BatchBuilder, BatchConfig, batch_dtype
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
 
@@ -34,10 +34,14 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch):
     B = built.seed_indices.shape[0]
     U, D = a["text_batch_embeddings"].shape
     for key in BATCH_KEYS:
-        assert a[key].dtype == BATCH_LAYOUT[key][0], key
+        assert a[key].dtype == batch_dtype(key, task.target_stype), key
         assert a[key].shape == expected_shape(key, B, S, R, U, D), key
     text = db.text_embeddings()
     for b, seed_index in enumerate(built.seed_indices):
+        assert a["labels"][b] == naive.label(db, task, int(seed_index))
+        assert a["anchor_rows"][b] == task.anchor_row[seed_index]
+        assert a["observation_times"][b] == task.obs_time[seed_index]
+        assert a["sequence_mask"][b] == 1
         visits, cells = naive.sequence(db, task, int(seed_index), seed=seed, epoch=epoch,
                                        width=width, S=S, R=R)
         n = len(cells)

@@ -305,7 +305,7 @@ def test_a_producer_error_reaches_the_consumer_and_the_stream_recovers(db, prefe
         baseline = take(s, "train", 6)
     with Sampler(db, 0, 1, batch_size=4, num_prefetch=prefetch, num_threads=threads,
                  **SMALL) as s:
-        channel = s._train  # noqa: SLF001 - inject a failure into one step's production
+        channel = s._channels["train"]  # noqa: SLF001 - inject a failure into one step's production
         produce = channel.produce
         failed = []
 

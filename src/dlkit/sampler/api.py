@@ -10,8 +10,9 @@ configuration and its step number, so it is the same whatever ``num_threads`` an
 from __future__ import annotations
 
 import copy
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ import numpy as np
 
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import Cursor, RunManifest, Stage
+from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
 from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
+from dlkit.sampler.evaluation import EvalPass, EvalTask
+from dlkit.sampler.labels import LabelInfo
 from dlkit.sampler.pipeline import BatchChannel
 from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule, open_streams
 from dlkit.sampler.splits import (
@@ -31,10 +35,13 @@ from dlkit.sampler.splits import (
     check_seed,
     compute_splits,
     dataset_key,
+    split_index,
     train_sampling_mode,
 )
 
 STATE_FORMAT = "dlkit-sampler-state-v1"
+# Channels of pulled batches: train (shuffled, endless), val and test (in order, round and round).
+CHANNELS = ("train", "val", "test")
 
 
 def _positive(value: Any, name: str, minimum: int = 1) -> int:
@@ -73,6 +80,8 @@ class SamplerConfig:
     num_threads: int
     sampling_mode: str = DEFAULT_SAMPLING_MODE
     huge_pages: bool | None = None
+    local_rank: int = 0
+    local_world_size: int = 1
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -80,6 +89,12 @@ class SamplerConfig:
         if not 0 <= self.rank < self.world_size:
             raise InvalidArgumentError(f"rank {self.rank} is not in [0, world_size "
                                        f"{self.world_size})")
+        if not 1 <= self.local_world_size <= self.world_size:
+            raise InvalidArgumentError(f"local_world_size {self.local_world_size} is not in "
+                                       f"[1, world_size {self.world_size}]")
+        if not 0 <= self.local_rank < self.local_world_size:
+            raise InvalidArgumentError(f"local_rank {self.local_rank} is not in [0, "
+                                       f"local_world_size {self.local_world_size})")
         train_sampling_mode(self.sampling_mode)
 
     @property
@@ -133,7 +148,10 @@ class Sampler:
 
     ``batch_size`` is this rank's micro-batch; the global batch is ``batch_size *
     world_size`` and each rank takes its contiguous slice. ``rank`` and ``world_size``
-    default to ``$RANK`` / ``$WORLD_SIZE`` (as torchrun sets them), else 0 and 1.
+    default to ``$RANK`` / ``$WORLD_SIZE`` (as torchrun sets them), else 0 and 1;
+    ``local_rank`` (read-only) and ``local_world_size`` (keyword) to ``$LOCAL_RANK`` /
+    ``$LOCAL_WORLD_SIZE``, else 0 and 1 (the ranks on this machine: pick the device by
+    ``local_rank``; jax.distributed sets neither, so pass ``local_world_size``).
     ``num_prefetch`` bounds the batches built ahead per channel (0: build on demand);
     ``num_threads`` producer threads build consecutive steps. ``max_rows`` (keyword) is ``R``,
     the row budget of a sequence and the size of ``fk_adj``. ``sampling_mode`` (keyword) is
@@ -151,12 +169,14 @@ class Sampler:
                  batch_size: int = 32, sequence_length: int = 1024, bfs_child_width: int = 16,
                  task_weights: Sequence[float] | Mapping[str, float] | None = None,
                  num_threads: int = 1, *, max_rows: int = 256,
-                 sampling_mode: str = DEFAULT_SAMPLING_MODE, huge_pages: bool | None = None):
+                 sampling_mode: str = DEFAULT_SAMPLING_MODE, huge_pages: bool | None = None,
+                 local_rank: int | None = None, local_world_size: int | None = None):
         self._db, self._owns_db = open_db(db_path)
         try:
             self._setup(rank, world_size, split_ratios, split_seed, seed, num_prefetch,
                         batch_size, sequence_length, bfs_child_width, task_weights,
-                        num_threads, max_rows, sampling_mode, huge_pages)
+                        num_threads, max_rows, sampling_mode, huge_pages, local_rank,
+                        local_world_size)
         except BaseException:
             if self._owns_db:
                 self._db.close()
@@ -165,7 +185,8 @@ class Sampler:
     def _setup(self, rank: Any, world_size: Any, split_ratios: Any, split_seed: Any, seed: Any,
                num_prefetch: Any, batch_size: Any, sequence_length: Any, bfs_child_width: Any,
                task_weights: Any, num_threads: Any, max_rows: Any,
-               sampling_mode: Any, huge_pages: Any) -> None:
+               sampling_mode: Any, huge_pages: Any, local_rank: Any,
+               local_world_size: Any) -> None:
         batch_config = BatchConfig(sequence_length, max_rows, bfs_child_width, huge_pages)
         builder = BatchBuilder(self._db, batch_config, check_seed(seed, "seed"))
         self.config = SamplerConfig(
@@ -183,6 +204,9 @@ class Sampler:
             num_threads=_positive(num_threads, "num_threads"),
             sampling_mode=sampling_mode,
             huge_pages=builder.huge_pages,
+            local_rank=_from_env(local_rank, "LOCAL_RANK", 0, "local_rank"),
+            local_world_size=_from_env(local_world_size, "LOCAL_WORLD_SIZE", 1,
+                                       "local_world_size"),
         )
         cfg = self.config
         self.builder = builder
@@ -195,18 +219,40 @@ class Sampler:
         weights = dict(zip((t.name for t in builder.tasks), cfg.task_weights))
         train = open_streams(self.manifest, self._datasets("train", weights), cfg.world_size,
                              cfg.rank, Stage.TRAIN)
-        val = open_streams(self.manifest, self._datasets("val", None), cfg.world_size,
-                           cfg.rank, Stage.EVAL)
         self.train_streams: tuple[SplitStream, ...] = tuple(train)
-        self.val_streams: tuple[SplitStream, ...] = tuple(val)
         self._train_weights = [weights[s.task.name] for s in train]
-        self._train = BatchChannel("train", builder, self._train_schedule,
-                                   self._initial_state(train), cfg.num_prefetch, cfg.num_threads)
-        self._val = BatchChannel("val", builder, self._val_schedule,
-                                 {**self._initial_state(val),
-                                  "current": val[0].key if val else None},
-                                 cfg.num_prefetch, cfg.num_threads)
+        self._eval_streams: dict[str, tuple[SplitStream, ...]] = {}
+        self._channels = {"train": BatchChannel("train", builder, self._train_schedule,
+                                                self._initial_state(train), cfg.num_prefetch,
+                                                cfg.num_threads)}
+        self._open_eval_channel("val")  # test opens on first use: most runs never pull it
         self._shut = False
+
+    def _open_eval_channel(self, split: str) -> BatchChannel:
+        """The val or test channel (skipped datasets warn now, as train's do at start)."""
+        if split not in self._channels:
+            cfg = self.config
+            streams = self._eval_streams[split] = tuple(open_streams(
+                self.manifest, self._datasets(split, None), cfg.world_size, cfg.rank,
+                Stage.EVAL))
+            self._channels[split] = BatchChannel(
+                split, self.builder, self._eval_schedule(split),
+                {**self._initial_state(streams), "current": streams[0].key if streams else None},
+                cfg.num_prefetch, cfg.num_threads)
+        return self._channels[split]
+
+    @property
+    def val_streams(self) -> tuple[SplitStream, ...]:
+        return self._eval_streams["val"]
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Task names in task-index order (``task_idx`` of a batch indexes this)."""
+        return tuple(view.name for view in self.builder.tasks)
+
+    @property
+    def local_rank(self) -> int:
+        return self.config.local_rank
 
     def _datasets(self, split: str, weights: dict[str, float] | None) -> list[Any]:
         out = []
@@ -231,12 +277,15 @@ class Sampler:
         return TrainSchedule(self.train_streams, self._train_weights, self.config.seed,
                              state["step"], _cursors(state))
 
-    def _val_schedule(self, state: dict[str, Any] | None) -> ValSchedule:
-        if not self.val_streams:
-            raise InvalidArgumentError("no task has val seeds on this rank")
-        if state is None:
-            return ValSchedule(self.val_streams)
-        return ValSchedule(self.val_streams, state["step"], state["current"], _cursors(state))
+    def _eval_schedule(self, split: str) -> Any:
+        def make(state: dict[str, Any] | None) -> ValSchedule:
+            streams = self._eval_streams[split]
+            if not streams:
+                raise InvalidArgumentError(f"no task has {split} seeds on this rank")
+            if state is None:
+                return ValSchedule(streams)
+            return ValSchedule(streams, state["step"], state["current"], _cursors(state))
+        return make
 
     # --- batches ----------------------------------------------------------------------------
 
@@ -245,25 +294,98 @@ class Sampler:
         return self._channel("train").next_built().arrays
 
     def next_val_batch(self) -> dict[str, np.ndarray]:
-        """The next val batch, from a channel independent of the train channel."""
+        """The next val batch, from a channel independent of the train channel (val seeds in
+        order, round and round; a rank-local stream: see ``iter_eval`` for a whole pass)."""
         return self._channel("val").next_built().arrays
 
+    def next_test_batch(self) -> dict[str, np.ndarray]:
+        """The next test batch, from its own channel (like ``next_val_batch``)."""
+        return self._channel("test").next_built().arrays
+
     def next_built_batch(self, split: str = "train") -> BuiltBatch:
-        """The next batch of ``split`` ("train" or "val") with what produced it (task, epoch,
-        seeds, visited rows): for inspection and tests. It consumes from the same channel."""
-        if split not in ("train", "val"):
-            raise InvalidArgumentError(f"split must be train or val, got {split!r}")
+        """The next batch of ``split`` ("train", "val" or "test") with what produced it (task,
+        epoch, seeds, visited rows): for inspection and tests. It consumes from the same
+        channel."""
+        if split not in CHANNELS:
+            raise InvalidArgumentError(f"split must be train, val or test, got {split!r}")
         return self._channel(split).next_built()
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        """Endless train batches (``next_train_batch`` each time): stop after the steps you
+        want, e.g. ``itertools.islice(sampler, steps)``."""
+        while True:
+            yield self.next_train_batch()
 
     def _channel(self, name: str) -> BatchChannel:
         if self._shut:
             raise SamplerShutdown(f"the sampler was shut down: no more {name} batches")
-        channel = self._train if name == "train" else self._val
-        if name == "train" and not self.train_streams:
-            self._train_schedule(None)  # raises the explanation
-        if name == "val" and not self.val_streams:
-            self._val_schedule(None)
+        if name == "train":
+            if not self.train_streams:
+                self._train_schedule(None)  # raises the explanation
+            return self._channels[name]
+        channel = self._open_eval_channel(name)
+        if not self._eval_streams[name]:
+            self._eval_schedule(name)(None)
         return channel
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Full global train batches in one pass over every trained task's train seeds (train
+        drops a partial last batch); with one task, the steps of one epoch."""
+        gbs = self.config.global_batch_size
+        return sum(int(s.positions.shape[0]) // gbs for s in self.train_streams)
+
+    # --- evaluation -----------------------------------------------------------------------------
+
+    def _eval_pass(self, split: str, task: str | int | None) -> EvalPass:
+        self._check_open()
+        index = split_index(split)
+        views = self.builder.tasks if task is None else (self.builder.task(task),)
+        tasks = [EvalTask(view, self.splits[view.index].positions[index]) for view in views]
+        cfg = self.config
+        return EvalPass(self.builder, tasks, cfg.batch_size, cfg.world_size, cfg.rank)
+
+    def eval_steps(self, split: str = "val", task: str | int | None = None) -> int:
+        """How many batches ``iter_eval(split, task)`` yields (the same on every rank)."""
+        return len(self._eval_pass(split, task))
+
+    def iter_eval(self, split: str = "val",
+                  task: str | int | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """One pass over every seed of ``split`` ("val", "test" or "train") of every task (or
+        of ``task``): each seed exactly once across all ranks, in ``eval_steps`` batches of
+        exactly ``batch_size`` sequences on every rank (a short tail is padded with copies of
+        a real seed whose ``sequence_mask`` is 0), so per-batch collectives never wait for a
+        rank and shapes never change. Independent of the pulled channels and their state;
+        prefetched like them (``num_threads`` producers, ``num_prefetch`` ahead)."""
+        eval_pass = self._eval_pass(split, task)
+        cfg = self.config
+        if cfg.num_prefetch == 0 or len(eval_pass) == 0:
+            for step in range(len(eval_pass)):
+                yield eval_pass.build(step).arrays
+            return
+        prefetcher = MultiIteratorPrefetcher(
+            IteratorConfig(produce=eval_pass.build, start=0, stop=len(eval_pass)),
+            PrefetchConfig(num_workers=cfg.num_threads,
+                           buffer_size=max(1, math.ceil(cfg.num_prefetch / cfg.num_threads))),
+            name=f"dlkit-eval-{split}")
+        try:
+            for built in prefetcher:
+                yield built.arrays
+        finally:
+            prefetcher.close()
+
+    def label_info(self, task: str | int | None = None) -> LabelInfo:
+        """What ``task``'s labels are (type, z-score statistics, category names); ``task`` may
+        be left out when the database has one task."""
+        self._check_open()
+        if task is None:
+            if len(self.builder.tasks) != 1:
+                raise InvalidArgumentError(f"the database has {len(self.builder.tasks)} tasks "
+                                           f"({', '.join(self.tasks)}): name one")
+            view = self.builder.tasks[0]
+        else:
+            view = self.builder.task(task)
+        return self.builder.label_info(view)
 
     # --- tables and metadata ------------------------------------------------------------------
 
@@ -300,7 +422,7 @@ class Sampler:
         """
         self._check_open()
         return {"format": STATE_FORMAT, "config": self._fingerprint(),
-                "train": self._train.state(), "val": self._val.state()}
+                **{name: channel.state() for name, channel in self._channels.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the batches consumed when ``state`` was taken."""
@@ -314,12 +436,19 @@ class Sampler:
                      mine.items() if not isinstance(theirs, Mapping) or theirs.get(k) != v]
             raise CheckpointError("the state was taken from a different configuration: "
                                   + "; ".join(diffs or ["config is malformed"]))
-        for name, channel in (("train", self._train), ("val", self._val)):
+        restores = []
+        for name in CHANNELS:
             part = state.get(name)
-            _check_channel_state(part, name, with_current=name == "val")
-            if name == "train" and not self.train_streams or name == "val" and \
-                    not self.val_streams:
-                continue
+            if name == "test" and part is None:
+                continue  # test was never pulled (or a state from before it): starts afresh
+            _check_channel_state(part, name, with_current=name != "train")
+            channel = self._channels["train"] if name == "train" else \
+                self._open_eval_channel(name)
+            streams = self.train_streams if name == "train" else self._eval_streams[name]
+            if streams:
+                channel.make_schedule(part)  # validates before any channel changes
+                restores.append((channel, part))
+        for channel, part in restores:
             channel.restore(part)
 
     # --- lifetime -----------------------------------------------------------------------------
@@ -335,8 +464,8 @@ class Sampler:
             return
         self._shut = True
         try:
-            self._train.close()
-            self._val.close()
+            for channel in self._channels.values():
+                channel.close()
         finally:
             self.builder.release()
             if self._owns_db:

@@ -18,7 +18,14 @@ from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
 from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
-from dlkit.sampler.catalog import ColumnCatalog, RowRecords, build_catalog, readonly_view
+from dlkit.sampler.catalog import (
+    CATEGORICAL,
+    ColumnCatalog,
+    RowRecords,
+    build_catalog,
+    readonly_view,
+)
+from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.hugepages import huge_page_copy, huge_page_empty, use_huge_pages
 
 MAX_U16_EXTENT = 1 << 16
@@ -46,11 +53,25 @@ BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
     "task_idx": (np.dtype(np.uint32), "1"),
     "cat_emb_start": (np.dtype(np.uint32), "1"),
     "cat_emb_count": (np.dtype(np.uint32), "1"),
+    # What the seed is and what the model must predict (never an input: the target cell stays
+    # hidden). ``labels``' dtype depends on the task's target type: ``LABEL_DTYPES``.
+    "labels": (np.dtype(np.float32), "B"),
+    "anchor_rows": (np.dtype(np.int64), "B"),
+    "observation_times": (np.dtype(np.int64), "B"),
+    "sequence_mask": (np.dtype(np.uint8), "B"),
 }
 BATCH_KEYS = tuple(BATCH_LAYOUT)
+
+
+def batch_dtype(key: str, target_stype: int) -> np.dtype:
+    """The dtype of batch array ``key`` in a batch of a task whose target has ``target_stype``."""
+    return LABEL_DTYPES[target_stype] if key == "labels" else BATCH_LAYOUT[key][0]
 # The two largest arrays (2 MiB each at B=32, S=1024, R=256) are zeroed by the kernels, a
 # sequence at a time right before they write it, instead of up front (build_sequences).
 SELF_ZEROED = frozenset({"fk_adj", "timestamp_values"})
+# Made from the seeds after the kernels ran, not allocated for them.
+SEED_KEYS = frozenset({"text_batch_embeddings", "labels", "anchor_rows", "observation_times",
+                       "sequence_mask"})
 
 
 def _no_records() -> np.ndarray:
@@ -189,10 +210,18 @@ class TaskView:
     target_stype: int
     cat_emb_start: int
     cat_emb_count: int
+    target_values: np.ndarray
+    target_mean: float
+    target_std: float
 
     @property
     def num_seeds(self) -> int:
         return int(self.anchor_row.shape[0])
+
+    def labels(self, anchor_rows: np.ndarray) -> np.ndarray:
+        """The hidden target cells of the seeds at ``anchor_rows`` as labels."""
+        return labels_of(self.target_values[anchor_rows], self.target_stype, self.target_mean,
+                         self.target_std)
 
 
 @dataclass(frozen=True)
@@ -270,10 +299,31 @@ class BatchBuilder:
                                 path=self.path)
         seed_rows = anchor + np.int64(table.row_offset)
         seed_rows.setflags(write=False)
+        stype = int(task.target_stype)
+        if stype != int(self.catalog.col_stype[target_col]):
+            raise DatabaseError(f"task {task.name}: target type {stype} disagrees with column "
+                                f"{table.name}.{task.target_column}'s type "
+                                f"{int(self.catalog.col_stype[target_col])}", path=self.path)
+        values = self.catalog.values(target_col)
         return TaskView(task.name, int(task.index), int(table.index), anchor, seed_rows, obs,
-                        target_col, int(task.target_stype),
+                        target_col, stype,
                         int(self.catalog.col_cat_start[target_col]),
-                        int(self.catalog.col_cat_count[target_col]))
+                        int(self.catalog.col_cat_count[target_col]),
+                        values, float(self.catalog.col_mean[target_col]),
+                        float(self.catalog.col_std[target_col]))
+
+    def label_info(self, task: TaskView) -> LabelInfo:
+        """What ``task``'s labels are (see ``dlkit.sampler.labels``)."""
+        table = self.db.tables[task.table_index]
+        column = self.catalog.names[task.target_col][1]
+        categories = None
+        if task.target_stype == CATEGORICAL:
+            found = next((c for c in table.columns if c.name == column), None)
+            names = getattr(found, "categories", None)
+            categories = tuple(str(name) for name in names) if names is not None else None
+        return LabelInfo(task.name, task.index, table.name, column, task.target_stype,
+                         task.target_mean, task.target_std, task.cat_emb_count, categories,
+                         LABEL_DTYPES[task.target_stype])
 
     def release(self) -> None:
         """Drop the graph, column and record arrays now (the huge-page copies are gigabytes
@@ -288,8 +338,11 @@ class BatchBuilder:
         known = ", ".join(v.name for v in self.tasks) or "none"
         raise InvalidArgumentError(f"no task {name_or_index!r} in the database (tasks: {known})")
 
-    def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int) -> BuiltBatch:
-        """The batch of ``task``'s seeds ``seed_indices`` (positions in its seed list)."""
+    def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int,
+              num_real: int | None = None) -> BuiltBatch:
+        """The batch of ``task``'s seeds ``seed_indices`` (positions in its seed list). Only
+        the first ``num_real`` sequences (default: all) are real: the others pad an eval batch
+        to its fixed size, and their ``sequence_mask`` is 0."""
         if self.graph is None:
             raise SamplerShutdown("the batch builder was released: no more batches")
         cfg = self.config
@@ -300,7 +353,7 @@ class BatchBuilder:
         B, S, R = idx.shape[0], cfg.sequence_length, cfg.max_rows
         arrays = {key: (np.empty if key in SELF_ZEROED else np.zeros)(_shape(spec, B, S, R),
                                                                       dtype=dtype)
-                  for key, (dtype, spec) in BATCH_LAYOUT.items() if key != "text_batch_embeddings"}
+                  for key, (dtype, spec) in BATCH_LAYOUT.items() if key not in SEED_KEYS}
         arrays["is_padding"].fill(1)
         visited = np.zeros((B, R), dtype=np.int64)
         depth = np.zeros((B, R), dtype=np.int64)
@@ -329,6 +382,13 @@ class BatchBuilder:
         arrays["task_idx"][0] = task.index
         arrays["cat_emb_start"][0] = task.cat_emb_start
         arrays["cat_emb_count"][0] = task.cat_emb_count
+        arrays["labels"] = task.labels(anchors)
+        arrays["anchor_rows"] = anchors
+        arrays["observation_times"] = obs
+        mask = np.ones(B, dtype=np.uint8)
+        if num_real is not None:
+            mask[num_real:] = 0
+        arrays["sequence_mask"] = mask
         ordered = {key: arrays[key] for key in BATCH_KEYS}
         return BuiltBatch(ordered, task.name, int(epoch), idx, anchors, obs, visited, depth,
                           source, via, counts, cells, unique)

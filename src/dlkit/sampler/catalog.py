@@ -85,6 +85,12 @@ class ColumnCatalog:
         except ValueError:
             return -1
 
+    def values(self, c: int) -> np.ndarray:
+        """Column ``c``'s values (validated, read-only; null cells hold 0)."""
+        typed = {NUMERIC: self.f64_cols, BOOLEAN: self.u8_cols, TIMESTAMP: self.i64_cols,
+                 CATEGORICAL: self.i32_cols, TEXT: self.i64_cols}[int(self.col_stype[c])]
+        return typed[int(self.col_value_slot[c])]
+
     def column_arrays(self) -> tuple[np.ndarray, ...]:
         """Every column's values and validity bitmap (what ``fill_values`` reads at random)."""
         return tuple(a for typed in (self.f64_cols, self.u8_cols, self.i64_cols, self.i32_cols)
@@ -155,9 +161,6 @@ class RowRecords:
             return None
         start, width, total = layout
         words = empty(total, np.int64)
-        by_stype = {NUMERIC: catalog.f64_cols, BOOLEAN: catalog.u8_cols,
-                    TIMESTAMP: catalog.i64_cols, CATEGORICAL: catalog.i32_cols,
-                    TEXT: catalog.i64_cols}
         for t in range(start.shape[0]):
             n = int(catalog.table_offsets[t + 1] - catalog.table_offsets[t])
             table = words[start[t]:start[t] + n * width[t]].reshape(n, int(width[t]))
@@ -165,9 +168,8 @@ class RowRecords:
             first = int(catalog.table_col_start[t])
             for c in range(first, int(catalog.table_col_start[t + 1])):
                 k = c - first
-                stype = int(catalog.col_stype[c])
-                values = by_stype[stype][int(catalog.col_value_slot[c])]
-                if stype == NUMERIC:
+                values = catalog.values(c)
+                if int(catalog.col_stype[c]) == NUMERIC:
                     table.view(np.float64)[:, 1 + k] = values
                 else:
                     table[:, 1 + k] = values

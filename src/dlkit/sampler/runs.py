@@ -25,6 +25,7 @@ from dlkit.files import json_object_at
 from dlkit.nextbatch import RunManifest, Stage
 from dlkit.sampler.api import open_db
 from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
+from dlkit.sampler.labels import LabelInfo
 from dlkit.sampler.schedule import Job, SamplerWarning, TrainSchedule, ValSchedule, open_streams
 from dlkit.sampler.splits import (
     DEFAULT_SAMPLING_MODE,
@@ -137,6 +138,12 @@ class BatchRequest:
 
 def iter_batches(db: Any, request: BatchRequest) -> Iterator[tuple[Job, BuiltBatch]]:
     """The first ``request.steps`` batches of one (task, split) stream on one rank."""
+    return open_batch_stream(db, request)[1]
+
+
+def open_batch_stream(db: Any, request: BatchRequest
+                      ) -> tuple[LabelInfo, Iterator[tuple[Job, BuiltBatch]]]:
+    """The task's labels and ``iter_batches``' batches (checked before the first is built)."""
     ratios = SplitRatios.parse(request.split_ratios)
     config = BatchConfig(request.sequence_length, request.max_rows, request.bfs_child_width)
     builder = BatchBuilder(db, config, check_seed(request.seed, "seed"))
@@ -156,10 +163,15 @@ def iter_batches(db: Any, request: BatchRequest) -> Iterator[tuple[Job, BuiltBat
     schedule: TrainSchedule | ValSchedule = (
         TrainSchedule(streams, [1.0], request.seed) if stage is Stage.TRAIN
         else ValSchedule(streams))
-    for step in range(request.steps):
-        result = schedule.job(step)
-        job = result[0] if isinstance(result, tuple) else result
-        yield job, builder.build(view, job.stream.seed_indices(job.cursor), job.cursor.epoch)
+
+    def batches() -> Iterator[tuple[Job, BuiltBatch]]:
+        for step in range(request.steps):
+            result = schedule.job(step)
+            job = result[0] if isinstance(result, tuple) else result
+            yield job, builder.build(view, job.stream.seed_indices(job.cursor),
+                                     job.cursor.epoch)
+
+    return builder.label_info(view), batches()
 
 
 @dataclass(frozen=True)
@@ -208,7 +220,8 @@ def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
     files, entries, sequences, cells = [], [], 0, 0
     try:
         with target as root:
-            for job, built in iter_batches(db, request):
+            labels, batches = open_batch_stream(db, request)
+            for job, built in batches:
                 name = f"step_{job.step:06d}.npz"
                 _write(root, out, name, npz_bytes(built.arrays))
                 files.append(name)
@@ -221,7 +234,7 @@ def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
                 if on_batch is not None:
                     on_batch(1)
             index = {"database_id": db.database_id, "request": _request_json(request),
-                     "batches": entries}
+                     "labels": labels.to_json(), "batches": entries}
             _write(root, out, INDEX_FILE, (json.dumps(index, indent=1) + "\n").encode())
             target.commit()
     finally:
