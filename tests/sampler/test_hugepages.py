@@ -39,6 +39,30 @@ def test_policy(monkeypatch):
     assert hugepages.use_huge_pages(None, 8000) is True  # exactly a quarter fits
     monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000 - 4)
     assert hugepages.use_huge_pages(None, 8000) is False  # the copies would not fit
+    monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000 * 8)
+    assert hugepages.use_huge_pages(None, 8000, local_copies=8) is True
+    # Eight local ranks each holding a copy would overcommit a quarter of the RAM.
+    assert hugepages.use_huge_pages(None, 8000, local_copies=9) is False
+
+
+def test_the_automatic_choice_counts_every_local_rank(monkeypatch):
+    db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
+    monkeypatch.setattr(hugepages, "huge_pages_available", lambda: True)
+    asked = []
+    policy = hugepages.use_huge_pages
+    monkeypatch.setattr(batch_module, "use_huge_pages",
+                        lambda *args: asked.append(args) or policy(*args))
+    kwargs = dict(batch_size=1, huge_pages=None, num_prefetch=0, sequence_length=48,
+                  max_rows=12)
+    with Sampler(db, 0, 64, **kwargs) as s:
+        copy_bytes = asked[-1][1]
+    # Room in a quarter of the RAM for two copies: one or two local ranks copy, three do not.
+    monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 2 * copy_bytes)
+    for local_ranks, copied in ((1, True), (2, True), (3, False), (64, False)):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_ranks))
+        with Sampler(db, 0, 64, **kwargs) as s:
+            assert s.config.local_world_size == local_ranks
+            assert s.config.huge_pages is copied, local_ranks
 
 
 def test_batches_are_the_same_from_the_copies():

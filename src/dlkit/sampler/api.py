@@ -159,8 +159,10 @@ class Sampler:
     ``"v2"`` (NextBatch_v2's block-affine order, for runs that started with it).
     ``huge_pages`` (keyword) copies the graph and the columns into huge-page memory, which
     builds batches faster for their size in RAM per process: True, False, or None
-    (default) = when the kernel offers transparent huge pages and the copies take at most a
-    quarter of the physical memory (``dlkit.sampler.hugepages``).
+    (default) = when the kernel offers transparent huge pages and the copies of every local
+    rank (``local_world_size``) take at most a quarter of the physical memory
+    (``dlkit.sampler.hugepages``); ``sampler.config.huge_pages`` says which path this rank
+    took.
     """
 
     def __init__(self, db_path: Any, rank: int | None = None, world_size: int | None = None,
@@ -188,7 +190,9 @@ class Sampler:
                sampling_mode: Any, huge_pages: Any, local_rank: Any,
                local_world_size: Any) -> None:
         batch_config = BatchConfig(sequence_length, max_rows, bfs_child_width, huge_pages)
-        builder = BatchBuilder(self._db, batch_config, check_seed(seed, "seed"))
+        local_world_size = _from_env(local_world_size, "LOCAL_WORLD_SIZE", 1, "local_world_size")
+        builder = BatchBuilder(self._db, batch_config, check_seed(seed, "seed"),
+                               local_copies=local_world_size)
         self.config = SamplerConfig(
             rank=_from_env(rank, "RANK", 0, "rank"),
             world_size=_from_env(world_size, "WORLD_SIZE", 1, "world_size"),
@@ -205,8 +209,7 @@ class Sampler:
             sampling_mode=sampling_mode,
             huge_pages=builder.huge_pages,
             local_rank=_from_env(local_rank, "LOCAL_RANK", 0, "local_rank"),
-            local_world_size=_from_env(local_world_size, "LOCAL_WORLD_SIZE", 1,
-                                       "local_world_size"),
+            local_world_size=local_world_size,
         )
         cfg = self.config
         self.builder = builder

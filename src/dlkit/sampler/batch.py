@@ -244,9 +244,12 @@ class BuiltBatch:
 
 
 class BatchBuilder:
-    """Builds batches from an open database (anything with the ``dlkit.db`` reader API)."""
+    """Builds batches from an open database (anything with the ``dlkit.db`` reader API).
 
-    def __init__(self, db: Any, config: BatchConfig, seed: int):
+    ``local_copies`` is how many processes on this machine build batches from the same
+    database (the local ranks): the automatic huge-page choice counts a copy for each."""
+
+    def __init__(self, db: Any, config: BatchConfig, seed: int, local_copies: int = 1):
         self.db = db
         self.config = config
         self.seed = int(seed)
@@ -259,7 +262,8 @@ class BatchBuilder:
         value_bytes = (8 * row_layout[2] if row_layout is not None else
                        sum(int(a.nbytes) for a in self.catalog.column_arrays()))
         self.huge_pages = use_huge_pages(config.huge_pages,
-                                         self.graph.huge_page_bytes() + value_bytes)
+                                         self.graph.huge_page_bytes() + value_bytes,
+                                         local_copies)
         if self.huge_pages:
             self.graph = self.graph.huge_page_copy()
             rows = RowRecords.build(self.catalog, huge_page_empty)

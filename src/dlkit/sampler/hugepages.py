@@ -47,9 +47,10 @@ def physical_memory() -> int:
         return 0
 
 
-def use_huge_pages(setting: bool | None, total_bytes: int) -> bool:
+def use_huge_pages(setting: bool | None, total_bytes: int, local_copies: int = 1) -> bool:
     """Resolve a ``huge_pages`` setting: True/False as given, None automatically (copies of
-    ``total_bytes`` in all)."""
+    ``total_bytes`` in all, made by each of ``local_copies`` processes on this machine: the
+    local ranks of a job, which each hold their own)."""
     if setting is not None and not isinstance(setting, bool):
         raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
                                    f"got {setting!r}")
@@ -57,7 +58,7 @@ def use_huge_pages(setting: bool | None, total_bytes: int) -> bool:
         return setting
     if not huge_pages_available():
         return False
-    return 0 < total_bytes <= physical_memory() // MEMORY_SHARE
+    return 0 < total_bytes * max(local_copies, 1) <= physical_memory() // MEMORY_SHARE
 
 
 def huge_page_empty(shape: int | tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
