@@ -94,10 +94,11 @@ def visible(t: int, cutoff: int) -> bool:
 
 
 def bfs(db, seed_row: int, obs_time: int, width: int, max_cells: int, max_rows: int,
-        stream: Stream) -> list[tuple[int, int, int, int]]:
-    """Visited rows as (row, depth, source visit index, via) with via 0 seed, 1 parent, 2 child."""
+        stream: Stream, strict: bool = False) -> list[tuple[int, int, int, int]]:
+    """Visited rows as (row, depth, source visit index, via) with via 0 seed, 1 parent, 2 child.
+    ``strict``: rows at exactly the observation time are not visible."""
     g = db.graph
-    cutoff = INT64_MAX if obs_time == NO_TIME else obs_time
+    cutoff = INT64_MAX if obs_time == NO_TIME else obs_time - int(strict)
     ncells = {t.index: len(t.columns) for t in db.tables}
     stack: list[tuple[int, int, int]] = []
     levels: dict[int, list[tuple[int, int]]] = {}
@@ -173,7 +174,18 @@ def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S:
     anchor = int(task.anchor_row[seed_index])
     seed_row = int(table.row_offset) + anchor
     stream = Stream(seed, epoch, task.index, anchor)
-    visits = bfs(db, seed_row, int(task.obs_time[seed_index]), width, S, R, stream)
+    obs_time = int(task.obs_time[seed_index])
+    rules = getattr(task, "rules", None)
+    visits = bfs(db, seed_row, obs_time, width, S, R, stream,
+                 strict=bool(rules is not None and rules.strict))
+    known_until = INT64_MAX if obs_time == NO_TIME else obs_time
+    # A column is lagged by the largest label lag of the tasks that predict it.
+    lags: dict[tuple[str, str], int] = {}
+    for other in db.tasks:
+        lag = other.rules.label_lag_us if getattr(other, "rules", None) is not None else 0
+        if lag:
+            key = (other.table, other.target_column)
+            lags[key] = max(lags.get(key, 0), lag)
     cells = []
     for i, (row, _, _, _) in enumerate(visits):
         t = db.tables[int(db.graph.row_table[row])]
@@ -183,9 +195,13 @@ def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S:
                 break
             cell = {"stype": column.stype, "column_id": column.column_id, "row": i,
                     "numeric": 0.0, "ts": [0.0] * 15, "bool": 0, "cat": 0, "text": None,
-                    "null": 0, "target": 0}
+                    "null": 0, "target": 0, "hidden": 0}
+            lag = lags.get((t.name, column.name), 0)
+            row_time = int(db.graph.row_times[row])
             if i == 0 and t.name == task.table and column.name == task.target_column:
                 cell["target"] = 1
+            elif lag and row_time != NO_TIME and row_time + lag > known_until:
+                cell["hidden"] = 1  # not known yet: no value, not even whether it is null
             elif not bool(column.valid[local]):
                 cell["null"] = 1
             else:

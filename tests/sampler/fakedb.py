@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.db.task_rules import TaskRules
+
 NO_TIME = np.iinfo(np.int64).min
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
 D_TEXT = 8
@@ -66,6 +68,7 @@ class FakeTask:
     obs_time: np.ndarray
     target: np.ndarray
     target_valid: np.ndarray
+    rules: TaskRules = field(default_factory=TaskRules)
 
     @property
     def num_seeds(self) -> int:
@@ -120,8 +123,12 @@ class FakeDatabase:
 
 def random_database(seed: int, *, num_tables: int = 3, max_rows: int = 40, fk_prob: float = 0.7,
                     null_prob: float = 0.15, temporal_prob: float = 0.7, num_tasks: int = 2,
-                    time_span: int = 10**9, no_time_prob: float = 0.05) -> FakeDatabase:
-    """A random relational database; every choice comes from ``np.random.default_rng(seed)``."""
+                    time_span: int = 10**9, no_time_prob: float = 0.05,
+                    time_rules: bool = False) -> FakeDatabase:
+    """A random relational database; every choice comes from ``np.random.default_rng(seed)``.
+
+    ``time_rules``: tasks on tables with times also get random label lags and boundaries
+    (drawn from a second generator, so the database is otherwise the same)."""
     rng = np.random.default_rng(seed)
     sizes = [int(rng.integers(1, max_rows + 1)) for _ in range(num_tables)]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -227,6 +234,13 @@ def random_database(seed: int, *, num_tables: int = 3, max_rows: int = 40, fk_pr
             target_stype=column.stype, anchor_row=seeds, obs_time=obs,
             target=column.values[seeds].astype(np.float64),
             target_valid=np.ones(seeds.shape[0], dtype=bool)))
+    if time_rules:
+        rules_rng = np.random.default_rng([seed, 1])
+        for task in tasks:
+            timed = any(t.name == task.table and t.time_column for t in tables)
+            lag = int(rules_rng.choice([0, time_span // 20, time_span // 3, time_span * 2]))
+            task.rules = TaskRules(label_lag_us=lag if timed else 0,
+                                   strict=bool(rules_rng.random() < 0.5))
     return FakeDatabase(
         tables=tuple(tables), graph=graph, tasks=tuple(tasks),
         text_emb=rng.normal(size=(num_texts, D_TEXT)).astype(np.float16),

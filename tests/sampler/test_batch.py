@@ -60,6 +60,7 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch):
             assert a["categorical_embed_ids"][b, p] == cell["cat"]
             assert a["is_null"][b, p] == cell["null"]
             assert a["is_target"][b, p] == cell["target"]
+            assert a["is_hidden"][b, p] == cell["hidden"]
             if cell["text"] is None:
                 assert a["text_embed_ids"][b, p] == 0
             else:
@@ -68,7 +69,7 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch):
                 assert np.array_equal(a["text_batch_embeddings"][local], text[cell["text"]])
         for key in ("semantic_types", "column_ids", "seq_row_ids", "numeric_values",
                     "timestamp_values", "bool_values", "categorical_embed_ids",
-                    "text_embed_ids", "is_null", "is_target"):
+                    "text_embed_ids", "is_null", "is_target", "is_hidden"):
             assert not a[key][b, n:].any(), f"padding of {key} is not zero"
         pairs = naive.fk_adjacency(db, visits)
         assert {tuple(map(int, ij)) for ij in np.argwhere(a["fk_adj"][b])} == pairs
@@ -96,6 +97,70 @@ def test_batches_match_reference(db_seed, S, R, width, seed, epoch, data):
     _, view, built = build(db, S=S, R=R, width=width, seed=seed, epoch=epoch, indices=indices)
     assert_matches_reference(db, built, db.tasks[0], S=S, R=R, width=width, seed=seed,
                              epoch=epoch)
+
+
+@settings(max_examples=40)
+@given(db_seed=SEED_DB, S=st.integers(8, 64), R=st.integers(1, 20), width=st.integers(0, 5),
+       seed=st.integers(0, 2**64 - 1), data=st.data())
+def test_lags_and_boundaries_match_reference(db_seed, S, R, width, seed, data):
+    # A short time span makes ties (row time + lag == observation time) common.
+    db = random_database(db_seed, num_tables=data.draw(st.integers(1, 4)), num_tasks=2,
+                         time_rules=True, time_span=data.draw(st.sampled_from([12, 10**9])))
+    for k, task in enumerate(db.tasks):
+        if task.num_seeds == 0:
+            continue
+        S_k = max(S, len(db.table(task.table).columns))
+        indices = data.draw(st.lists(st.integers(0, task.num_seeds - 1), max_size=5))
+        _, _, built = build(db, S=S_k, R=R, width=width, seed=seed, epoch=1, task=k,
+                            indices=indices)
+        assert_matches_reference(db, built, task, S=S_k, R=R, width=width, seed=seed, epoch=1)
+
+
+def test_no_value_is_shown_before_it_is_known():
+    """Whatever task a sequence was drawn for, a lagged column's value shows only once its
+    row's time plus the lag has passed (checked from the sequences' own rows and times,
+    without the reference); a hidden cell carries no value and no null flag."""
+    shown = hidden = 0
+    for db_seed in range(60):
+        db = random_database(db_seed, num_tables=3, max_rows=50, num_tasks=3, time_rules=True,
+                             time_span=(12, 10**9)[db_seed % 2])
+        lags = {}
+        for task in db.tasks:
+            if task.rules.label_lag_us:
+                key = (task.table, task.target_column)
+                lags[key] = max(lags.get(key, 0), task.rules.label_lag_us)
+        if not lags:
+            continue
+        names = {}
+        for t in db.tables:
+            for c in t.columns:
+                names[c.column_id] = (t.name, c.name)
+        for k, task in enumerate(db.tasks):
+            if task.num_seeds == 0:
+                continue
+            _, _, built = build(db, S=64, R=24, width=6, seed=db_seed, epoch=0, task=k)
+            a = built.arrays
+            for b in range(task.num_seeds):
+                obs = int(task.obs_time[b])
+                known_until = np.iinfo(np.int64).max if obs == naive.NO_TIME else obs
+                for p in np.flatnonzero(a["is_padding"][b] == 0):
+                    lag = lags.get(names[int(a["column_ids"][b, p])], 0)
+                    if not lag or a["is_target"][b, p]:
+                        assert a["is_hidden"][b, p] == 0
+                        continue
+                    row = int(built.visited_rows[b, a["seq_row_ids"][b, p]])
+                    row_time = int(db.graph.row_times[row])
+                    known = row_time == naive.NO_TIME or row_time + lag <= known_until
+                    assert a["is_hidden"][b, p] == (0 if known else 1)
+                    if not known:
+                        hidden += 1
+                        assert a["is_null"][b, p] == 0
+                        for key in ("numeric_values", "bool_values", "categorical_embed_ids",
+                                    "text_embed_ids", "timestamp_values"):
+                            assert not a[key][b, p].any(), key
+                    else:
+                        shown += 1
+    assert hidden > 50 and shown > 50, (hidden, shown)
 
 
 def test_sequence_length_must_hold_the_seed_row():

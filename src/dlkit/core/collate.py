@@ -464,15 +464,40 @@ def sequence_structure(b, rows, num_rows, row_first, parent_start, parents, col_
 
 
 @kernel
+def hide_unknown_values(b, cells, obs_time, position_col, position_row, is_target,
+                        col_label_lag, col_table, table_offsets, row_times, is_hidden, skip):
+    """Mark the cells of sequence ``b`` whose value is not known yet at ``obs_time``: a
+    column with a label lag ``L > 0`` shows a row's value only once ``row time + L <=
+    obs_time`` (rows without a time are always known; the target cell is ``is_target``
+    instead). A hidden cell gets ``is_hidden = 1`` and, like the target, ``skip = 1``: no
+    value and no null flag is filled in. Returns how many cells were hidden."""
+    hidden = 0
+    known_until = INT64_MAX if obs_time == NO_TIME else obs_time
+    for p in range(cells):
+        c = position_col[b, p]
+        lag = col_label_lag[c]
+        if lag == 0 or is_target[b, p] != 0:
+            continue
+        t = row_times[table_offsets[col_table[c]] + position_row[b, p]]
+        # row time + lag > known_until, computed without overflow: lags are below 2^62 and
+        # a known_until within a lag of INT64_MIN knows nothing.
+        if t != NO_TIME and (known_until < NO_TIME + lag or t > known_until - lag):
+            is_hidden[b, p] = 1
+            skip[b, p] = 1
+            hidden += 1
+    return hidden
+
+
+@kernel
 def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_width,
-                    max_rows, parent_offsets, parent_ids, child_offsets, child_ids, child_times,
+                    max_rows, strict, col_label_lag, parent_offsets, parent_ids, child_offsets, child_ids, child_times,
                     row_times, parent_records, child_records, table_num_cells, table_offsets,
                     table_col_start, col_stype, col_column_id, col_sort_rank, col_value_slot,
                     col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols,
                     i64_cols, i32_cols, row_start, row_width, row_words, row_floats, target_col,
                     semantic_types, column_ids, seq_row_ids, numeric_values, timestamp_values,
                     bool_values, categorical_embed_ids, text_embed_ids, is_null, is_target,
-                    is_padding, fk_adj, col_perm, out_perm, in_perm, visited_rows,
+                    is_hidden, is_padding, fk_adj, col_perm, out_perm, in_perm, visited_rows,
                     visited_depth, visited_source, visited_via, visited_counts):
     """A batch: BFS, layout and structure of every sequence, then every value, then the text
     deduplication (design phases 1 and 2).
@@ -484,6 +509,9 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     which the kernels zero sequence by sequence just before writing them. The ``visited_*``
     arrays receive each sequence's rows and their provenance (see ``temporal_bfs``). Returns
     the cell count of each sequence and the batch's distinct text ids (ascending).
+
+    ``strict`` (0/1): rows at exactly the observation time are not visible. A column whose
+    ``col_label_lag`` is not 0 has its not-yet-known values hidden (``hide_unknown_values``).
     """
     B = seed_rows.shape[0]
     S = semantic_types.shape[1]
@@ -499,7 +527,7 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
     num_columns = col_stype.shape[0]
     links = table_links_of(parent_offsets, child_offsets, table_offsets)
     for b in range(B):
-        cutoff = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b]
+        cutoff = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b] - strict
         visited_counts[b], parents, used = temporal_bfs(
             parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
             parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b],
@@ -515,15 +543,32 @@ def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_
         sequence_structure(b, visited_rows[b], n, row_first[b], parent_start[b], parents,
                            col_sort_rank, num_columns, position_col, fk_adj, col_perm,
                            out_perm, in_perm)
+    # The fill kernels leave the cells marked in ``skip`` empty: the target, and with label
+    # lags the values not known yet.
+    skip = is_target
+    lagged = False
+    for c in range(num_columns):
+        if col_label_lag[c] != 0:
+            lagged = True
+    if lagged:
+        skip = is_target.copy()
+        col_table = np.empty(num_columns, dtype=np.int64)
+        for t in range(table_col_start.shape[0] - 1):
+            for c in range(table_col_start[t], table_col_start[t + 1]):
+                col_table[c] = t
+        for b in range(B):
+            hide_unknown_values(b, cells[b], obs_times[b], position_col, position_row,
+                                is_target, col_label_lag, col_table, table_offsets, row_times,
+                                is_hidden, skip)
     if row_words.shape[0] > 0:
         text_cells, text_ids = fill_values_from_rows(
-            cells, row_first, visited_counts, position_col, position_row, is_target,
+            cells, row_first, visited_counts, position_col, position_row, skip,
             table_col_start, col_stype, col_mean, col_std, col_cat_start, row_start, row_width,
             row_words, row_floats, numeric_values, timestamp_values, bool_values,
             categorical_embed_ids, is_null)
     else:
         text_cells, text_ids = fill_values(
-            cells, position_col, position_row, is_target, col_stype, col_value_slot,
+            cells, position_col, position_row, skip, col_stype, col_value_slot,
             col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
             i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
             is_null)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
+from dlkit.db.task_rules import OPTIONAL_TASK_KEYS
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular
 from dlkit.nextbatch.cbor import is_utf8
@@ -90,6 +91,12 @@ def _opt_str(obj: dict, key: str, where: str, checks: Checks) -> str | None:
     return value
 
 
+# Sizes beyond any database dlkit writes: a metadata.json claiming more is refused before
+# anything is sized from it.
+MAX_DATABASE_ID = 1024
+MAX_EMBEDDING_DIM = 65536
+
+
 def check_metadata(meta: Any, checks: Checks) -> None:
     """Types and internal consistency of metadata.json (fatal on the first problem)."""
     M = fmt.METADATA_FILE
@@ -99,7 +106,10 @@ def check_metadata(meta: Any, checks: Checks) -> None:
         checks.fail(M, "metadata.schema", f"format_version {meta['format_version']}; this dlkit "
                     f"reads version {fmt.FORMAT_VERSION}: build the database again with "
                     "`dlkit preprocess`", fatal=True)
-    _req(meta, "database_id", str, "top", checks)
+    database_id = _req(meta, "database_id", str, "top", checks)
+    if not 0 < len(database_id) <= MAX_DATABASE_ID:
+        checks.fail(M, "metadata.schema", f"database_id is {len(database_id):,} characters "
+                    f"long; it must have 1 to {MAX_DATABASE_ID}", fatal=True)
     for key in ("num_tables", "num_rows", "num_edges", "num_columns", "num_texts",
                 "num_categories", "num_tasks"):
         _req(meta, key, int, "top", checks, lo=0)
@@ -108,7 +118,17 @@ def check_metadata(meta: Any, checks: Checks) -> None:
     offsets = _req(meta, "table_offsets", list, "top", checks)
     emb = _req(meta, "embeddings", dict, "top", checks)
     for key in ("text_dim", "column_dim", "categorical_dim"):
-        _req(emb, key, int, "embeddings", checks, lo=1)
+        if _req(emb, key, int, "embeddings", checks, lo=1) > MAX_EMBEDDING_DIM:
+            checks.fail(M, "metadata.schema", f"embeddings: {key} is {emb[key]:,}; at most "
+                        f"{MAX_EMBEDDING_DIM} (as `dlkit preprocess --embedding-dim`)",
+                        fatal=True)
+    config = emb.get("config")
+    configured = config.get("dim") if isinstance(config, dict) else None
+    if configured is not None:  # the embedder says how wide its vectors are: all three are
+        for key in ("text_dim", "column_dim", "categorical_dim"):
+            if not _is_int(configured) or emb[key] != configured:
+                checks.fail(M, "metadata.consistency", f"embeddings: {key} is {emb[key]}, but "
+                            f"the embedder's config says dim {configured!r}", fatal=True)
     if len(tables) != meta["num_tables"] or len(tasks) != meta["num_tasks"]:
         checks.fail(M, "metadata.consistency", "num_tables/num_tasks disagree with the lists",
                     fatal=True)
@@ -295,7 +315,8 @@ def check_metadata_rules(meta: dict[str, Any], checks: Checks) -> None:
     by_name = {t["name"]: t for t in meta["tables"]}
     for i, task in enumerate(meta["tasks"]):
         where = f"tasks[{i}]"
-        _keys(checks, task, TASK_KEYS, where)
+        _keys(checks, {k: v for k, v in task.items() if k not in OPTIONAL_TASK_KEYS}, TASK_KEYS,
+              where)
         col = next(c for c in by_name[task["table"]]["columns"]
                    if c["name"] == task["target_column"])
         stype_name = task.get("target_stype_name")

@@ -20,6 +20,7 @@ import numpy as np
 from dlkit.db import format as fmt
 from dlkit.db.checks import Checks
 from dlkit.errors import DatabaseError
+from dlkit.db.task_rules import TaskRules
 from dlkit.files import open_regular
 
 
@@ -128,6 +129,7 @@ class TaskData:
     obs_time: np.ndarray
     target: np.ndarray
     target_valid: np.ndarray
+    rules: TaskRules = TaskRules()
 
     @property
     def num_seeds(self) -> int:

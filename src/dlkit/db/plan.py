@@ -20,7 +20,7 @@ from dlkit.db.schema import (
     infer_stype,
     type_family,
 )
-from dlkit.db.source import TableSource, resolve_table_path
+from dlkit.db.source import TableSource, resolve_table_locations
 from dlkit.errors import DataError, SchemaError
 
 
@@ -87,7 +87,8 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
     plans: list[TablePlan] = []
     offset = 0
     for index, spec in enumerate(schema.tables):
-        src = TableSource.open(spec.name, resolve_table_path(input_dir, spec.name, spec.path))
+        src = TableSource.open(spec.name, resolve_table_locations(input_dir, spec.name,
+                                                                  spec.path, spec.split_paths))
         names = set(src.schema.names)
         pk_family = None
         if spec.primary_key is not None:

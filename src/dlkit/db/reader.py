@@ -38,6 +38,7 @@ from dlkit.db.checks import (
 from dlkit.db.keys import check_unique_ints
 from dlkit.db.manifest import database_hash, hash_files, list_files, parse_manifest
 from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
+from dlkit.db.task_rules import TaskRules
 from dlkit.errors import DataError, DatabaseError
 from dlkit.files import read_regular
 
@@ -161,7 +162,8 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
         by_name = {t.name: t for t in tables}
         for task in meta["tasks"]:
             try:
-                tasks.append(_open_task(task, by_name[task["table"]], maps, checks, full, graph))
+                tasks.append(_open_task(task, by_name[task["table"]], maps, checks, full, graph,
+                                        meta["tables"]))
             except Stop:
                 ok = False
     if not ok or len(checks.failures) > failures_before and checks.collect:
@@ -477,7 +479,7 @@ def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
 
 
 def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, full: bool,
-               graph: Graph | None) -> TaskData:
+               graph: Graph | None, meta_tables: list[dict]) -> TaskData:
     name, n = task["name"], task["num_seeds"]
     arrays = {stem: maps.array(fmt.task_file(name, stem), dtype, n) for stem, dtype in fmt.TASK_ARRAYS}
     anchor_rel = fmt.task_file(name, "anchor_row")
@@ -503,10 +505,15 @@ def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, ful
             checks.fail(fmt.task_file(name, "obs_time"), "task.obs_time", "observation times "
                         "differ from the anchor rows' times")
     target_valid = arrays["target_valid"].view(bool)
+    table_meta = next(t for t in meta_tables if t["name"] == task["table"])
+    try:
+        rules = TaskRules.from_metadata(task, table_meta)
+    except ValueError as exc:
+        checks.fail(fmt.METADATA_FILE, "metadata.schema", f"task {name!r}: {exc}", fatal=True)
     return TaskData(name=name, index=task["index"], table=task["table"],
                     target_column=task["target_column"], target_stype=task["target_stype"],
                     anchor_row=arrays["anchor_row"], obs_time=arrays["obs_time"],
-                    target=arrays["target"], target_valid=target_valid)
+                    target=arrays["target"], target_valid=target_valid, rules=rules)
 
 
 def open_database(path: str | os.PathLike[str], verify_hashes: bool = False) -> Database:

@@ -65,6 +65,27 @@ def resolve_table_path(input_dir: Path, table: str, path: str | None) -> Path:
                       f"{table}/ in {input_dir}")
 
 
+def resolve_table_locations(input_dir: Path, table: str, path: str | None,
+                            split_paths: tuple[str, ...] | None) -> Path | list[Path]:
+    """Where ``table``'s rows are: one file or directory, or one per given split."""
+    if split_paths is None:
+        return resolve_table_path(input_dir, table, path)
+    return [resolve_table_path(input_dir, table, p) for p in split_paths]
+
+
+def _location_files(name: str, location: Path) -> list[Path]:
+    if location.is_dir():
+        files = parquet_parts(location)
+        if not files:
+            raise SchemaError(f"table {name!r}: directory {location} holds no .parquet files")
+        return files
+    if location.is_file():
+        return [location]
+    # a FIFO or device would block the read, or never end
+    raise SchemaError(f"table {name!r}: {location} is neither a Parquet file nor a "
+                      "directory of Parquet parts")
+
+
 @dataclass
 class TableSource:
     """The Parquet files of one table, opened (footers read and checked)."""
@@ -74,6 +95,9 @@ class TableSource:
     files: list[Path]
     schema: pa.Schema
     file_rows: list[int]
+    # Rows of each location the table was opened from, in order (given splits: train, val,
+    # test); one entry for a table with one location.
+    location_rows: tuple[int, ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -84,16 +108,14 @@ class TableSource:
         return sum(f.stat().st_size for f in self.files)
 
     @classmethod
-    def open(cls, name: str, location: Path) -> TableSource:
-        if location.is_dir():
-            files = parquet_parts(location)
-            if not files:
-                raise SchemaError(f"table {name!r}: directory {location} holds no .parquet files")
-        elif location.is_file():
-            files = [location]
-        else:  # a FIFO or device would block the read, or never end
-            raise SchemaError(f"table {name!r}: {location} is neither a Parquet file nor a "
-                              "directory of Parquet parts")
+    def open(cls, name: str, location: Path | list[Path]) -> TableSource:
+        """The table at ``location``, or at several locations whose rows follow each other."""
+        locations = location if isinstance(location, list) else [location]
+        files, per_location = [], []
+        for place in locations:
+            found = _location_files(name, place)
+            files.extend(found)
+            per_location.append(len(found))
         schema: pa.Schema | None = None
         rows = []
         for f in files:
@@ -111,7 +133,12 @@ class TableSource:
                                   f"{_describe(file_schema)}, but {files[0].name} has "
                                   f"{_describe(schema)}")
         assert schema is not None
-        return cls(name=name, location=location, files=files, schema=schema, file_rows=rows)
+        location_rows, k = [], 0
+        for count in per_location:
+            location_rows.append(sum(rows[k:k + count]))
+            k += count
+        return cls(name=name, location=locations[0], files=files, schema=schema, file_rows=rows,
+                   location_rows=tuple(location_rows))
 
     def has_column(self, column: str) -> bool:
         return column in self.schema.names

@@ -74,7 +74,7 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
     text_cols = [c for c in plan.columns if c.stype == fmt.TEXT]
     plain_cols = [c for c in plan.columns if c.stype != fmt.TEXT]
     tasks = [TaskWriter(task, i, next(c for c in plan.columns if c.name == task.target),
-                        ctx.hasher, plan.num_rows)
+                        ctx.hasher, plan.num_rows, plan.source.location_rows)
              for i, task in enumerate(ctx.schema.tasks) if task.table == plan.name]
     rt = ctx.graph.row_times[plan.row_offset:plan.row_offset + plan.num_rows]
     if plan.time_column is None:
@@ -128,7 +128,10 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
             ctx.indexes[plan.name] = index
     mappings = {name: w.finish() for name, w in writers.items()}
     task_meta = [tw.finish(mappings[tw.task.target]) for tw in tasks]
-    warnings = []
+    warnings = [f"task {task.name!r}: table {plan.name!r} has no time column, so its "
+                "sequences see every row whatever its time (set static = true if that is "
+                "meant)" for task in ctx.schema.tasks
+                if task.table == plan.name and plan.time_column is None and not task.static]
     if plan.num_null_times:
         warnings.append(f"{where(plan.name, plan.time_column)}: "
                         f"{counted(plan.num_null_times, 'null time')}; those rows get no "

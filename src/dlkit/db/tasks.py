@@ -12,6 +12,7 @@ from dlkit.db import format as fmt
 from dlkit.db.hashing import Hasher
 from dlkit.db.plan import ColumnPlan
 from dlkit.db.scratch import empty_small_pages
+from dlkit.db.task_rules import TaskRules
 
 
 class TaskWriter:
@@ -24,8 +25,10 @@ class TaskWriter:
     more to touch than these arrays cost to fill.
     """
 
-    def __init__(self, task, index: int, col: ColumnPlan, hasher: Hasher, num_rows: int):
+    def __init__(self, task, index: int, col: ColumnPlan, hasher: Hasher, num_rows: int,
+                 split_rows: tuple[int, ...] = ()):
         self.task = task
+        self.split_rows = split_rows
         self.index = index
         self.col = col
         self.files = {stem: hasher.open(fmt.task_file(task.name, stem))
@@ -83,4 +86,5 @@ class TaskWriter:
             "target_column": self.task.target, "target_stype": col.stype,
             "target_stype_name": fmt.STYPE_NAMES[col.stype], "target_column_id": col.column_id,
             "num_seeds": self.num_seeds,
+            **TaskRules.from_schema(self.task, self.split_rows).to_metadata(),
         }

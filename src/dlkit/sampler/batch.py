@@ -25,6 +25,7 @@ from dlkit.sampler.catalog import (
     build_catalog,
     readonly_view,
 )
+from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.hugepages import huge_page_copy, huge_page_empty, use_huge_pages
 
@@ -43,6 +44,7 @@ BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
     "text_embed_ids": (np.dtype(np.uint32), "B,S"),
     "is_null": (np.dtype(np.uint8), "B,S"),
     "is_target": (np.dtype(np.uint8), "B,S"),
+    "is_hidden": (np.dtype(np.uint8), "B,S"),
     "is_padding": (np.dtype(np.uint8), "B,S"),
     "fk_adj": (np.dtype(np.uint8), "B,R,R"),
     "col_perm": (np.dtype(np.uint16), "B,S"),
@@ -213,6 +215,7 @@ class TaskView:
     target_values: np.ndarray
     target_mean: float
     target_std: float
+    rules: TaskRules = TaskRules()
 
     @property
     def num_seeds(self) -> int:
@@ -314,7 +317,7 @@ class BatchBuilder:
                         int(self.catalog.col_cat_start[target_col]),
                         int(self.catalog.col_cat_count[target_col]),
                         values, float(self.catalog.col_mean[target_col]),
-                        float(self.catalog.col_std[target_col]))
+                        float(self.catalog.col_std[target_col]), rules_of(task))
 
     def label_info(self, task: TaskView) -> LabelInfo:
         """What ``task``'s labels are (see ``dlkit.sampler.labels``)."""
@@ -369,14 +372,15 @@ class BatchBuilder:
         g = self.graph
         cells, unique = build_sequences(
             task.seed_rows[idx], obs, anchors, np.uint64(self.seed), np.uint64(epoch),
-            task.index, cfg.bfs_child_width, R, g.parent_offsets, g.parent_ids,
+            task.index, cfg.bfs_child_width, R, int(task.rules.strict), self.catalog.col_label_lag,
+            g.parent_offsets, g.parent_ids,
             g.child_offsets, g.child_ids, g.child_times, g.row_times, g.parent_records,
             g.child_records, *self.catalog.kernel_args(), *self.rows.kernel_args(),
             task.target_col, arrays["semantic_types"],
             arrays["column_ids"], arrays["seq_row_ids"], arrays["numeric_values"],
             arrays["timestamp_values"], arrays["bool_values"], arrays["categorical_embed_ids"],
             arrays["text_embed_ids"], arrays["is_null"], arrays["is_target"],
-            arrays["is_padding"], arrays["fk_adj"], arrays["col_perm"], arrays["out_perm"],
+            arrays["is_hidden"], arrays["is_padding"], arrays["fk_adj"], arrays["col_perm"], arrays["out_perm"],
             arrays["in_perm"], visited, depth, source, via, counts)
         D = self.text_bits.shape[1]
         bits = np.empty((unique.shape[0], D), np.uint16)

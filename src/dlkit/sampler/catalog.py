@@ -18,6 +18,7 @@ import numba
 import numpy as np
 from numba.typed import List
 
+from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
 
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
@@ -69,6 +70,7 @@ class ColumnCatalog:
     col_std: np.ndarray
     col_cat_start: np.ndarray
     col_cat_count: np.ndarray
+    col_label_lag: np.ndarray
     f64_cols: Any
     u8_cols: Any
     i64_cols: Any
@@ -262,6 +264,12 @@ def build_catalog(db: Any) -> ColumnCatalog:
             cat_starts.append(cat_start)
             cat_counts.append(cat_count)
         starts.append(len(names))
+    label_lag = np.zeros(len(names), dtype=np.int64)
+    for task in db.tasks:
+        lag = rules_of(task).label_lag_us
+        if lag:
+            c = names.index((task.table, task.target_column))
+            label_lag[c] = max(int(label_lag[c]), int(lag))
     column_id_array = np.asarray(column_ids, dtype=np.int32)
     # Dense rank of each column id: a counting sort by rank is a stable sort by column id.
     sort_rank = np.searchsorted(np.unique(column_id_array), column_id_array).astype(np.int64)
@@ -280,6 +288,7 @@ def build_catalog(db: Any) -> ColumnCatalog:
         col_std=np.asarray(stds, dtype=np.float64),
         col_cat_start=np.asarray(cat_starts, dtype=np.int64),
         col_cat_count=np.asarray(cat_counts, dtype=np.int64),
+        col_label_lag=label_lag,
         f64_cols=_typed_list(lists[np.float64], np.float64),
         u8_cols=_typed_list(lists[np.uint8], np.uint8),
         i64_cols=_typed_list(lists[np.int64], np.int64),

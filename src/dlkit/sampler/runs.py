@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.atomic import AtomicDirectory, TargetKind, atomic_write_bytes
+from dlkit.db.task_rules import rules_of
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
 from dlkit.nextbatch import RunManifest, Stage
@@ -83,12 +84,24 @@ def write_run_manifest(db_path: Any, out: str | Path, *, seed: int, global_batch
                                      sampling_mode=sampling_mode)
         atomic_write_bytes(out, manifest.to_json().encode())
         _warn_unusable(manifest)
+        _warn_timeless(db)
         return ManifestSummary(str(out), db.database_id, manifest.manifest_hash.hex(),
                                manifest.global_batch_size, manifest.data.sampling_mode,
                                {key: e.cardinality for key, e in manifest.datasets.items()})
     finally:
         if owned:
             db.close()
+
+
+def _warn_timeless(db: Any) -> None:
+    """A ``SamplerWarning`` per task on a table without a time column (unless the schema says
+    it is static on purpose): its sequences see every row, whatever its time."""
+    for task in db.tasks:
+        table = db.table(task.table)
+        if getattr(table, "time_column", None) is None and not rules_of(task).static:
+            warnings.warn(f"task {task.name!r}: table {table.name!r} has no time column, so "
+                          "its sequences see every row whatever its time (set static = true "
+                          "in the schema if that is meant)", SamplerWarning, stacklevel=3)
 
 
 def _warn_unusable(manifest: RunManifest) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.streams import assign_splits, split_buckets
+from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import DataConfig, DatasetEntry, RunManifest
 from dlkit.nextbatch.cbor import UINT64_MAX
@@ -41,10 +42,12 @@ class SplitRatios:
 
     def __post_init__(self) -> None:
         values = (self.train, self.val, self.test)
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-               or v < 0 for v in values):
-            raise InvalidArgumentError(f"split ratios must be three non-negative numbers, "
-                                       f"got {values!r}")
+        # Each share from 0 to 1, compared before any conversion or sum (1e308 + 1e308
+        # overflows fsum, 10**400 a float; NaN fails the comparison).
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
+               for v in values):
+            raise InvalidArgumentError(f"split ratios must be three numbers from 0 to 1 "
+                                       f"summing to 1, got {values!r}")
         if abs(math.fsum(values) - 1.0) > 1e-6:
             raise InvalidArgumentError(f"split ratios must sum to 1, got {values!r} "
                                        f"(sum {math.fsum(values)!r})")
@@ -107,10 +110,31 @@ def dataset_key(database_id: str, task: str, split: str) -> str:
     return f"{database_id}/{task}/{split}"
 
 
-def split_version(split_seed: int, ratios: SplitRatios) -> str:
+def split_version(split_seed: int, ratios: SplitRatios, rules: TaskRules | None = None) -> str:
     """The dataset version: it names the split rule so a different split is a new dataset."""
+    if rules is not None and rules.split == "time":
+        return f"time-split-v1 val_from={rules.val_from} test_from={rules.test_from}"
+    if rules is not None and rules.split == "given":
+        return "given-split-v1 rows=" + "/".join(str(n) for n in rules.split_rows or ())
     train_cut, val_cut = ratios.cuts
     return f"{SPLIT_VERSION} split_seed={split_seed} buckets={train_cut}/{val_cut}/1000"
+
+
+def split_codes_by_rule(task: Any, split_seed: int, ratios: SplitRatios) -> np.ndarray:
+    """Split code per seed of ``task`` (0 train, 1 val, 2 test) by its rule: hash (the split
+    seed and ratios), time (its observation time against the cut-offs) or given (which of the
+    table's train, val and test rows its anchor row is)."""
+    rules = rules_of(task)
+    if rules.split == "time":
+        obs = np.asarray(task.obs_time, dtype=np.int64)
+        return ((obs >= np.int64(rules.val_from)).astype(np.int8)
+                + (obs >= np.int64(rules.test_from)).astype(np.int8))
+    if rules.split == "given":
+        anchors = np.asarray(task.anchor_row, dtype=np.int64)
+        train_rows, val_rows, _ = rules.split_rows or (0, 0, 0)
+        return ((anchors >= train_rows).astype(np.int8)
+                + (anchors >= train_rows + val_rows).astype(np.int8))
+    return split_codes(np.asarray(task.anchor_row), task.index, split_seed, ratios)
 
 
 @dataclass(frozen=True)
@@ -120,6 +144,7 @@ class TaskSplits:
     task: str
     task_index: int
     positions: tuple[np.ndarray, np.ndarray, np.ndarray]
+    version: str = ""
 
     def of(self, split: str) -> np.ndarray:
         return self.positions[split_index(split)]
@@ -138,11 +163,12 @@ def compute_splits(tasks: Iterable[Any], split_seed: int,
     """``TaskSplits`` of every task (objects with ``name``, ``index``, ``anchor_row``)."""
     out = []
     for task in tasks:
-        codes = split_codes(np.asarray(task.anchor_row), task.index, split_seed, ratios)
+        codes = split_codes_by_rule(task, split_seed, ratios)
         positions = tuple(np.flatnonzero(codes == k).astype(np.int64) for k in range(3))
         for p in positions:
             p.setflags(write=False)
-        out.append(TaskSplits(task.name, int(task.index), positions))  # type: ignore[arg-type]
+        out.append(TaskSplits(task.name, int(task.index), positions,  # type: ignore[arg-type]
+                              split_version(split_seed, ratios, rules_of(task))))
     return tuple(out)
 
 
@@ -161,9 +187,9 @@ def build_run_manifest(database_id: str, database_hash: bytes, splits: Sequence[
             or global_batch_size < 1:
         raise InvalidArgumentError(f"global batch size must be a positive integer, "
                                    f"got {global_batch_size!r}")
-    version = split_version(split_seed, ratios)
     datasets = {}
     for task_splits in splits:
+        version = task_splits.version or split_version(split_seed, ratios)
         for k, split in enumerate(SPLITS):
             key = dataset_key(database_id, task_splits.task, split)
             datasets[key] = DatasetEntry(id=key, version=version,
