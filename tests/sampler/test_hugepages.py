@@ -40,9 +40,10 @@ def test_policy(monkeypatch):
     monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000 - 4)
     assert hugepages.use_huge_pages(None, 8000) is False  # the copies would not fit
     monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 8000 * 8)
-    assert hugepages.use_huge_pages(None, 8000, local_copies=8) is True
-    # Eight local ranks each holding a copy would overcommit a quarter of the RAM.
-    assert hugepages.use_huge_pages(None, 8000, local_copies=9) is False
+    assert hugepages.use_huge_pages(None, 8000, local_copies=1) is True
+    # Local ranks would each hold a private copy: they share the memory map instead.
+    assert hugepages.use_huge_pages(None, 8000, local_copies=2) is False
+    assert hugepages.use_huge_pages(True, 8000, local_copies=2) is True
 
 
 def test_the_automatic_choice_counts_every_local_rank(monkeypatch):
@@ -56,9 +57,9 @@ def test_the_automatic_choice_counts_every_local_rank(monkeypatch):
                   max_rows=12)
     with Sampler(db, 0, 64, **kwargs) as s:
         copy_bytes = asked[-1][1]
-    # Room in a quarter of the RAM for two copies: one or two local ranks copy, three do not.
-    monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 2 * copy_bytes)
-    for local_ranks, copied in ((1, True), (2, True), (3, False), (64, False)):
+    # Room in a quarter of the RAM for many copies: still only a lone local rank copies.
+    monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 64 * copy_bytes)
+    for local_ranks, copied in ((1, True), (2, False), (64, False)):
         monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_ranks))
         with Sampler(db, 0, 64, **kwargs) as s:
             assert s.config.local_world_size == local_ranks

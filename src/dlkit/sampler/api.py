@@ -159,8 +159,9 @@ class Sampler:
     ``"v2"`` (NextBatch_v2's block-affine order, for runs that started with it).
     ``huge_pages`` (keyword) copies the graph and the columns into huge-page memory, which
     builds batches faster for their size in RAM per process: True, False, or None
-    (default) = when the kernel offers transparent huge pages and the copies of every local
-    rank (``local_world_size``) take at most a quarter of the physical memory
+    (default) = when the kernel offers transparent huge pages, this is the only local rank
+    (``local_world_size`` 1: several would each hold a private copy, so they share the memory
+    map's page cache instead) and the copies take at most a quarter of the physical memory
     (``dlkit.sampler.hugepages``); ``sampler.config.huge_pages`` says which path this rank
     took.
     """

@@ -10,8 +10,9 @@ also builds its edge records there (``dlkit.sampler.batch.GraphArrays``).
 
 The price is memory: the copies take their size in RAM in every process, where the memory
 map shares the page cache. ``use_huge_pages`` decides: always, never, or (the default) when
-the kernel offers transparent huge pages and the copies fit in a quarter of the physical
-memory.
+the kernel offers transparent huge pages, this process is the only rank of its job on the
+machine (several local ranks would each hold a private copy of the same database: they share
+the memory map's page cache instead), and the copies fit in a quarter of the physical memory.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def physical_memory() -> int:
 
 def use_huge_pages(setting: bool | None, total_bytes: int, local_copies: int = 1) -> bool:
     """Resolve a ``huge_pages`` setting: True/False as given, None automatically (copies of
-    ``total_bytes`` in all, made by each of ``local_copies`` processes on this machine: the
-    local ranks of a job, which each hold their own)."""
+    ``total_bytes`` in all, which each of ``local_copies`` processes on this machine, the
+    local ranks of a job, would hold privately: with more than one, none copies)."""
     if setting is not None and not isinstance(setting, bool):
         raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
                                    f"got {setting!r}")
@@ -58,7 +59,9 @@ def use_huge_pages(setting: bool | None, total_bytes: int, local_copies: int = 1
         return setting
     if not huge_pages_available():
         return False
-    return 0 < total_bytes * max(local_copies, 1) <= physical_memory() // MEMORY_SHARE
+    if local_copies > 1:
+        return False
+    return 0 < total_bytes <= physical_memory() // MEMORY_SHARE
 
 
 def huge_page_empty(shape: int | tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
