@@ -46,24 +46,22 @@ def test_policy(monkeypatch):
     assert hugepages.use_huge_pages(True, 8000, local_copies=2) is True
 
 
-def test_the_automatic_choice_counts_every_local_rank(monkeypatch):
+def test_local_ranks_share_one_copy_or_the_memory_map(monkeypatch, tmp_path):
+    monkeypatch.setenv("DLKIT_SHM_DIR", str(tmp_path))
     db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
     monkeypatch.setattr(hugepages, "huge_pages_available", lambda: True)
-    asked = []
-    policy = hugepages.use_huge_pages
-    monkeypatch.setattr(batch_module, "use_huge_pages",
-                        lambda *args: asked.append(args) or policy(*args))
+    monkeypatch.setattr(hugepages, "physical_memory", lambda: 1 << 40)
     kwargs = dict(batch_size=1, huge_pages=None, num_prefetch=0, sequence_length=48,
                   max_rows=12)
-    with Sampler(db, 0, 64, **kwargs) as s:
-        copy_bytes = asked[-1][1]
-    # Room in a quarter of the RAM for many copies: still only a lone local rank copies.
-    monkeypatch.setattr(hugepages, "physical_memory", lambda: 4 * 64 * copy_bytes)
-    for local_ranks, copied in ((1, True), (2, False), (64, False)):
+    for shared_thp, local_ranks, path in ((False, 1, "private"), (False, 2, "mmap"),
+                                          (True, 1, "private"), (True, 2, "shared")):
+        monkeypatch.setattr(hugepages, "shared_huge_pages_available", lambda: shared_thp)
         monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_ranks))
         with Sampler(db, 0, 64, **kwargs) as s:
             assert s.config.local_world_size == local_ranks
-            assert s.config.huge_pages is copied, local_ranks
+            assert s.builder.memory_path == path, (shared_thp, local_ranks)
+            assert s.config.huge_pages is (path != "mmap")
+        assert list(tmp_path.iterdir()) == []  # the last rank removed the segment
 
 
 def test_batches_are_the_same_from_the_copies():
@@ -113,7 +111,13 @@ def test_row_records_hold_every_cell(seed):
     """Each record word against the column it came from: value bits, validity bit, padding."""
     db = random_database(seed, num_tables=4, max_rows=50, null_prob=0.3)
     catalog = build_catalog(db)
-    rows = RowRecords.build(catalog, lambda n, dtype: np.full(n, -5, dtype))
+    class Poisoned:  # memory whose fresh words hold garbage: every word must be written
+        fill = True
+
+        def empty(self, n, dtype):
+            return np.full(n, -5, dtype)
+
+    rows = RowRecords.build(catalog, Poisoned())
     assert rows is not None and not rows.words.flags.writeable
     for t, table in enumerate(db.tables):
         width = int(rows.width[t])

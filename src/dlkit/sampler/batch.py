@@ -27,7 +27,8 @@ from dlkit.sampler.catalog import (
 )
 from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
-from dlkit.sampler.hugepages import huge_page_copy, huge_page_empty, use_huge_pages
+from dlkit.sampler.hugepages import memory_path
+from dlkit.sampler.shared import PrivateMemory, SegmentSizer, SharedSegment, segment_key
 
 MAX_U16_EXTENT = 1 << 16
 MAX_RECORD_EDGES = 1 << 31
@@ -149,28 +150,34 @@ class GraphArrays:
         return (int(self.parent_offsets.nbytes) + int(self.child_offsets.nbytes)
                 + int(self.child_times.nbytes) + 2 * edges * RECORD_WIDTH * 8)
 
-    def huge_page_copy(self) -> GraphArrays:
+    def huge_page_copy(self, memory: Any = PrivateMemory()) -> GraphArrays:
         """Offsets and child times copied into huge pages, plus both edge records built there
         (the walk then reads parent and child ids and row times from the records only);
-        without records (2^31 edges or more) every walked array is copied instead."""
+        without records (2^31 edges or more) every walked array is copied instead. ``memory``
+        says where (``dlkit.sampler.shared``); when it does not ``fill``, another process has
+        built the same arrays there already."""
         if not self.records_fit():
-            return GraphArrays(*(huge_page_copy(a) for a in self.walked()))
+            walked = tuple(memory.copy(a) for a in self.walked())
+            return replace(self, parent_offsets=walked[0], parent_ids=walked[1],
+                           child_offsets=walked[2], child_ids=walked[3],
+                           child_times=walked[4], row_times=walked[5])
         edges = int(self.parent_ids.shape[0])
-        parent_records = huge_page_empty((edges, RECORD_WIDTH), np.int64)
-        child_records = huge_page_empty((edges, RECORD_WIDTH), np.int64)
-        # Two gathers of random reads, each a nogil kernel: one on each of two threads.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlkit-records") as pool:
-            built = [pool.submit(parent_edge_records, self.parent_ids, self.row_times,
-                                 self.parent_offsets, self.child_offsets, parent_records),
-                     pool.submit(child_edge_records, self.child_ids, self.parent_offsets,
-                                 self.child_offsets, child_records)]
-            for future in built:
-                future.result()
-        parent_records.setflags(write=False)
-        child_records.setflags(write=False)
-        return replace(self, parent_offsets=huge_page_copy(self.parent_offsets),
-                       child_offsets=huge_page_copy(self.child_offsets),
-                       child_times=huge_page_copy(self.child_times),
+        parent_records = memory.empty((edges, RECORD_WIDTH), np.int64)
+        child_records = memory.empty((edges, RECORD_WIDTH), np.int64)
+        if memory.fill:
+            # Two gathers of random reads, each a nogil kernel: one on each of two threads.
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlkit-records") as pool:
+                built = [pool.submit(parent_edge_records, self.parent_ids, self.row_times,
+                                     self.parent_offsets, self.child_offsets, parent_records),
+                         pool.submit(child_edge_records, self.child_ids, self.parent_offsets,
+                                     self.child_offsets, child_records)]
+                for future in built:
+                    future.result()
+            parent_records.setflags(write=False)
+            child_records.setflags(write=False)
+        return replace(self, parent_offsets=memory.copy(self.parent_offsets),
+                       child_offsets=memory.copy(self.child_offsets),
+                       child_times=memory.copy(self.child_times),
                        parent_records=parent_records, child_records=child_records)
 
 
@@ -264,16 +271,22 @@ class BatchBuilder:
         row_layout = RowRecords.layout(self.catalog)
         value_bytes = (8 * row_layout[2] if row_layout is not None else
                        sum(int(a.nbytes) for a in self.catalog.column_arrays()))
-        self.huge_pages = use_huge_pages(config.huge_pages,
-                                         self.graph.huge_page_bytes() + value_bytes,
-                                         local_copies)
-        if self.huge_pages:
-            self.graph = self.graph.huge_page_copy()
-            rows = RowRecords.build(self.catalog, huge_page_empty)
-            if rows is None:  # a table too wide for one validity word: copy its columns
-                self.catalog = self.catalog.with_columns(huge_page_copy)
-            else:
-                self.rows = rows
+        self.segment: SharedSegment | None = None
+        self.memory_path = memory_path(config.huge_pages,
+                                       self.graph.huge_page_bytes() + value_bytes, local_copies)
+        self.huge_pages = self.memory_path != "mmap"
+        if self.memory_path == "private":
+            self._copy_into(PrivateMemory())
+        elif self.memory_path == "shared":
+            sizer = SegmentSizer()
+            self._copy_into(sizer, update=False)
+            self.segment = SharedSegment.join(segment_key(db.database_hash), sizer.size)
+            try:
+                self._copy_into(self.segment)
+                self.segment.publish()
+            except BaseException:
+                self.segment.close()
+                raise
         text = np.asarray(db.text_embeddings())
         if text.ndim != 2 or text.dtype != np.float16:
             raise DatabaseError(f"text embeddings have shape {text.shape} and dtype {text.dtype}, "
@@ -319,6 +332,18 @@ class BatchBuilder:
                         values, float(self.catalog.col_mean[target_col]),
                         float(self.catalog.col_std[target_col]), rules_of(task))
 
+    def _copy_into(self, memory: Any, update: bool = True) -> None:
+        """The huge-page copies of the graph and the values, in ``memory``: the same arrays
+        in the same order whatever the memory, so a shared segment's offsets agree in every
+        process (``update=False`` only measures them)."""
+        graph = self.graph.huge_page_copy(memory)
+        rows = RowRecords.build(self.catalog, memory)
+        catalog = self.catalog.with_columns(memory.copy) if rows is None else self.catalog
+        if update:
+            self.graph, self.catalog = graph, catalog
+            if rows is not None:
+                self.rows = rows
+
     def label_info(self, task: TaskView) -> LabelInfo:
         """What ``task``'s labels are (see ``dlkit.sampler.labels``)."""
         table = self.db.tables[task.table_index]
@@ -337,6 +362,9 @@ class BatchBuilder:
         for a large database) rather than whenever the garbage collector gets to the sampler;
         ``build`` refuses afterwards."""
         self.graph = self.catalog = self.rows = None  # type: ignore[assignment]
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
 
     def task(self, name_or_index: str | int) -> TaskView:
         for view in self.tasks:

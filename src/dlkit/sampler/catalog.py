@@ -154,15 +154,17 @@ class RowRecords:
         return start, width, total
 
     @classmethod
-    def build(cls, catalog: ColumnCatalog,
-              empty: Callable[[int, Any], np.ndarray]) -> RowRecords | None:
-        """The records of every table, in an array from ``empty(words, dtype)``; None when
+    def build(cls, catalog: ColumnCatalog, memory: Any) -> RowRecords | None:
+        """The records of every table, in an array from ``memory.empty(words, dtype)``
+        (filled unless ``memory.fill`` is False: another process filled it); None when
         ``layout`` says they do not fit."""
         layout = cls.layout(catalog)
         if layout is None:
             return None
         start, width, total = layout
-        words = empty(total, np.int64)
+        words = memory.empty(total, np.int64)
+        if not memory.fill:
+            return cls(start, width, words)
         for t in range(start.shape[0]):
             n = int(catalog.table_offsets[t + 1] - catalog.table_offsets[t])
             table = words[start[t]:start[t] + n * width[t]].reshape(n, int(width[t]))

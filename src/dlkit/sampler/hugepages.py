@@ -26,6 +26,7 @@ import numpy as np
 from dlkit.errors import InvalidArgumentError
 
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+SHMEM_THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 MEMORY_SHARE = 4  # automatic copies may take up to 1/MEMORY_SHARE of the physical memory
 
 
@@ -40,6 +41,18 @@ def huge_pages_available() -> bool:
     return "[always]" in setting or "[madvise]" in setting
 
 
+def shared_huge_pages_available() -> bool:
+    """Whether shared memory (tmpfs, where ``dlkit.sampler.shared`` puts its segments) is
+    backed by huge pages when advised."""
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        return False
+    try:
+        setting = SHMEM_THP_SETTING.read_text()
+    except OSError:
+        return False
+    return any(f"[{mode}]" in setting for mode in ("always", "within_size", "advise", "force"))
+
+
 def physical_memory() -> int:
     """Bytes of physical memory (0 when the platform does not say)."""
     try:
@@ -48,10 +61,24 @@ def physical_memory() -> int:
         return 0
 
 
+def memory_path(setting: bool | None, total_bytes: int, local_ranks: int = 1) -> str:
+    """Where the sampler reads the graph and the values: ``"mmap"`` (the database's memory
+    map), ``"private"`` (huge-page copies of this process's own) or ``"shared"`` (one
+    huge-page segment per machine, shared by the job's ``local_ranks`` on it:
+    ``dlkit.sampler.shared``). ``setting`` True always copies, False never, None when it pays
+    (``use_huge_pages``)."""
+    copy = use_huge_pages(setting, total_bytes, local_ranks)
+    if not copy:
+        return "mmap"
+    return "shared" if local_ranks > 1 else "private"
+
+
 def use_huge_pages(setting: bool | None, total_bytes: int, local_copies: int = 1) -> bool:
-    """Resolve a ``huge_pages`` setting: True/False as given, None automatically (copies of
-    ``total_bytes`` in all, which each of ``local_copies`` processes on this machine, the
-    local ranks of a job, would hold privately: with more than one, none copies)."""
+    """Resolve a ``huge_pages`` setting: True/False as given, None automatically: copies of
+    ``total_bytes`` when the kernel gives huge pages and they fit in a quarter of the RAM;
+    with several local ranks (``local_copies``), which share one copy per machine, only
+    where shared memory gets huge pages too (else the shared segment would cost memory and
+    win little: the ranks share the memory map's page cache instead)."""
     if setting is not None and not isinstance(setting, bool):
         raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
                                    f"got {setting!r}")
@@ -59,7 +86,7 @@ def use_huge_pages(setting: bool | None, total_bytes: int, local_copies: int = 1
         return setting
     if not huge_pages_available():
         return False
-    if local_copies > 1:
+    if local_copies > 1 and not shared_huge_pages_available():
         return False
     return 0 < total_bytes <= physical_memory() // MEMORY_SHARE
 
