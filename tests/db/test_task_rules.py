@@ -284,3 +284,21 @@ def test_a_schema_without_the_rules_builds_the_same_database(tmp_path):
     report = preprocess(example, tmp_path / "db", fsync=False)
     assert report.database_hash == ("e651bca299f45504885e7f5a91d63f62016b5114028b1cf15b30f7c8"
                                     "22c923b8")
+
+
+def test_show_marks_values_not_known_yet(shop):
+    from dlkit.sampler.inspect import HIDDEN, describe_sequence
+
+    root, _ = shop
+    marked = 0
+    with open_database(root / "db") as db:
+        for anchor in range(0, 51, 5):
+            view = describe_sequence(db, "churn", anchor)
+            for row in view.rows:
+                for cell in row.cells:
+                    assert (cell.value == HIDDEN) == cell.is_hidden
+                    if cell.is_hidden:
+                        assert (row.table, cell.column) in {("churn", "churn"),
+                                                            ("events", "refunded")}
+                        marked += 1
+    assert marked > 0

@@ -23,6 +23,7 @@ from dlkit.sampler.splits import check_seed
 
 NO_TIME = np.iinfo(np.int64).min
 MASKED = "[MASKED]"
+HIDDEN = "[NOT YET KNOWN]"  # a lagged label the observation time does not know yet
 NULL = "null"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -35,6 +36,7 @@ class CellView:
     value: str
     is_null: bool
     is_target: bool
+    is_hidden: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,9 +160,10 @@ def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
         table, local = db.row_of(row)
         column = _column(table, column_name, row)
         target = bool(a["is_target"][0, p])
-        rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)],
-                                      MASKED if target else format_value(db, column, local),
-                                      bool(a["is_null"][0, p]), target))
+        hidden = bool(a["is_hidden"][0, p])
+        value = MASKED if target else HIDDEN if hidden else format_value(db, column, local)
+        rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
+                                      bool(a["is_null"][0, p]), target, hidden))
     rows = []
     for i in range(n_rows):
         row = int(built.visited_rows[0, i])
