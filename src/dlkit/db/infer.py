@@ -1,27 +1,55 @@
 """``dlkit schema infer``: draft a ``dlkit.toml`` from a directory of Parquet files.
 
-Heuristics (the draft is for a person to review):
+A directory in RelBench's layout (``db/<table>.parquet`` with RelBench's key metadata, tasks
+under ``tasks/``) is read exactly, keys and tasks included (:mod:`dlkit.db.relbench`). Any
+other directory gets a draft for a person to review:
 
 * tables: every ``*.parquet`` file (table = file stem) and every directory holding Parquet
   parts (table = directory name), sorted by name; names that are not safe file names are
   listed in the header comment and skipped;
-* primary key: the first integer or string column named ``id``, ``<table>_id`` or
-  ``<singular table>_id`` (``users`` -> ``user_id``) whose values are unique and non-null;
-* foreign keys: other columns named ``<x>_id`` / ``<x>id`` where ``x``, ``x + "s"`` or
-  ``x + "es"`` is a table with a primary key of the same type family;
+* keys, found by their values (:func:`find_keys`): a column of integers or strings (none
+  longer than ``MAX_KEY_BYTES``) with no null and no repeated value is a *key candidate*; a
+  column of the same kind whose sampled values are at least ``FK_MIN_FOUND`` contained in a
+  candidate *refers* to it. A table's primary key is its candidate that other tables refer
+  to (most references first), else the one named like a key (``id``, ``<table>_id``,
+  ``<singular>Id``, ``<table>_code``, ...); a candidate with neither is only suggested in a
+  comment. Then every column that refers to a chosen primary key is a foreign key to its
+  table. Integer ids ``0..n`` lie inside each other everywhere, so an integer reference also
+  needs its name to point at the parent (``user_id``/``userId``/``user`` -> ``users``, the
+  parent key's own name, or either after a role: ``buyer_user_id``); string codes
+  (carriers, airports, tail numbers) rarely do, so their values suffice and names break
+  ties. What the values do not settle (a share of dangling values, fewer than
+  ``FK_MIN_DISTINCT`` distinct values, an integer named only like some key, a tie) stays an
+  active entry marked ``guess:`` in its comment;
 * time column: the only timestamp/date column, or the first whose name contains ``time``,
   ``date``, ``created`` or ends with ``_at``;
 * types: every remaining column's inferred semantic type (strings read once to count distinct
   values), unsupported columns in ``exclude``.
+
+Sampling keeps inference fast on large tables: each key-kind column is read in about
+``READ_ROWS`` rows (whole row groups spread over the table), of which ``SAMPLE_ROWS`` evenly
+spaced values are its sample. Only a column with no null in what was read and no repeat in
+its sample is read whole: to prove it unique and index it, with the kernels preprocess uses
+for primary keys (:class:`dlkit.db.keys.KeyIndex`); every other column's sample is then
+looked up in that index. docs/schema.md gives the measured speed.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from dlkit.db.convert import to_int_keys
 from dlkit.db.format import path_name_problem
+from dlkit.db.keys import KeyIndex
+from dlkit.db.plan import infer_string_column
 from dlkit.db.schema import (
     KEY_FAMILIES,
     Schema,
@@ -31,8 +59,23 @@ from dlkit.db.schema import (
     type_family,
 )
 from dlkit.db.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
-from dlkit.db.plan import infer_string_column
-from dlkit.errors import SchemaError
+from dlkit.errors import DataError, InvalidArgumentError, SchemaError
+
+# A reference may dangle: real reference tables miss some codes (a flights table's tail
+# numbers absent from its planes table, airports missing from an airports list). At least
+# this share of a column's sampled non-null values must be keys of the parent...
+FK_MIN_FOUND = 0.75
+# ...and below this share the foreign key is written as a guess.
+FK_SURE_FOUND = 0.99
+# Fewer distinct sampled values than this cannot tell a reference from chance.
+FK_MIN_DISTINCT = 3
+SAMPLE_ROWS = 20_000
+READ_ROWS = 1 << 20
+# A string key is a code or a name; a column holding a longer sampled value is not one.
+MAX_KEY_BYTES = 256
+
+# Last words of key names: ``user_id``, ``userId``, ``tail_no``, ``airport_code``, ...
+_KEY_SUFFIXES = ("id", "key", "code", "no", "num", "number", "uuid", "guid")
 
 
 def _candidates(input_dir: Path) -> list[tuple[str, Path]]:
@@ -47,6 +90,25 @@ def _candidates(input_dir: Path) -> list[tuple[str, Path]]:
     return found
 
 
+def _norm(name: str) -> str:
+    """Lower case, letters and digits only: ``driverId``, ``driver_id`` -> ``driverid``."""
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+def _words(name: str) -> list[str]:
+    """``driverId`` -> [driver, id]; ``tail_no`` -> [tail, no]; ``userID`` -> [user, id]."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return [w for w in re.split(r"[^0-9a-z]+", spaced.lower()) if w]
+
+
+def _named_like_a_key(column: str) -> bool:
+    """A name whose last word says key (``store_id``, ``flightNo``, ``code``), not a word that
+    merely ends in those letters (``grid``, ``paid``)."""
+    words = _words(column)
+    return bool(words) and words[-1] in _KEY_SUFFIXES and (
+        len(words) >= 2 or words[-1] in ("id", "key", "code", "uuid", "guid"))
+
+
 def _singular(name: str) -> list[str]:
     out = [name]
     if name.endswith("ies"):
@@ -58,26 +120,322 @@ def _singular(name: str) -> list[str]:
     return out
 
 
-def _is_unique_key(source: TableSource, column: str, batch_rows: int) -> bool:
-    values = []
-    for arr in source.iter_column(column, batch_rows):
-        if arr.null_count:
-            return False
-        values.append(arr)
-    if not values:
-        return True
-    total = sum(len(v) for v in values)
-    import pyarrow as pa
+def _table_words(table: str) -> set[str]:
+    """Normalised names a column may use for ``table``: ``airlines`` -> airlines, airline."""
+    return {w for w in (_norm(s) for s in _singular(table)) if w}
 
-    return pc.count_distinct(pa.chunked_array(values)).as_py() == total
+
+def pk_name_score(table: str, column: str) -> int:
+    """How much a column's name says it is ``table``'s key: 3 for ``id`` or ``<table>_id``,
+    2 for ``<table>_key``/``_code``/``_no``..., 1 for any name ending like a key, else 0."""
+    col = _norm(column)
+    words = _table_words(table)
+    if col == "id" or col in {w + "id" for w in words}:
+        return 3
+    if col in {w + s for w in words for s in _KEY_SUFFIXES}:
+        return 2
+    return 1 if _named_like_a_key(column) else 0
+
+
+def fk_name_score(column: str, parent: str, parent_key: str) -> int:
+    """How much a column's name points at ``parent`` (key ``parent_key``): 2 when it names
+    the parent or its key (``user_id``, ``userId``, ``user`` for ``users``; ``carrier`` for
+    ``airlines.carrier``), 1 when its last words do after a role (``buyer_user_id``,
+    ``origin_faa``), else 0."""
+    key = _norm(parent_key)
+    named = {w + s for w in _table_words(parent) for s in ("", *_KEY_SUFFIXES)}
+    if key != "id":
+        named.add(key)
+    words = _words(column)
+    if "".join(words) in named:
+        return 2
+    return 1 if any("".join(words[i:]) in named for i in range(1, len(words))) else 0
+
+
+@dataclass
+class ColumnProbe:
+    """What sampling learnt about one integer or string column."""
+
+    table: str
+    column: str
+    family: str
+    position: int
+    sample: pa.Array                   # sampled non-null values, in row order
+    distinct: int                      # distinct values among them
+    maybe_unique: bool                 # no null in what was read, no repeat in the sample
+    complete: pa.ChunkedArray | None   # the whole column, when reading the part read it all
+    unique: bool = False               # proven: no null and no repeat in the whole column
+    # key candidates: share of each other column's sample found among this column's values
+    shares: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KeyGuess:
+    """A primary or foreign key found by values, with why (the draft's comment)."""
+
+    table: str
+    column: str
+    parent: str | None      # foreign keys: the parent table
+    sure: bool
+    reason: str
+
+
+@dataclass
+class FoundKeys:
+    primary: dict[str, KeyGuess] = field(default_factory=dict)
+    foreign: dict[str, list[KeyGuess]] = field(default_factory=dict)
+    suggestions: dict[str, str] = field(default_factory=dict)  # table -> unique column
+
+
+class _Reader:
+    """Row groups of one table, to read a spread-out part of a column."""
+
+    def __init__(self, source: TableSource):
+        self.source = source
+        self.files = [pq.ParquetFile(f) for f in source.files]
+        self.groups = [(i, g) for i, f in enumerate(self.files)
+                       for g in range(f.metadata.num_row_groups)]
+        self.total = sum(f.metadata.num_rows for f in self.files)
+
+    def _chunked(self, parts: list[pa.ChunkedArray], column: str) -> pa.ChunkedArray:
+        return pa.chunked_array([c for p in parts for c in p.chunks],
+                                type=self.source.schema.field(column).type)
+
+    def spread(self, column: str) -> tuple[pa.ChunkedArray, bool]:
+        """The column in whole row groups spread evenly over the table, about ``READ_ROWS``
+        rows (all of it when that is no more), and whether that is the whole column."""
+        if self.total <= READ_ROWS or len(self.groups) <= 1:
+            return self.whole(column), True
+        k = max(1, min(len(self.groups), round(READ_ROWS * len(self.groups) / self.total)))
+        chosen = sorted({round(x) for x in np.linspace(0, len(self.groups) - 1, k)})
+        parts = [self.files[i].read_row_group(g, columns=[column]).column(0)
+                 for i, g in (self.groups[j] for j in chosen)]
+        return self._chunked(parts, column), len(chosen) == len(self.groups)
+
+    def whole(self, column: str) -> pa.ChunkedArray:
+        return self._chunked([f.read(columns=[column]).column(0) for f in self.files], column)
+
+
+def _probe(reader: _Reader, column: str, family: str, position: int) -> ColumnProbe:
+    part, complete = reader.spread(column)
+    valid = pc.drop_null(part)
+    if len(valid) > SAMPLE_ROWS:
+        picks = np.linspace(0, len(valid) - 1, SAMPLE_ROWS).round().astype(np.int64)
+        sample = pc.take(valid, pa.array(picks)).combine_chunks()
+    else:
+        sample = valid.combine_chunks()
+    if pa.types.is_dictionary(sample.type):
+        sample = sample.dictionary_decode()
+    distinct = pc.count_distinct(sample).as_py() if len(sample) else 0
+    maybe_unique = part.null_count == 0 and distinct == len(sample)
+    if maybe_unique and family == "string" and len(sample) and \
+            pc.max(pc.binary_length(sample)).as_py() > MAX_KEY_BYTES:
+        maybe_unique = False  # unique prose (reviews, descriptions): not worth reading whole
+    return ColumnProbe(table=reader.source.name, column=column, family=family, position=position,
+                       sample=sample, distinct=distinct, maybe_unique=maybe_unique,
+                       complete=part if complete and maybe_unique else None)
+
+
+def _key_index(values: pa.ChunkedArray, family: str) -> KeyIndex | None:
+    """The index preprocess builds for a primary key (the same kernels), or None when the
+    values are not unique, hold a null or do not fit."""
+    arr = values.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if arr.null_count:
+        return None
+    try:
+        if family == "integer":
+            keys, _ = to_int_keys(arr, "")
+            return KeyIndex.build_int(keys, "")
+        return KeyIndex.build_str(arr, "")
+    except DataError:  # a duplicate, or an integer beyond int64
+        return None
+
+
+def _share_found(index: KeyIndex, sample: pa.Array) -> float:
+    """Share of ``sample``'s values (none null) that are keys of ``index``."""
+    out = np.empty(len(sample), dtype=np.int64)
+    try:
+        num_valid, dangling, _ = index.lookup(sample, 0, out, "")
+    except DataError:  # an integer beyond int64: not among the keys
+        return 0.0
+    return 1.0 - dangling / num_valid if num_valid else 0.0
+
+
+def probe_columns(sources: dict[str, TableSource]) -> list[ColumnProbe]:
+    """Sample every integer and string column; prove unique each column whose read part has
+    no null and whose sample no repeat, indexing its values as preprocess would; and look up
+    every other column's sample of the same kind in that index."""
+    probes: list[ColumnProbe] = []
+    readers = {t: _Reader(s) for t, s in sources.items()}
+    for tname, src in sources.items():
+        for position, f in enumerate(src.schema):
+            family = type_family(f.type)
+            if family in KEY_FAMILIES:
+                probes.append(_probe(readers[tname], f.name, family, position))
+    for key in probes:
+        if not key.maybe_unique:
+            continue
+        values = key.complete if key.complete is not None else readers[key.table].whole(key.column)
+        key.complete = None  # read once: free it
+        index = _key_index(values, key.family)
+        del values
+        if index is None:
+            continue
+        key.unique = True
+        for child in probes:
+            if child is not key and child.family == key.family and len(child.sample):
+                key.shares[(child.table, child.column)] = _share_found(index, child.sample)
+    for p in probes:
+        p.complete = None
+    return probes
+
+
+@dataclass(frozen=True)
+class _Ref:
+    child: ColumnProbe
+    key: ColumnProbe
+    share: float     # share of the child's sampled values that are keys of ``key``
+    name: int        # fk_name_score
+    sure: bool
+    reason: str
+    # whether it may make ``key`` its table's primary key: a string reference, or an integer
+    # one whose name points at the table (not merely named like some key)
+    telling: bool
+
+
+def _percent(share: float) -> str:
+    """``0.999`` -> ``99.9%`` (never a rounded ``100%`` or ``0%`` for a share strictly
+    between 0 and 1)."""
+    for digits in range(0, 5):
+        text = f"{share:.{digits}%}"
+        if not (0 < share < 1) or float(text[:-1]) not in (0.0, 100.0):
+            return text
+    return text
+
+
+def _reference(child: ColumnProbe, key: ColumnProbe) -> _Ref | None:
+    """``child`` as a reference to key candidate ``key``, or None when it is not one."""
+    share = key.shares.get((child.table, child.column))
+    if child is key or share is None or share < FK_MIN_FOUND:
+        return None
+    name = fk_name_score(child.column, key.table, key.column)
+    if child.table == key.table and name == 2:
+        return None  # ``flight`` in flights is a flight number: a self-reference has a role
+    doubts = []
+    telling = child.family == "string" or name > 0
+    if not telling:
+        if not _named_like_a_key(child.column):
+            return None  # small integers lie inside every 0..n key
+        doubts.append(f"named like a key, not like {key.table}")
+    if share < FK_SURE_FOUND:
+        doubts.append(f"{_percent(1 - share)} of sampled values not found (dangling?)")
+    if child.distinct < FK_MIN_DISTINCT:
+        doubts.append(f"only {child.distinct} distinct value{'s' if child.distinct != 1 else ''}")
+    found = f"{_percent(share)} of sampled values are keys of {key.table}.{key.column}"
+    if share >= 1.0:
+        found = f"every sampled value is a key of {key.table}.{key.column}"
+    reason = found + (f"; guess: {', '.join(doubts)}" if doubts else "")
+    return _Ref(child, key, share, name, not doubts, reason, telling)
+
+
+def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
+              arrow_types: dict[tuple[str, str], pa.DataType]) -> FoundKeys:
+    """Choose each table's primary key, then each column's foreign key, from the probes."""
+    candidates = [p for p in probes if p.unique]
+    refs = [r for child in probes for key in candidates
+            if (r := _reference(child, key)) is not None]
+    out = FoundKeys()
+    for table in tables:
+        mine = [p for p in candidates if p.table == table]
+        if not mine:
+            continue
+
+        def incoming(p: ColumnProbe) -> list[_Ref]:
+            return [r for r in refs if r.key is p and r.child.table != table and r.telling]
+
+        def rank(p: ColumnProbe) -> tuple:
+            inc = incoming(p)
+            return (bool(inc), pk_name_score(table, p.column), sum(r.sure for r in inc),
+                    len(inc), -p.position)
+
+        best = max(mine, key=rank)
+        inc = incoming(best)
+        score = pk_name_score(table, best.column)
+        if not inc and score == 0:
+            out.suggestions[table] = best.column
+            continue
+        if inc:
+            referrers = ", ".join(sorted(f"{r.child.table}.{r.child.column}" for r in inc))
+            reason = f"unique; referred to by {referrers}"
+            # a string reference, or an integer one named for this table, with enough
+            # distinct values: the key is sure even when some of the references dangle
+            sure = score >= 2 or any(r.child.distinct >= FK_MIN_DISTINCT for r in inc)
+        else:
+            reason = "unique, named like a key"
+            sure = score >= 2
+        if not sure:
+            reason += "; guess"
+        out.primary[table] = KeyGuess(table, best.column, None, sure, reason)
+    chosen = {(g.table, g.column) for g in out.primary.values()}
+    for table in tables:
+        fks = []
+        pk = out.primary.get(table)
+        for child in sorted((p for p in probes if p.table == table), key=lambda p: p.position):
+            if pk is not None and child.column == pk.column:
+                continue
+            options = [r for r in refs
+                       if r.child is child and (r.key.table, r.key.column) in chosen]
+            if not options:
+                continue
+            # names first, then values, then the same Arrow type, then a fixed order
+            options.sort(key=lambda r: (-r.name, -r.share, arrow_types[(table, child.column)]
+                                        != arrow_types[(r.key.table, r.key.column)], r.key.table))
+            best_ref = options[0]
+            rivals = [r for r in options[1:] if r.name == best_ref.name
+                      and abs(r.share - best_ref.share) < 1e-12]
+            reason, sure = best_ref.reason, best_ref.sure
+            if rivals:
+                also = ", ".join(f"{r.key.table}.{r.key.column}" for r in rivals)
+                reason += ("; guess: " if sure else ", ") + f"as much in {also}"
+                sure = False
+            fks.append(KeyGuess(table, child.column, best_ref.key.table, sure, reason))
+        if fks:
+            out.foreign[table] = fks
+    return out
+
+
+def _time_column(src: TableSource, fam: dict[str, str], skip: set[str]) -> str | None:
+    times = [f.name for f in src.schema
+             if fam[f.name] in ("timestamp", "date") and f.name not in skip]
+    if len(times) == 1:
+        return times[0]
+    for column in times:
+        low = column.lower()
+        if any(w in low for w in ("time", "date", "created")) or low.endswith("_at"):
+            return column
+    return None
 
 
 def infer_schema(input_dir: str | Path, *, name: str | None = None,
-                 batch_rows: int = DEFAULT_BATCH_ROWS) -> tuple[Schema, str]:
-    """``(draft schema, TOML text)`` for the Parquet tables in ``input_dir``."""
+                 batch_rows: int = DEFAULT_BATCH_ROWS,
+                 tasks: Sequence[str] | None = None) -> tuple[Schema, str]:
+    """``(draft schema, TOML text)`` for the Parquet tables in ``input_dir``.
+
+    A RelBench dataset gives its exact schema (``tasks``: the RelBench tasks to take,
+    default all; see :func:`dlkit.db.relbench.relbench_schema`).
+    """
+    from dlkit.db.relbench import relbench_db_dir, relbench_schema
+
     root = Path(input_dir)
     if not root.is_dir():
         raise SchemaError("input is not a directory", path=root)
+    if relbench_db_dir(root) is not None:
+        return relbench_schema(root, name=name, tasks=tasks, batch_rows=batch_rows)
+    if tasks:
+        raise InvalidArgumentError(f"{root}: tasks can be chosen for a RelBench dataset only, "
+                                   "and this is not one")
     skipped = []
     sources: dict[str, TableSource] = {}
     for tname, path in _candidates(root):
@@ -89,51 +447,22 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
         raise SchemaError("no Parquet tables found (expected *.parquet files or directories of "
                           "parts)", path=root)
     fam = {t: {f.name: type_family(f.type) for f in s.schema} for t, s in sources.items()}
-
-    pks: dict[str, str | None] = {}
-    for tname, src in sources.items():
-        pks[tname] = None
-        wanted = ["id"] + [f"{s}_id" for s in _singular(tname)]
-        for column in wanted:
-            if fam[tname].get(column) in KEY_FAMILIES and _is_unique_key(src, column, batch_rows):
-                pks[tname] = column
-                break
-
-    def parent_for(column: str, family: str, own: str) -> str | None:
-        low = column.lower()
-        stem = low[:-3] if low.endswith("_id") else low[:-2] if low.endswith("id") else None
-        if not stem:
-            return None
-        for cand in (stem, stem + "s", stem + "es", stem[:-1] + "ies" if stem.endswith("y") else None):
-            for tname in sources:
-                if cand and tname.lower() == cand and pks[tname] is not None:
-                    if fam[tname][pks[tname]] == family and not (tname == own and pks[own] == column):
-                        return tname
-        return None
+    arrow_types = {(t, f.name): f.type for t, s in sources.items() for f in s.schema}
+    keys = find_keys(probe_columns(sources), list(sources), arrow_types)
 
     specs = []
     notes: dict[tuple[str, str], str] = {}
     for tname, src in sources.items():
-        pk = pks[tname]
+        pk_guess = keys.primary.get(tname)
+        pk = pk_guess.column if pk_guess is not None else None
+        if pk_guess is not None:
+            notes[(tname, pk)] = pk_guess.reason
         fks = []
-        for f in src.schema:
-            if f.name == pk:
-                continue
-            parent = parent_for(f.name, fam[tname][f.name], tname)
-            if parent is not None:
-                fks.append((f.name, parent))
+        for g in keys.foreign.get(tname, []):
+            fks.append((g.column, g.parent))
+            notes[(tname, g.column)] = g.reason
         fk_cols = {c for c, _ in fks}
-        times = [f.name for f in src.schema
-                 if fam[tname][f.name] in ("timestamp", "date") and f.name != pk]
-        time_column = None
-        if len(times) == 1:
-            time_column = times[0]
-        else:
-            for column in times:
-                low = column.lower()
-                if any(w in low for w in ("time", "date", "created")) or low.endswith("_at"):
-                    time_column = column
-                    break
+        time_column = _time_column(src, fam[tname], {pk} if pk else set())
         types: dict[str, str] = {}
         exclude = []
         for f in src.schema:
@@ -150,6 +479,9 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
                 stype = infer_stype(family)
             types[f.name] = stype
             notes[(tname, f.name)] = str(f.type)
+            if keys.suggestions.get(tname) == f.name:
+                notes[(tname, f.name)] += ("; unique: the primary key? (no table refers here "
+                                           "and the name does not say)")
         rel = src.location.relative_to(root).as_posix()
         default_rel = f"{tname}.parquet"
         specs.append(TableSpec(name=tname, path=None if rel == default_rel else rel,
@@ -157,7 +489,8 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
                                exclude=tuple(exclude), types=types))
     schema = Schema(name=name or root.resolve().name, tables=tuple(specs), tasks=())
     header = (f"dlkit.toml drafted by `dlkit schema infer` from {root}.\n"
-              "Review it: primary keys, foreign keys, time columns and types are guesses.\n"
+              "Review it: primary keys, foreign keys, time columns and types are guesses;\n"
+              "keys were found by their values (comments say why; 'guess:' marks the doubtful).\n"
               "Semantic types: numeric, boolean, timestamp, categorical, text.")
     if skipped:
         header += f"\nSkipped (not safe table names): {', '.join(skipped)}"
