@@ -107,7 +107,7 @@ def test_eval_arguments_are_checked(db):
         with pytest.raises(InvalidArgumentError, match="split must be one of"):
             s.eval_steps("validation")
         with pytest.raises(InvalidArgumentError, match="no task 'nope'"):
-            list(s.iter_eval("val", task="nope"))
+            s.iter_eval("val", task="nope")  # at the call, not at the first batch
         assert s.eval_steps("val", task=0) == s.eval_steps("val", task="task0")
 
 

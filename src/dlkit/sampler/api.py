@@ -159,11 +159,11 @@ class Sampler:
     ``"v2"`` (NextBatch_v2's block-affine order, for runs that started with it).
     ``huge_pages`` (keyword) copies the graph and the columns into huge-page memory, which
     builds batches faster for their size in RAM per process: True, False, or None
-    (default) = when the kernel offers transparent huge pages, this is the only local rank
-    (``local_world_size`` 1: several would each hold a private copy, so they share the memory
-    map's page cache instead) and the copies take at most a quarter of the physical memory
-    (``dlkit.sampler.hugepages``); ``sampler.config.huge_pages`` says which path this rank
-    took.
+    (default) = when the kernel offers transparent huge pages and the copies take at most a
+    quarter of the physical memory (``dlkit.sampler.hugepages``). Several local ranks share
+    one copy per machine (``dlkit.sampler.shared``; automatically only where shared memory
+    gets huge pages too, else they share the memory map's page cache);
+    ``sampler.builder.memory_path`` says which path this rank took.
     """
 
     def __init__(self, db_path: Any, rank: int | None = None, world_size: int | None = None,
@@ -361,7 +361,10 @@ class Sampler:
         a real seed whose ``sequence_mask`` is 0), so per-batch collectives never wait for a
         rank and shapes never change. Independent of the pulled channels and their state;
         prefetched like them (``num_threads`` producers, ``num_prefetch`` ahead)."""
-        eval_pass = self._eval_pass(split, task)
+        eval_pass = self._eval_pass(split, task)  # bad arguments fail here, not at first use
+        return self._run_eval(eval_pass, split)
+
+    def _run_eval(self, eval_pass: EvalPass, split: str) -> Iterator[dict[str, np.ndarray]]:
         cfg = self.config
         if cfg.num_prefetch == 0 or len(eval_pass) == 0:
             for step in range(len(eval_pass)):
