@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numba
 import numpy as np
-from numba.typed import List
 
+from dlkit.core.lists import EMPTY_LISTS, append_array
 from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
 
@@ -27,12 +26,21 @@ _VALUE_DTYPES = {NUMERIC: np.float64, BOOLEAN: np.uint8, TIMESTAMP: np.int64,
                  CATEGORICAL: np.int32, TEXT: np.int64}
 
 
-def _typed_list(arrays: list[np.ndarray], dtype: Any) -> Any:
-    item_type = numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=True)
-    typed = List.empty_list(item_type)
-    for array in arrays:
-        typed.append(array)
-    return typed
+_LIST_DTYPES = tuple(np.dtype(d) for d in (np.float64, np.uint8, np.int64, np.int32))
+_LIST_FIELDS = ("f64_cols", "u8_cols", "i64_cols", "i32_cols")
+
+
+def _typed_lists(arrays: dict[Any, list[np.ndarray]]) -> dict[str, Any]:
+    """The ``arrays`` and ``*_cols`` fields of a catalog: each dtype's read-only 1-D arrays,
+    and the same as a typed list for the kernels."""
+    fields: dict[str, Any] = {"arrays": {}}
+    for dtype, name in zip(_LIST_DTYPES, _LIST_FIELDS):
+        typed = EMPTY_LISTS[dtype]()
+        for array in arrays[dtype]:
+            append_array(typed, array)
+        fields["arrays"][dtype] = tuple(arrays[dtype])
+        fields[name] = typed
+    return fields
 
 
 def readonly_view(array: Any, dtype: Any, length: int, what: str, path: Any) -> np.ndarray:
@@ -71,6 +79,10 @@ class ColumnCatalog:
     col_cat_start: np.ndarray
     col_cat_count: np.ndarray
     col_label_lag: np.ndarray
+    # Each dtype's column arrays (values; u8 also every validity bitmap), in slot order: as
+    # numpy arrays for Python, as typed lists for the kernels (made by cached kernels:
+    # reading a typed list from Python would compile its accessors in every process).
+    arrays: dict[np.dtype, tuple[np.ndarray, ...]]
     f64_cols: Any
     u8_cols: Any
     i64_cols: Any
@@ -89,22 +101,21 @@ class ColumnCatalog:
 
     def values(self, c: int) -> np.ndarray:
         """Column ``c``'s values (validated, read-only; null cells hold 0)."""
-        typed = {NUMERIC: self.f64_cols, BOOLEAN: self.u8_cols, TIMESTAMP: self.i64_cols,
-                 CATEGORICAL: self.i32_cols, TEXT: self.i64_cols}[int(self.col_stype[c])]
-        return typed[int(self.col_value_slot[c])]
+        dtype = _VALUE_DTYPES[int(self.col_stype[c])]
+        return self.arrays[np.dtype(dtype)][int(self.col_value_slot[c])]
+
+    def validity(self, c: int) -> np.ndarray:
+        """Column ``c``'s validity bitmap (bit ``r`` set = row ``r`` not null)."""
+        return self.arrays[np.dtype(np.uint8)][int(self.col_valid_slot[c])]
 
     def column_arrays(self) -> tuple[np.ndarray, ...]:
         """Every column's values and validity bitmap (what ``fill_values`` reads at random)."""
-        return tuple(a for typed in (self.f64_cols, self.u8_cols, self.i64_cols, self.i32_cols)
-                     for a in typed)
+        return tuple(a for dtype in _LIST_DTYPES for a in self.arrays[dtype])
 
     def with_columns(self, copy: Callable[[np.ndarray], np.ndarray]) -> ColumnCatalog:
         """The same catalog reading ``copy(array)`` for every column array."""
-        return replace(self, **{name: _typed_list([copy(a) for a in getattr(self, name)], dtype)
-                                for name, dtype in (("f64_cols", np.float64),
-                                                    ("u8_cols", np.uint8),
-                                                    ("i64_cols", np.int64),
-                                                    ("i32_cols", np.int32))})
+        return replace(self, **_typed_lists({dtype: [copy(a) for a in self.arrays[dtype]]
+                                             for dtype in _LIST_DTYPES}))
 
     def kernel_args(self) -> tuple[Any, ...]:
         """The catalog arguments of ``build_sequences``, in its order."""
@@ -177,7 +188,7 @@ class RowRecords:
                     table.view(np.float64)[:, 1 + k] = values
                 else:
                     table[:, 1 + k] = values
-                bitmap = catalog.u8_cols[int(catalog.col_valid_slot[c])]
+                bitmap = catalog.validity(c)
                 valid = np.unpackbits(bitmap, count=n, bitorder="little").astype(np.int64)
                 table[:, 0] |= valid << np.int64(k)
             table[:, 1 + int(catalog.table_num_cells[t]):] = 0
@@ -291,8 +302,5 @@ def build_catalog(db: Any) -> ColumnCatalog:
         col_cat_start=np.asarray(cat_starts, dtype=np.int64),
         col_cat_count=np.asarray(cat_counts, dtype=np.int64),
         col_label_lag=label_lag,
-        f64_cols=_typed_list(lists[np.float64], np.float64),
-        u8_cols=_typed_list(lists[np.uint8], np.uint8),
-        i64_cols=_typed_list(lists[np.int64], np.int64),
-        i32_cols=_typed_list(lists[np.int32], np.int32),
+        **_typed_lists({np.dtype(dtype): arrays for dtype, arrays in lists.items()}),
     )
