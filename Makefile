@@ -10,16 +10,34 @@ OUT    := out
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
+# torch first, pinned: the CPU build that lies on disk installs in seconds, while the extra's
+# open range, resolved with no torch installed, would fetch a CUDA build of several GB.
+TORCH_PIN ?= torch==2.13.0
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet '$(TORCH_PIN)'
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax]'
 	touch $@
 
-venv: $(STAMP)  ## create .venv and install dlkit with test extras
+venv: $(STAMP)  ## create .venv: dlkit with the test, torch and jax extras
 
 demo: $(STAMP)  ## run the main job on the bundled example
 	@bash scripts/demo.sh $(OUT)/demo
+
+# `make train TRAIN_VARIANT=majority` picks another planted signal (churn grand majority mix).
+TRAIN_VARIANT ?= churn
+TRAIN_STEPS   ?= 300
+PLANTED       := $(OUT)/planted/$(TRAIN_VARIANT)
+.PHONY: train
+train: $(STAMP)  ## train the torch example on a planted-signal database; prints its JSON
+	@test -f $(PLANTED)/source/planted.json || \
+	  $(BIN)/python fixtures/make_planted_db.py $(PLANTED)/source --variant $(TRAIN_VARIANT)
+	@test -f $(PLANTED)/db/manifest.json || \
+	  $(BIN)/dlkit preprocess $(PLANTED)/source $(PLANTED)/db >&2
+	$(BIN)/python examples/train_torch.py --db $(PLANTED)/db --steps $(TRAIN_STEPS) --task \
+	  $$($(BIN)/python -c "import json; print(json.load(open('$(PLANTED)/source/planted.json'))['task'])")
 
 test: $(STAMP)  ## run the whole test suite
 	$(BIN)/python -m pytest -q

@@ -158,6 +158,13 @@ class PrefetchError(DlkitError, RuntimeError):
     code = "PREFETCH_ERROR"
 
 
+class MissingExtraError(DlkitError, ImportError):
+    """An adapter (``dlkit.torch``, ``dlkit.jax``) was imported without its framework: the
+    message names the extra that installs it."""
+
+    code = "MISSING_EXTRA"
+
+
 class OutOfMemoryError(DlkitError, MemoryError):
     """The work asked for needs more memory than the machine gives (e.g. a micro-batch of
     billions of indices, which is materialised whole)."""

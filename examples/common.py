@@ -1,0 +1,401 @@
+"""What the training examples share, whatever the framework: numpy only.
+
+``train_torch.py`` and ``train_jax.py`` import this module (it sits beside them). It holds
+
+* the command line (:func:`parse_args`; both scripts take the same flags),
+* the ``--context anchor-only`` ablation (:func:`anchor_only`, applied by :func:`prepare`),
+* losses and metrics computed from a model's raw outputs in numpy (:func:`val_losses`,
+  :func:`metric_of`), so both frameworks report the same numbers for the same outputs, and
+  the constant-prediction baseline (:func:`baseline_predictions`),
+* the ``--record`` writer (:class:`Recorder`), logging to stderr, the result line on stdout
+  (:func:`result`, :func:`emit`) and the error boundary (:func:`run`).
+
+Model outputs, per sequence, in the label's units (docs/batch_format.md, ``labels``):
+numeric and timestamp targets a prediction of the z-scored value ``[N]``; boolean targets a
+logit ``[N]``; categorical targets logits over the target column's classes ``[N, C]``.
+The losses are the ones the models train with: squared error, binary cross-entropy with
+logits, cross-entropy. The metric is AUC for a boolean target, accuracy for a categorical
+one, and the mean absolute error in the column's own units (``std * |prediction - label|``)
+for numeric and timestamp targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL = 0, 1, 2, 3
+METRIC_NAMES = {NUMERIC: "mae", BOOLEAN: "auc", TIMESTAMP: "mae", CATEGORICAL: "accuracy"}
+CONTEXTS = ("full", "anchor-only")
+
+
+class UsageError(Exception):
+    """A bad flag, environment variable or checkpoint: one line on stderr, exit code 2."""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(main: Callable[[], int]) -> int:
+    """Call ``main``; a ``UsageError`` or a ``dlkit`` error is one line and a non-zero exit."""
+    try:
+        return main()
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from dlkit.errors import DlkitError
+
+        if isinstance(exc, DlkitError):
+            print(f"error {exc.code}: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+@dataclass(frozen=True)
+class TrainArgs:
+    """The flags of both training examples (``--help`` describes each)."""
+
+    db: str
+    task: str
+    steps: int
+    seed: int
+    batch_size: int
+    sequence_length: int
+    context: str
+    checkpoint_dir: str | None
+    resume: bool
+    record: str | None
+    lr: float
+    warmup: int
+    d_model: int
+    layers: int
+    checkpoint_every: int
+    num_threads: int
+    split_seed: int
+
+
+def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
+    parser = argparse.ArgumentParser(
+        prog=f"train_{framework}.py",
+        description=f"Train a compact Relational Transformer on dlkit batches ({framework}). "
+                    "Logs go to stderr; the last stdout line is one JSON object (rank 0).")
+    parser.add_argument("--db", required=True, help="database directory (dlkit preprocess)")
+    parser.add_argument("--task", required=True, help="task to train and validate")
+    parser.add_argument("--steps", required=True, type=_positive_int, help="train steps")
+    parser.add_argument("--seed", type=_non_negative_int, default=0,
+                        help="sampling seed and model initialisation (default 0)")
+    parser.add_argument("--batch-size", type=_positive_int, default=32,
+                        help="GLOBAL batch: each of the world-size ranks takes "
+                             "batch-size / world-size sequences (default 32)")
+    parser.add_argument("--sequence-length", type=_positive_int, default=128,
+                        help="cells per sequence (default 128)")
+    parser.add_argument("--context", choices=CONTEXTS, default="full",
+                        help="anchor-only: keep only the anchor row's cells (an ablation)")
+    parser.add_argument("--checkpoint-dir", default=None,
+                        help="write a checkpoint here every --checkpoint-every steps and at "
+                             "the end")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint in --checkpoint-dir")
+    parser.add_argument("--record", default=None, metavar="PATH",
+                        help="append one JSON line per train step (rank 0): step, task_idx, "
+                             "the global batch's anchors, each rank's parameter digest, loss")
+    parser.add_argument("--lr", type=_positive_float, default=3e-3,
+                        help="peak learning rate (default 3e-3)")
+    parser.add_argument("--warmup", type=_non_negative_int, default=20,
+                        help="linear warm-up steps (default 20)")
+    parser.add_argument("--d-model", type=_positive_int, default=64, help="width (default 64)")
+    parser.add_argument("--layers", type=_positive_int, default=2, help="layers (default 2)")
+    parser.add_argument("--checkpoint-every", type=_positive_int, default=100,
+                        help="steps between checkpoints (default 100)")
+    parser.add_argument("--num-threads", type=_positive_int, default=1,
+                        help="dlkit producer threads per process (default 1)")
+    parser.add_argument("--split-seed", type=_non_negative_int, default=0,
+                        help="seed of the train/val/test hash split (default 0)")
+    ns = parser.parse_args(argv)
+    if ns.resume and not ns.checkpoint_dir:
+        parser.error("--resume needs --checkpoint-dir")
+    return TrainArgs(db=ns.db, task=ns.task, steps=ns.steps, seed=ns.seed,
+                     batch_size=ns.batch_size, sequence_length=ns.sequence_length,
+                     context=ns.context, checkpoint_dir=ns.checkpoint_dir, resume=ns.resume,
+                     record=ns.record, lr=ns.lr, warmup=ns.warmup, d_model=ns.d_model,
+                     layers=ns.layers, checkpoint_every=ns.checkpoint_every,
+                     num_threads=ns.num_threads, split_seed=ns.split_seed)
+
+
+def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
+    """The settings a checkpoint must share with the run resuming it (not --steps, the
+    checkpoint directory or the record: those may change between the two runs)."""
+    return {"framework": framework, "task": args.task, "seed": args.seed,
+            "batch_size": args.batch_size, "sequence_length": args.sequence_length,
+            "context": args.context, "lr": args.lr, "warmup": args.warmup,
+            "d_model": args.d_model, "layers": args.layers, "split_seed": args.split_seed}
+
+
+def world_from_env() -> tuple[int, int]:
+    """(rank, world size) from torchrun's $RANK / $WORLD_SIZE, else (0, 1)."""
+    try:
+        rank = int(os.environ.get("RANK") or 0)
+        world = int(os.environ.get("WORLD_SIZE") or 1)
+    except ValueError:
+        raise UsageError(f"$RANK / $WORLD_SIZE must be integers, got "
+                         f"{os.environ.get('RANK')!r} / {os.environ.get('WORLD_SIZE')!r}") \
+            from None
+    if world < 1 or not 0 <= rank < world:
+        raise UsageError(f"$RANK {rank} is not in [0, $WORLD_SIZE {world})")
+    return rank, world
+
+
+def local_batch_size(args: TrainArgs, world_size: int) -> int:
+    """This rank's share of the global ``--batch-size``."""
+    if args.batch_size % world_size:
+        raise UsageError(f"--batch-size {args.batch_size} is not a multiple of the world size "
+                         f"{world_size}")
+    return args.batch_size // world_size
+
+
+# --- the anchor-only ablation -----------------------------------------------------------------
+
+# Keys whose every cell of a padding position is 0 (docs/batch_format.md §5).
+_CELL_VALUE_KEYS = ("semantic_types", "column_ids", "seq_row_ids", "numeric_values",
+                    "timestamp_values", "bool_values", "categorical_embed_ids", "text_embed_ids",
+                    "is_null", "is_target")
+
+
+def anchor_only(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The batch cut to the anchor row's own cells (sequence row 0): every other cell becomes
+    padding (``is_padding`` 1, its values 0, as the sampler pads), ``fk_adj`` is all zero (row
+    0 is alone) and the permutations are recomputed by their rules (§6), so a model reads the
+    result exactly like a batch whose sequences held only the anchor row. Labels and the
+    other per-sequence keys are unchanged. A new dict; the input is not modified."""
+    out = dict(batch)
+    keep = (batch["seq_row_ids"] == 0) & (batch["is_padding"] == 0)
+    drop = ~keep
+    for key in _CELL_VALUE_KEYS:
+        array = batch[key].copy()
+        array[drop] = 0
+        out[key] = array
+    out["is_padding"] = drop.astype(batch["is_padding"].dtype)
+    out["fk_adj"] = np.zeros_like(batch["fk_adj"])
+    # The anchor row's cells are the first positions of every sequence (rows are contiguous
+    # and row 0 comes first), so out_perm and in_perm (no parent in the sequence: all rows
+    # sort last, stably) are the identity; col_perm sorts the kept cells by column id.
+    positions = np.arange(keep.shape[1], dtype=np.int64)
+    identity = np.broadcast_to(positions, keep.shape)
+    out["out_perm"] = identity.astype(batch["out_perm"].dtype)
+    out["in_perm"] = identity.astype(batch["in_perm"].dtype)
+    key = np.where(keep, batch["column_ids"].astype(np.int64), np.iinfo(np.int64).max)
+    out["col_perm"] = np.argsort(key, axis=1, kind="stable").astype(batch["col_perm"].dtype)
+    # text_batch_embeddings keeps its rows: the ids left point into it unchanged.
+    return out
+
+
+def prepare(batch: Mapping[str, np.ndarray], args: TrainArgs) -> dict[str, np.ndarray]:
+    """The batch as the model should see it under ``--context``."""
+    return anchor_only(batch) if args.context == "anchor-only" else dict(batch)
+
+
+# --- losses, metrics, baseline ----------------------------------------------------------------
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+def val_losses(predictions: np.ndarray, labels: np.ndarray, stype: int) -> np.ndarray:
+    """Per-sequence loss (float64) of outputs ``predictions`` against ``labels``."""
+    p = np.asarray(predictions, dtype=np.float64)
+    if stype in (NUMERIC, TIMESTAMP):
+        return (p.reshape(-1) - np.asarray(labels, np.float64)) ** 2
+    if stype == BOOLEAN:
+        z, y = p.reshape(-1), np.asarray(labels, np.float64)
+        return np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
+    if stype == CATEGORICAL:
+        return -_log_softmax(p)[np.arange(p.shape[0]), np.asarray(labels, np.int64)]
+    raise ValueError(f"no loss for semantic type {stype}")
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve (ties count one half); nan when a class is missing."""
+    scores = np.asarray(scores, np.float64).reshape(-1)
+    positive = np.asarray(labels).reshape(-1) > 0.5
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="stable")
+    ranks = np.empty(len(scores), np.float64)
+    sorted_scores = scores[order]
+    # average ranks over runs of equal scores
+    start = 0
+    while start < len(scores):
+        end = start
+        while end + 1 < len(scores) and sorted_scores[end + 1] == sorted_scores[start]:
+            end += 1
+        ranks[order[start:end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def metric_of(predictions: np.ndarray, labels: np.ndarray, stype: int, std: float) -> float:
+    p = np.asarray(predictions, dtype=np.float64)
+    if stype == BOOLEAN:
+        return auc(p, labels)
+    if stype == CATEGORICAL:
+        return float(np.mean(p.argmax(axis=1) == np.asarray(labels, np.int64)))
+    return float(np.mean(np.abs(p.reshape(-1) - np.asarray(labels, np.float64))) * std)
+
+
+
+def train_labels(sampler: Any, task: str, db: Any = None) -> np.ndarray:
+    """Labels of every train seed of ``task`` (in batch units), read from the database's task
+    arrays and the sampler's hash split: the same on every rank, without building batches.
+    ``db`` is the database (path or open); by default the one the sampler reads."""
+    info = sampler.label_info(task)
+    positions = sampler.splits[info.task_index].of("train")
+    if db is None:
+        data = sampler.builder.db.task(info.task)
+    elif hasattr(db, "task"):
+        data = db.task(info.task)
+    else:
+        from dlkit.db import open_database
+
+        with open_database(db) as opened:
+            return _labels_from(np.asarray(opened.task(info.task).target)[positions], info)
+    return _labels_from(np.asarray(data.target)[positions], info)
+
+
+def _labels_from(values: np.ndarray, info: Any) -> np.ndarray:
+    if info.stype in (NUMERIC, TIMESTAMP):
+        return ((values.astype(np.float64) - info.mean) / info.std).astype(np.float32)
+    if info.stype == CATEGORICAL:
+        return values.astype(np.int64)
+    return values.astype(np.float32)
+
+
+def baseline_outputs(train: np.ndarray, stype: int, num_classes: int) -> np.ndarray:
+    """The constant output of the best label-blind model fitted on the train labels: their
+    mean (numeric, timestamp), the logit of their mean (boolean), the log of their class
+    frequencies with one added count per class (categorical; no class gets probability 0)."""
+    if stype in (NUMERIC, TIMESTAMP):
+        return np.array([np.mean(train.astype(np.float64))])
+    if stype == BOOLEAN:
+        p = float(np.clip(np.mean(train.astype(np.float64)), 1e-6, 1 - 1e-6))
+        return np.array([math.log(p / (1 - p))])
+    counts = np.bincount(train.astype(np.int64), minlength=num_classes).astype(np.float64)
+    return np.log((counts + 1) / (counts.sum() + num_classes))[None, :]
+
+
+def baseline_predictions(sampler: Any, task: str, n: int, db: Any = None) -> np.ndarray:
+    """``n`` copies of the constant baseline output of ``task`` (see ``baseline_outputs``)."""
+    info = sampler.label_info(task)
+    out = baseline_outputs(train_labels(sampler, task, db), info.stype, info.num_classes)
+    if info.stype == CATEGORICAL:
+        return np.repeat(out, n, axis=0)
+    return np.repeat(out, n)
+
+
+# --- timing, recording, the result line -------------------------------------------------------
+
+
+def percentile_ms(seconds: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(seconds, np.float64), q) * 1e3) if len(seconds) else \
+        float("nan")
+
+
+class Recorder:
+    """``--record``: one JSON object per line, appended and flushed as each step ends (a
+    resumed run appends to the same file)."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def result(*, framework: str, world_size: int, steps: int, info: Any,
+           predictions: np.ndarray, labels: np.ndarray, baseline: np.ndarray,
+           waits: Sequence[float], step_times: Sequence[float], losses: Sequence[float],
+           **extra: Any) -> dict[str, Any]:
+    """The result object: validation over the whole val split (``predictions`` and
+    ``labels`` of every val seed once), the baseline's loss on the same seeds, the consumer's
+    wait for a batch and the step time (both in ms, the first step excluded by the caller)."""
+    stype = int(info.stype)
+    val = val_losses(predictions, labels, stype)
+    base = val_losses(baseline, labels, stype)
+    tail = max(1, len(losses) // 10)
+    step_ms = float(np.mean(step_times) * 1e3) if len(step_times) else float("nan")
+    out = {
+        "framework": framework, "world_size": int(world_size), "steps": int(steps),
+        "task": info.task, "target": info.stype_name, "val_count": int(len(val)),
+        "val_loss": float(val.mean()), "metric": METRIC_NAMES[stype],
+        "val_metric": metric_of(predictions, labels, stype, float(info.std)),
+        "baseline_val_loss": float(base.mean()),
+        "baseline_val_metric": metric_of(baseline, labels, stype, float(info.std)),
+        "train_loss_first": float(np.mean(losses[:tail])) if len(losses) else float("nan"),
+        "train_loss_last": float(np.mean(losses[-tail:])) if len(losses) else float("nan"),
+        "wait_p50_ms": percentile_ms(waits, 50), "wait_p99_ms": percentile_ms(waits, 99),
+        "step_ms": step_ms,
+    }
+    out.update(extra)
+    return out
+
+
+def emit(record: Mapping[str, Any]) -> None:
+    """The result line: one JSON object, the last line on stdout (nan becomes null)."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in record.items()}
+    print(json.dumps(clean), flush=True)

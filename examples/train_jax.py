@@ -1,0 +1,559 @@
+#!/usr/bin/env python3
+"""Train a compact Relational Transformer on dlkit batches with JAX and optax.
+
+One process::
+
+    python examples/train_jax.py --db out/db --task churn --steps 300
+
+Several processes (one per host or per CPU slot; every process gets the same flags)::
+
+    JAX_COORDINATOR_ADDRESS=127.0.0.1:12355 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=0 \\
+        python examples/train_jax.py --db out/db --task churn --steps 300 &
+    JAX_COORDINATOR_ADDRESS=127.0.0.1:12355 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=1 \\
+        python examples/train_jax.py --db out/db --task churn --steps 300
+
+``JAX_COORDINATOR_ADDRESS`` is JAX's own variable (process 0 serves there);
+``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` are this script's, passed to
+``jax.distributed.initialize``. Without them (or with ``JAX_NUM_PROCESSES=1``) the script runs
+alone. The coordinator listens only on the address it is given (JAX's own default is every
+interface; ``JAX_COORDINATOR_BIND_ADDRESS`` overrides), and with a coordinator on 127.0.0.1
+or localhost the gloo CPU collectives (the default; ``JAX_CPU_COLLECTIVES_IMPLEMENTATION``
+picks another) listen on 127.0.0.1 too, so a single-host run opens no port to the network.
+
+The program is single-program-multiple-data: parameters are replicated on every process's
+device, the global batch (``--batch-size``) is one array sharded along the batch axis, each
+process filling its contiguous slice from its own ``dlkit.Sampler`` (rank =
+``jax.process_index()``). The loss is the mean over the global batch, so XLA all-reduces the
+gradients: each process's update is the average of the processes' gradients. The global
+batch, and so a checkpoint's continuation, does not depend on the number of processes.
+
+The model reads the batch's structure (docs/batch_format.md): a token per cell (a value
+encoder per semantic type, plus the column's name embedding from the resident table, plus
+null/target flags), then layers whose attention heads each see one relation: cells of the same
+row, cells of the row's foreign-key parents, cells of its children, cells of the same column.
+The target cell's final state feeds one decoder head for the task's target type. It is the
+torch example's model made smaller: one attention per layer (a head per relation) where torch
+has four, and the loss of the task's type only (seeds never have a null target).
+
+Checkpoints (``--checkpoint-dir D``): ``D/checkpoint_jax.npz`` holds the parameters, the
+optimizer state, the step and the sampler's position; process 0 writes it atomically every
+``--checkpoint-every`` steps and at the end. ``--resume`` continues from it on any number of
+processes, with the global batches the uninterrupted run would have taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402  (examples/common.py: command line, metrics, the result line)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
+
+import dlkit  # noqa: E402
+import dlkit.jax  # noqa: E402
+from dlkit.atomic import atomic_writer  # noqa: E402
+
+NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
+NUM_STYPES = 5
+# Attention relations, one group of heads each (same row, FK parents, FK children, same column)
+RELATIONS = ("row", "parents", "children", "column")
+CHECKPOINT_FILE = "checkpoint_jax.npz"
+CHECKPOINT_FORMAT = "dlkit-example-jax-v1"
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Processes:
+    """This process's place in the job and the mesh every global array is laid out on."""
+
+    rank: int
+    world_size: int
+    mesh: Mesh
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, PartitionSpec())
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "")
+    if text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise common.UsageError(f"${name} must be an integer, got {text!r}") from None
+
+
+def start_processes() -> Processes:
+    """Join the JAX distributed runtime when ``JAX_NUM_PROCESSES`` > 1; a 1-D mesh over every
+    process's devices, in process order (``dlkit.jax.batch_mesh``)."""
+    num_processes = _env_int("JAX_NUM_PROCESSES", 1)
+    if num_processes > 1:
+        address = os.environ.get("JAX_COORDINATOR_ADDRESS", "")
+        if not address or ":" not in address:
+            raise common.UsageError("$JAX_COORDINATOR_ADDRESS must be host:port when "
+                                    "$JAX_NUM_PROCESSES > 1")
+        process_id = _env_int("JAX_PROCESS_ID", -1)
+        if not 0 <= process_id < num_processes:
+            raise common.UsageError(f"$JAX_PROCESS_ID must be in [0, {num_processes}), got "
+                                    f"{os.environ.get('JAX_PROCESS_ID')!r}")
+        if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in os.environ:
+            # gloo (JAX 0.10's default; older releases had none, and CPU collectives across
+            # processes then fail); the variable lets a user pick "mpi" instead
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        if address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost") and \
+                jax.config.jax_cpu_collectives_implementation == "gloo":
+            _gloo_on_loopback()
+        try:
+            jax.distributed.initialize(
+                coordinator_address=address, num_processes=num_processes,
+                process_id=process_id, initialization_timeout=120,
+                # JAX's default listens on every interface ([::]:port): only on the address
+                coordinator_bind_address=os.environ.get("JAX_COORDINATOR_BIND_ADDRESS",
+                                                        address))
+        except (RuntimeError, ValueError) as exc:  # unreachable, timed out, port taken
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise common.UsageError(f"process {process_id} of {num_processes} could not join "
+                                    f"the JAX coordinator at {address}: {first}") from None
+    rank, world_size = dlkit.jax.rank_and_world()
+    return Processes(rank, world_size, dlkit.jax.batch_mesh())
+
+
+def _gloo_on_loopback() -> None:
+    """Have the gloo CPU collectives listen on 127.0.0.1. JAX lets gloo pick the address of
+    the host's name, which may be a public interface; 0.10 has no option for it, so the CPU
+    backend factory is wrapped (before any backend exists) to pass the hostname."""
+    try:
+        from jax._src import distributed, xla_bridge
+        from jax._src.lib import _jax
+
+        registration = xla_bridge._backend_factories["cpu"]
+
+        def make_cpu_client() -> Any:
+            if distributed.global_state.client is None:
+                return registration.factory()
+            collectives = _jax.make_gloo_tcp_collectives(
+                distributed_client=distributed.global_state.client, hostname="127.0.0.1")
+            return xla_bridge.make_cpu_client(collectives=collectives)
+
+        xla_bridge._backend_factories["cpu"] = dataclasses.replace(registration,
+                                                                   factory=make_cpu_client)
+    except (ImportError, AttributeError, KeyError, TypeError) as exc:  # JAX internals moved
+        common.log(f"warning: cannot pin gloo to 127.0.0.1 ({exc}); it listens on the "
+                   "address of the host's name")
+
+
+# --- the model ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    d_model: int
+    heads_per_relation: int
+    layers: int
+    table_dim: int  # width of the column and category embedding tables
+    text_dim: int
+    out_dim: int    # 1 (numeric, boolean, timestamp) or the number of classes
+    stype: int      # the task's target type
+
+    @property
+    def heads(self) -> int:
+        return self.heads_per_relation * len(RELATIONS)
+
+
+def _dense(key: jax.Array, fan_in: int, fan_out: int) -> jax.Array:
+    return jax.random.normal(key, (fan_in, fan_out), jnp.float32) / math.sqrt(fan_in)
+
+
+def init_params(key: jax.Array, cfg: ModelConfig) -> dict[str, Any]:
+    keys = iter(jax.random.split(key, 16 + 8 * cfg.layers))
+    d = cfg.d_model
+
+    def small(*shape: int) -> jax.Array:
+        return 0.02 * jax.random.normal(next(keys), shape, jnp.float32)
+
+    def dense(fan_in: int, fan_out: int, scale: float = 1.0) -> jax.Array:
+        return _dense(next(keys), fan_in, fan_out) * scale
+
+    residual = 1 / math.sqrt(2 * cfg.layers)  # keeps the residual stream's scale with depth
+    encoders = {"numeric": small(d), "boolean": small(d), "timestamp": dense(15, d),
+                "categorical": dense(cfg.table_dim, d), "text": dense(cfg.text_dim, d),
+                "column": dense(cfg.table_dim, d), "stype": small(NUM_STYPES, d),
+                "null": small(d), "target": small(d)}
+    layers = [{"attn_norm": jnp.ones(d), "qkv": dense(d, 3 * d), "proj": dense(d, d, residual),
+               "mlp_norm": jnp.ones(d), "up": dense(d, 4 * d), "up_b": jnp.zeros(4 * d),
+               "down": dense(4 * d, d, residual), "down_b": jnp.zeros(d)}
+              for _ in range(cfg.layers)]
+    head = {"norm": jnp.ones(d), "hidden": dense(d, d), "hidden_b": jnp.zeros(d),
+            "out": dense(d, cfg.out_dim, 0.1), "out_b": jnp.zeros(cfg.out_dim)}
+    return {"enc": encoders, "layers": layers, "head": head}
+
+
+def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
+
+
+def encode_cells(params: dict[str, Any], batch: dict[str, jax.Array],
+                 tables: dict[str, jax.Array]) -> jax.Array:
+    """``[B, S, d]`` cell tokens: the value's encoder for its type (zero for null, target and
+    padding cells, whose values are 0 anyway) plus the column, type and flag embeddings."""
+    p = params["enc"]
+    stype = batch["semantic_types"].astype(jnp.int32)
+    is_null = batch["is_null"].astype(jnp.float32)
+    is_target = batch["is_target"].astype(jnp.float32)
+    present = (1 - is_null) * (1 - is_target) * (1 - batch["is_padding"].astype(jnp.float32))
+    if tables["categorical_embeddings"].shape[0]:
+        categories = tables["categorical_embeddings"][batch["categorical_embed_ids"]]
+    else:  # no categorical column in the database: nothing to look up
+        categories = jnp.zeros(stype.shape + tables["categorical_embeddings"].shape[1:])
+    if batch["text_batch_embeddings"].shape[0]:
+        texts = batch["text_batch_embeddings"][batch["text_embed_ids"]]
+    else:
+        texts = jnp.zeros(stype.shape + batch["text_batch_embeddings"].shape[1:])
+    values = jnp.stack([
+        batch["numeric_values"][..., None] * p["numeric"],
+        (2.0 * batch["bool_values"].astype(jnp.float32) - 1.0)[..., None] * p["boolean"],
+        batch["timestamp_values"] @ p["timestamp"],
+        categories.astype(jnp.float32) @ p["categorical"],
+        texts.astype(jnp.float32) @ p["text"],
+    ], axis=-2)  # [B, S, 5, d]
+    which = jax.nn.one_hot(stype, NUM_STYPES) * present[..., None]
+    columns = tables["column_embeddings"][batch["column_ids"]].astype(jnp.float32) @ p["column"]
+    return (jnp.einsum("bsk,bskd->bsd", which, values) + columns + p["stype"][stype]
+            + is_null[..., None] * p["null"] + is_target[..., None] * p["target"])
+
+
+def relation_masks(batch: dict[str, jax.Array]) -> jax.Array:
+    """``[B, 4, S, S]`` bool: may cell ``i`` attend to cell ``j`` in each relation. Padding is
+    never a key; every cell sees itself (so no softmax row is empty)."""
+    rows = batch["seq_row_ids"].astype(jnp.int32)
+    cols = batch["column_ids"]
+    fk = batch["fk_adj"].astype(bool)  # [B, R, R]: fk[b, i, j] = row j is a parent of row i
+    # parents[b, i, j] = fk[b, row(i), row(j)]
+    by_row = jnp.take_along_axis(fk, rows[:, :, None], axis=1)           # [B, S, R]
+    parents = jnp.take_along_axis(by_row, jnp.broadcast_to(rows[:, None, :], by_row.shape[:2]
+                                                           + rows.shape[1:]), axis=2)
+    same_row = rows[:, :, None] == rows[:, None, :]
+    same_col = cols[:, :, None] == cols[:, None, :]
+    masks = jnp.stack([same_row, parents, jnp.swapaxes(parents, 1, 2), same_col], axis=1)
+    key_ok = (batch["is_padding"] == 0)[:, None, None, :]
+    eye = jnp.eye(rows.shape[1], dtype=bool)[None, None]
+    return (masks & key_ok) | eye
+
+
+def _attention(p: dict[str, Any], x: jax.Array, masks: jax.Array, cfg: ModelConfig) -> jax.Array:
+    b, s, d = x.shape
+    q, k, v = (t.reshape(b, s, cfg.heads, d // cfg.heads)
+               for t in jnp.split(x @ p["qkv"], 3, axis=-1))
+    mask = jnp.repeat(masks, cfg.heads_per_relation, axis=1)  # relation r -> its heads
+    out = jax.nn.dot_product_attention(q, k, v, mask=mask)  # softmax over allowed keys only
+    return out.reshape(b, s, d) @ p["proj"]
+
+
+def forward(params: dict[str, Any], batch: dict[str, jax.Array], tables: dict[str, jax.Array],
+            cfg: ModelConfig) -> jax.Array:
+    """``[B, out_dim]`` raw outputs for each sequence's target cell."""
+    x = encode_cells(params, batch, tables)
+    masks = relation_masks(batch)
+    for layer in params["layers"]:
+        x = x + _attention(layer, _rms_norm(x, layer["attn_norm"]), masks, cfg)
+        hidden = jax.nn.gelu(_rms_norm(x, layer["mlp_norm"]) @ layer["up"] + layer["up_b"])
+        x = x + hidden @ layer["down"] + layer["down_b"]
+    target = jnp.einsum("bs,bsd->bd", batch["is_target"].astype(jnp.float32), x)
+    head = params["head"]
+    hidden = jax.nn.gelu(_rms_norm(target, head["norm"]) @ head["hidden"] + head["hidden_b"])
+    return hidden @ head["out"] + head["out_b"]
+
+
+def per_sequence_loss(outputs: jax.Array, labels: jax.Array, stype: int) -> jax.Array:
+    """``[B]``: squared error in z units (numeric, timestamp), binary cross-entropy on the
+    logit (boolean), cross-entropy (categorical). Seeds always have a target, so the
+    null-target term of the design's loss is zero here and left out."""
+    if stype == BOOLEAN:
+        logit = outputs[:, 0]
+        return jax.nn.softplus(logit) - labels * logit
+    if stype == CATEGORICAL:
+        picked = jnp.take_along_axis(outputs, labels.astype(jnp.int32)[:, None], axis=1)[:, 0]
+        return jax.nn.logsumexp(outputs, axis=1) - picked
+    return (outputs[:, 0] - labels) ** 2
+
+
+def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+    mask = mask.astype(jnp.float32)
+    return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+# --- batches on the devices -----------------------------------------------------------------
+
+# What the model reads (anchor_rows and observation_times stay on the host).
+MODEL_KEYS = ("semantic_types", "column_ids", "seq_row_ids", "numeric_values",
+              "timestamp_values", "bool_values", "categorical_embed_ids", "text_embed_ids",
+              "is_null", "is_target", "is_padding", "fk_adj", "text_batch_embeddings", "labels",
+              "sequence_mask")
+
+
+def device_batch(local: dict[str, np.ndarray], procs: Processes) -> dict[str, jax.Array]:
+    """The global batch, row ``i`` = row ``i`` of the one-process global batch: process ``r``
+    contributes its contiguous slice; text tables are gathered (``dlkit.jax.global_batch``)."""
+    return dlkit.jax.global_batch(local, procs.mesh, keys=MODEL_KEYS)
+
+
+def gather_int64(values: np.ndarray) -> np.ndarray:
+    """Every process's ``values`` (int64, same length), concatenated in rank order. Sent as
+    uint32 halves: JAX computes in 32 bits unless x64 is switched on."""
+    halves = np.ascontiguousarray(values, dtype=np.int64).view(np.uint32)
+    gathered = np.asarray(multihost_utils.process_allgather(halves, tiled=True))
+    return gathered.astype(np.uint32).view(np.int64)
+
+
+def params_digest(params: Any) -> bytes:
+    """SHA-256 of this process's own copy of the parameters, leaves in tree order, float32."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree_util.tree_leaves(params):
+        digest.update(np.ascontiguousarray(np.asarray(leaf.addressable_data(0)),
+                                           np.float32).tobytes())
+    return digest.digest()
+
+
+def gather_digests(params: Any, procs: Processes) -> list[str]:
+    mine = np.frombuffer(params_digest(params), np.uint8)
+    if procs.world_size == 1:
+        return [mine.tobytes().hex()]
+    every = np.asarray(multihost_utils.process_allgather(mine))  # [W, 32]
+    return [row.astype(np.uint8).tobytes().hex() for row in every]
+
+
+def local_value(array: jax.Array) -> np.ndarray:
+    """A replicated array's value (this process's copy)."""
+    return np.asarray(array.addressable_data(0))
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+def save_checkpoint(path: Path, step: int, params: Any, opt_state: Any,
+                    sampler_state: dict[str, Any], fingerprint: dict[str, Any]) -> None:
+    """One ``.npz`` (parameters, optimizer state, and a JSON record of the step, the sampler's
+    position and the run's fingerprint), written beside ``path`` and renamed over it."""
+    arrays: dict[str, np.ndarray] = {}
+    for prefix, tree in (("params", params), ("opt", opt_state)):
+        for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
+            arrays[f"{prefix}/{i:04d}"] = local_value(leaf)
+    record = {"format": CHECKPOINT_FORMAT, "step": step, "sampler": sampler_state,
+              "fingerprint": fingerprint}
+    arrays["record"] = np.frombuffer(json.dumps(record).encode(), np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_writer(path) as out:
+        out.write(buffer.getvalue())
+
+
+def load_checkpoint(path: Path, params: Any, opt_state: Any, fingerprint: dict[str, Any],
+                    procs: Processes) -> tuple[int, Any, Any, dict[str, Any]]:
+    """(step, params, opt_state, sampler state) from ``path``, placed like the fresh ones."""
+    if not path.is_file():
+        raise common.UsageError(f"--resume: no checkpoint {path}")
+    try:
+        with np.load(path) as data:
+            arrays = {key: data[key] for key in data.files}
+        record = json.loads(arrays.pop("record").tobytes())
+    except (OSError, ValueError, KeyError) as exc:
+        raise common.UsageError(f"{path}: not a readable checkpoint ({exc})") from None
+    if not isinstance(record, dict) or record.get("format") != CHECKPOINT_FORMAT:
+        raise common.UsageError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
+    theirs = record.get("fingerprint") or {}
+    diffs = [f"{k}: checkpoint {theirs.get(k)!r}, now {v!r}" for k, v in fingerprint.items()
+             if theirs.get(k) != v]
+    if diffs:
+        raise common.UsageError(f"{path}: taken with other settings ({'; '.join(diffs)})")
+
+    def restore(prefix: str, tree: Any) -> Any:
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        loaded = []
+        for i, leaf in enumerate(leaves):
+            value = arrays.get(f"{prefix}/{i:04d}")
+            if value is None or value.shape != leaf.shape or value.dtype != leaf.dtype:
+                raise common.UsageError(f"{path}: {prefix} leaf {i} does not fit the model")
+            loaded.append(jax.device_put(value, procs.replicated))
+        return jax.tree_util.tree_unflatten(treedef, loaded)
+
+    return (int(record["step"]), restore("params", params), restore("opt", opt_state),
+            record["sampler"])
+
+
+# --- training -------------------------------------------------------------------------------
+
+
+def make_optimizer(args: common.TrainArgs) -> optax.GradientTransformation:
+    # Warm-up, then constant (the torch example's rule): a function of the step alone, not of
+    # --steps, so a run stopped at k and resumed to K takes exactly the steps of one run to K.
+    def schedule(count: jax.Array) -> jax.Array:
+        return args.lr * jnp.minimum(1.0, (count + 1) / max(1, args.warmup))
+
+    return optax.chain(optax.clip_by_global_norm(1.0),
+                       optax.adamw(schedule, weight_decay=1e-4))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse_args("jax", argv)
+    with native_stdout_to_stderr():
+        procs = start_processes()
+        common.local_batch_size(args, procs.world_size)  # a multiple of the processes
+        sampler = dlkit.jax.make_sampler(
+            args.db, global_batch_size=args.batch_size, split_seed=args.split_seed,
+            seed=args.seed, sequence_length=args.sequence_length,
+            max_rows=args.sequence_length, task_weights={args.task: 1.0},
+            num_threads=args.num_threads, num_prefetch=4)
+        with sampler:
+            result = train(args, procs, sampler)
+        jax.distributed.shutdown()  # (a no-op on one process; JAX also does it at exit)
+    if result is not None:
+        common.emit(result)  # on the real stdout, after everything else
+    return 0
+
+
+@contextlib.contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr while training: native code (gloo prints its peers
+    there) must not write to stdout, whose last line is the result."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def train(args: common.TrainArgs, procs: Processes,
+          sampler: dlkit.Sampler) -> dict[str, Any] | None:
+    """Train, checkpoint, validate; the result object on process 0 (None on the others)."""
+    info = sampler.label_info(args.task)
+    # Uploaded once, replicated on every device; only per-batch arrays travel each step.
+    tables = dlkit.jax.upload_tables(sampler, procs.mesh)
+    cfg = ModelConfig(d_model=args.d_model, heads_per_relation=1, layers=args.layers,
+                      table_dim=int(tables["column_embeddings"].shape[1]),
+                      text_dim=int(sampler.database_metadata()["embeddings"]["text_dim"]),
+                      out_dim=info.num_classes if info.stype == CATEGORICAL else 1,
+                      stype=info.stype)
+    optimizer = make_optimizer(args)
+    # Every process computes the same initial values (same key, same program).
+    params = jax.jit(lambda key: init_params(key, cfg),
+                     out_shardings=procs.replicated)(jax.random.PRNGKey(args.seed))
+    opt_state = jax.jit(optimizer.init, out_shardings=procs.replicated)(params)
+
+    def loss_fn(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        outputs = forward(params, batch, tables, cfg)
+        # The mean over the global batch: XLA sums the processes' gradients (all-reduce).
+        return masked_mean(per_sequence_loss(outputs, batch["labels"], cfg.stype),
+                           batch["sequence_mask"])
+
+    @jax.jit
+    def train_step(params: Any, opt_state: Any, batch: dict[str, jax.Array]) -> tuple:
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    @jax.jit
+    def eval_step(params: Any, batch: dict[str, jax.Array]) -> tuple[jax.Array, ...]:
+        # replicated: every process (process 0 in particular) gets the whole global batch
+        outputs = (forward(params, batch, tables, cfg), batch["labels"], batch["sequence_mask"])
+        return jax.lax.with_sharding_constraint(outputs, procs.replicated)
+
+    fingerprint = {**common.fingerprint(args, "jax"), "model": dataclasses.asdict(cfg)}
+    checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
+    step = 0
+    if args.resume:
+        assert checkpoint is not None  # parse_args refuses --resume without a directory
+        step, params, opt_state, sampler_state = load_checkpoint(checkpoint, params, opt_state,
+                                                                 fingerprint, procs)
+        sampler.load_state_dict(sampler_state)
+        common.log(f"resumed at step {step} from {checkpoint}")
+
+    recorder = common.Recorder(args.record) if args.record and procs.rank == 0 else None
+    waits: list[float] = []
+    step_times: list[float] = []
+    losses: list[float] = []
+    first_step = step
+    log_every = max(1, args.steps // 10)
+    while step < args.steps:
+        started = time.perf_counter()
+        local = common.prepare(sampler.next_train_batch(), args)
+        waited = time.perf_counter() - started
+        params, opt_state, loss = train_step(params, opt_state, device_batch(local, procs))
+        loss_value = float(local_value(loss))  # waits for the step (JAX dispatches async)
+        if step > first_step:  # the first step compiles
+            waits.append(waited)
+            step_times.append(time.perf_counter() - started)
+        losses.append(loss_value)
+        if args.record:
+            anchors = gather_int64(local["anchor_rows"])
+            digests = gather_digests(params, procs)
+            if recorder is not None:
+                recorder.write({"step": step, "task_idx": int(local["task_idx"][0]),
+                                "anchors": anchors.tolist(), "params": digests,
+                                "loss": loss_value})
+        step += 1
+        if step % log_every == 0 or step == args.steps:
+            common.log(f"step {step}/{args.steps} loss {loss_value:.4f}")
+        if checkpoint is not None and (step % args.checkpoint_every == 0 or step == args.steps):
+            sampler_state = sampler.state_dict()
+            if procs.rank == 0:
+                save_checkpoint(checkpoint, step, params, opt_state, sampler_state, fingerprint)
+    if recorder is not None:
+        recorder.close()
+
+    predictions, labels = evaluate(params, eval_step, sampler, args, procs)
+    if procs.world_size > 1:  # nobody leaves (and shuts the runtime down) before the others
+        multihost_utils.sync_global_devices("dlkit-train-jax-done")
+    if procs.rank != 0:
+        return None
+    return common.result(
+        framework="jax", world_size=procs.world_size, steps=args.steps, info=info,
+        predictions=predictions, labels=labels,
+        baseline=common.baseline_predictions(sampler, args.task, len(labels)),
+        waits=waits, step_times=step_times, losses=losses, context=args.context,
+        seed=args.seed, resumed_from=first_step if args.resume else None)
+
+
+def evaluate(params: Any, eval_step: Any, sampler: dlkit.Sampler, args: common.TrainArgs,
+             procs: Processes) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs and labels of every val seed (each once across the processes), on every
+    process; boolean and numeric outputs flat ``[N]``, categorical ``[N, C]``."""
+    outputs, labels = [], []
+    for local in sampler.iter_eval("val", task=args.task):
+        out, label, mask = (local_value(a) for a in
+                            eval_step(params, device_batch(common.prepare(local, args), procs)))
+        keep = mask.astype(bool)
+        outputs.append(out[keep] if out.shape[1] > 1 else out[keep, 0])
+        labels.append(label[keep])
+    return np.concatenate(outputs), np.concatenate(labels)
+
+
+if __name__ == "__main__":
+    sys.exit(common.run(main))

@@ -1,0 +1,439 @@
+#!/usr/bin/env python3
+"""Train a compact Relational Transformer on dlkit batches with PyTorch.
+
+One process::
+
+    python examples/train_torch.py --db out/planted/db --task churn --steps 300
+
+Several (DistributedDataParallel over gloo; torchrun sets RANK / WORLD_SIZE / MASTER_ADDR)::
+
+    torchrun --standalone --nproc-per-node 2 examples/train_torch.py --db ... --steps 300
+
+``--batch-size`` is the global batch: each rank's ``dlkit.Sampler`` takes its contiguous
+slice (``batch_size = global / world_size``), so the global batches, and a checkpoint's
+continuation, are the same on any world size.
+
+The model follows the batch's structure (docs/batch_format.md), not a flat sequence:
+
+* a token per cell: a value encoder per semantic type (linear maps of numbers, booleans and
+  the 15 timestamp features; the frozen categorical and text embeddings through learned
+  projections), a learned vector for null cells and one for the hidden target cell, plus the
+  column's name embedding (the frozen column table through a learned projection);
+* layers whose attention heads each see one relation between cells: the same row, the rows
+  this row points to (foreign-key parents, from ``fk_adj``), the rows pointing to it
+  (children), the same column. Each mask includes the diagonal, so every position attends at
+  least to itself; padding attends only to itself and nothing attends to padding. Attention
+  is QK-normalised in float32 (``q / max(|q|, 1e-6)``, a ``-1e9`` additive mask). The masks
+  are dense [S, S] (cheap at CPU-sized S); ``col_perm`` / ``out_perm`` / ``in_perm`` serve
+  kernels that sort cells into blocks instead, for long sequences;
+* the target cell's final state feeds one decoder head per target type, and the loss is the
+  null-aware dispatch: ``null_loss + (1 - target_is_null) * type_loss`` with ``type_loss``
+  picked from the four heads' losses by the batch's ``target_stype``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (examples/common.py: flags, ablation, metrics, result line)
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import dlkit  # noqa: E402
+from dlkit.atomic import atomic_write_bytes  # noqa: E402
+from dlkit.torch import to_torch, upload_tables  # noqa: E402
+
+CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FORMAT = "dlkit-example-torch-v1"
+NUM_TYPES = 5  # numeric, boolean, timestamp, categorical, text
+MASK_FILL = -1e9
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int
+    layers: int
+    heads: int
+    table_dim: int    # width of the column and categorical embedding tables
+    text_dim: int     # width of text_batch_embeddings
+    num_classes: int  # classes of a categorical target (0 for other targets)
+
+
+# --- model ----------------------------------------------------------------------------------
+
+
+RELATIONS = ("row", "parents", "children", "column")
+
+
+class RelationAttention(nn.Module):
+    """Multi-head attention whose heads each see one relation (``RELATIONS``, in turn),
+    QK-normalised in float32: ``q / max(|q|, 1e-6)``, a learned temperature per head."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d, bias=False)  # no bias: padding gives zero q/k, made safe
+        self.out = nn.Linear(d, d, bias=False)
+        # q and k are unit vectors, so the logits need a temperature (learned, per head)
+        self.log_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(8.0)))
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q, k = q.float(), k.float()
+        q = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-6) * self.log_scale.exp()
+        k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        y = F.scaled_dot_product_attention(q, k, v.float(), attn_mask=bias, scale=1.0)
+        return self.out(y.to(x.dtype).transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    """Pre-norm residual relation attention, then a feed-forward layer."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(d)
+        self.attn = RelationAttention(d, heads)
+        self.ff_norm = nn.RMSNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        h = h + self.attn(self.attn_norm(h), bias)
+        return h + self.ff(self.ff_norm(h))
+
+
+def relation_masks(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The relations' attention masks [B, 4, S, S] (``RELATIONS`` order; the diagonal always
+    in, padding only on it)."""
+    rows = batch["seq_row_ids"].long()
+    cols = batch["column_ids"].long()
+    real = batch["is_padding"] == 0
+    both = real[:, :, None] & real[:, None, :]
+    b, s = rows.shape
+    # fk_adj[b, i, j] = 1: row j is a foreign-key parent of row i. Cell p may read cell q
+    # of a parent row when fk_adj[row(p), row(q)]; of a child row when fk_adj[row(q), row(p)].
+    adj = batch["fk_adj"].bool()
+    parents = adj[torch.arange(b)[:, None, None], rows[:, :, None], rows[:, None, :]]
+    masks = torch.stack([rows[:, :, None] == rows[:, None, :], parents, parents.transpose(1, 2),
+                         cols[:, :, None] == cols[:, None, :]], dim=1)
+    return masks & both[:, None] | torch.eye(s, dtype=torch.bool)
+
+
+def attention_bias(masks: torch.Tensor, heads: int) -> torch.Tensor:
+    """Additive float32 bias [B, heads, S, S]: 0 where allowed, -1e9 elsewhere (not -inf,
+    nor the dtype's minimum: extreme logits are what made the backward pass unstable).
+    Heads take the relations in turn."""
+    per_head = masks.repeat_interleave(heads // len(RELATIONS), dim=1)
+    return torch.zeros(per_head.shape).masked_fill_(~per_head, MASK_FILL)
+
+
+class RelationalTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.cfg = cfg
+        self.numeric = nn.Linear(1, d)
+        self.boolean = nn.Linear(1, d)
+        self.timestamp = nn.Linear(15, d)
+        self.categorical = nn.Linear(cfg.table_dim, d)
+        self.text = nn.Linear(cfg.text_dim, d)
+        self.column = nn.Linear(cfg.table_dim, d)
+        self.type_embedding = nn.Embedding(NUM_TYPES, d)
+        self.null_embedding = nn.Embedding(NUM_TYPES, d)
+        self.target_embedding = nn.Parameter(torch.randn(d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, cfg.heads) for _ in range(cfg.layers))
+        self.final_norm = nn.RMSNorm(d)
+        self.heads = nn.Linear(d, 4)  # numeric, boolean logit, timestamp, null logit
+        # Class logits from a plain linear map: scoring the state against the (projected)
+        # class-name embeddings learned far slower, as "segment is books" and "segment is
+        # toys" embed close together.
+        self.classes = nn.Linear(d, cfg.num_classes) if cfg.num_classes else None
+
+    def encode(self, batch: dict[str, torch.Tensor],
+               tables: dict[str, torch.Tensor]) -> torch.Tensor:
+        stypes = batch["semantic_types"].long()
+        text_table = batch["text_batch_embeddings"].float()
+        if text_table.shape[0] == 0:  # no text in this batch: every text id is 0 anyway
+            text_table = torch.zeros(1, self.cfg.text_dim)
+        # Project the (small) tables once, then look rows up: cheaper than projecting cells.
+        values = torch.stack([
+            self.numeric(batch["numeric_values"][..., None]),
+            self.boolean(batch["bool_values"].float()[..., None]),
+            self.timestamp(batch["timestamp_values"]),
+            self.categorical(tables["categorical"])[batch["categorical_embed_ids"].long()],
+            self.text(text_table)[batch["text_embed_ids"].long()],
+        ], dim=2)  # [B, S, 5, d]: every encoder on every cell, the cell's type picks one
+        value = values.gather(2, stypes[:, :, None, None].expand(-1, -1, 1, values.shape[-1]))
+        value = value[:, :, 0]
+        value = torch.where(batch["is_null"].bool()[..., None], self.null_embedding(stypes), value)
+        value = torch.where(batch["is_target"].bool()[..., None], self.target_embedding, value)
+        column = self.column(tables["column"])[batch["column_ids"].long()]
+        # Padding is not zeroed: exact-zero states give NaN gradients through the norms, and
+        # the masks already keep padding out of every real cell's attention.
+        return value + column + self.type_embedding(stypes)
+
+    def forward(self, batch: dict[str, torch.Tensor],
+                tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        h = self.encode(batch, tables)
+        bias = attention_bias(relation_masks(batch), self.cfg.heads)
+        for block in self.blocks:
+            h = block(h, bias)
+        h = self.final_norm(h)
+        target = (h * batch["is_target"].float()[..., None]).sum(1)  # one target cell per row
+        scalar = self.heads(target)
+        return {"numeric": scalar[:, 0], "boolean": scalar[:, 1], "timestamp": scalar[:, 2],
+                "null": scalar[:, 3],
+                "categorical": self.classes(target) if self.classes is not None
+                else target.new_zeros(target.shape[0], 0)}
+
+
+def loss_per_sequence(out: dict[str, torch.Tensor],
+                      batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Null-aware loss dispatch: every head's loss is computed, the batch's type selects one."""
+    labels = batch["labels"]
+    stype = int(batch["target_stype"][0])
+    y = labels.float()
+    num_loss = (out["numeric"] - y) ** 2
+    bool_loss = F.binary_cross_entropy_with_logits(out["boolean"], y.clamp(0, 1),
+                                                   reduction="none")
+    ts_loss = (out["timestamp"] - y) ** 2
+    if out["categorical"].shape[1] > 0 and stype == common.CATEGORICAL:
+        cat_loss = F.cross_entropy(out["categorical"], labels.long(), reduction="none")
+    else:  # not a categorical batch: zeros the selector ignores
+        cat_loss = torch.zeros_like(num_loss)
+    type_losses = torch.stack([num_loss, bool_loss, ts_loss, cat_loss])  # [4, B]
+    selector = F.one_hot(batch["target_stype"].long(), 4).float()         # [1, 4]
+    type_loss = (selector @ type_losses)[0]
+    target_null = (batch["is_null"] * batch["is_target"]).sum(1).float()  # 0: seeds have labels
+    null_loss = F.binary_cross_entropy_with_logits(out["null"], target_null, reduction="none")
+    return null_loss + (1 - target_null) * type_loss
+
+
+def outputs_for_metrics(out: dict[str, torch.Tensor], stype: int) -> torch.Tensor:
+    """The head of the target's type, as examples/common.py expects it."""
+    name = {common.NUMERIC: "numeric", common.BOOLEAN: "boolean", common.TIMESTAMP: "timestamp",
+            common.CATEGORICAL: "categorical"}[stype]
+    return out[name]
+
+
+# --- distributed helpers ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``tensor`` (same shape on all), concatenated in rank order on dim 0."""
+        if not self.distributed:
+            return tensor
+        sent = tensor.to(torch.uint8) if tensor.dtype == torch.bool else tensor.contiguous()
+        parts = [torch.empty_like(sent) for _ in range(self.size)]
+        dist.all_gather(parts, sent)
+        return torch.cat(parts).to(tensor.dtype)
+
+    def mean(self, value: float) -> float:
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t[0]) / self.size
+
+
+def start_world() -> World:
+    rank, size = common.world_from_env()
+    if size > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=size)
+    return World(rank, size)
+
+
+def parameter_digest(model: nn.Module) -> torch.Tensor:
+    """SHA-256 of this rank's parameters (float32, in ``parameters()`` order) as 32 int64s."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().float().contiguous().numpy().tobytes())
+    return torch.tensor(list(h.digest()), dtype=torch.int64)
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+
+def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    sampler_state: dict[str, Any], fingerprint: dict[str, Any]) -> None:
+    buffer = io.BytesIO()
+    torch.save({"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "step": step,
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "sampler": sampler_state}, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    if not path.is_file():
+        raise common.UsageError(f"--resume: no checkpoint {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: name it, no traceback
+        raise common.UsageError(f"{path}: not a readable checkpoint ({exc})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise common.UsageError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
+    theirs = state.get("fingerprint", {})
+    diffs = [f"{k}: checkpoint {theirs.get(k)!r}, now {v!r}" for k, v in fingerprint.items()
+             if theirs.get(k) != v]
+    if diffs:
+        raise common.UsageError(f"{path}: taken with other settings ({'; '.join(diffs)})")
+    return state
+
+
+# --- training -----------------------------------------------------------------------------------
+
+
+def learning_rate(args: common.TrainArgs, step: int) -> float:
+    # Warm-up, then constant: a function of the step alone (not of --steps), so a run
+    # stopped at k and resumed to K takes exactly the steps of one run to K.
+    return args.lr * min(1.0, (step + 1) / max(1, args.warmup))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse_args("torch", argv)
+    world = start_world()
+    try:
+        return train(args, world)
+    finally:
+        if world.distributed:
+            dist.destroy_process_group()
+
+
+def train(args: common.TrainArgs, world: World) -> int:
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or world.size)
+    # the cores of this machine, shared by its ranks, less one per rank for dlkit's producer
+    cores = (os.cpu_count() or 1) // local_world
+    torch.set_num_threads(max(1, cores - args.num_threads))
+    torch.manual_seed(args.seed)
+    batch_size = common.local_batch_size(args, world.size)
+    sampler = dlkit.Sampler(args.db, rank=world.rank, world_size=world.size,
+                            split_seed=args.split_seed, seed=args.seed, batch_size=batch_size,
+                            sequence_length=args.sequence_length,
+                            max_rows=args.sequence_length, task_weights={args.task: 1.0},
+                            num_threads=args.num_threads, num_prefetch=4)
+    with sampler:
+        return run_training(args, world, sampler)
+
+
+def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -> int:
+    info = sampler.label_info(args.task)
+    resident = upload_tables(sampler)  # frozen lookup tables, uploaded once (not parameters)
+    tables = {"column": resident["column_embeddings"].float(),
+              "categorical": resident["categorical_embeddings"].float()}
+    if tables["categorical"].shape[0] == 0:  # no categorical column: one unused row
+        tables["categorical"] = torch.zeros(1, tables["column"].shape[1])
+    text_dim = int(sampler.database_metadata()["embeddings"]["text_dim"])
+    cfg = ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
+                      table_dim=tables["column"].shape[1], text_dim=text_dim,
+                      num_classes=info.num_classes if info.stype == common.CATEGORICAL else 0)
+    model = RelationalTransformer(cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    fingerprint = {**common.fingerprint(args, "torch"), "model": asdict(cfg)}
+    checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
+    step = 0
+    if args.resume:
+        assert checkpoint is not None  # parse_args refuses --resume without a directory
+        state = load_checkpoint(checkpoint, fingerprint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        sampler.load_state_dict(state["sampler"])
+        step = int(state["step"])
+        common.log(f"resumed at step {step} from {checkpoint}")
+    net = nn.parallel.DistributedDataParallel(model) if world.distributed else model
+
+    recorder = common.Recorder(args.record) if args.record and world.rank == 0 else None
+    waits: list[float] = []
+    step_times: list[float] = []
+    losses: list[float] = []
+    first_step = step
+    log_every = max(1, args.steps // 10)
+    model.train()
+    while step < args.steps:
+        started = time.perf_counter()
+        arrays = sampler.next_train_batch()
+        waited = time.perf_counter() - started
+        batch = to_torch(common.prepare(arrays, args))
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(args, step)
+        loss = loss_per_sequence(net(batch, tables), batch).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        loss_value = world.mean(float(loss.detach()))
+        if step > first_step:  # the first step warms caches up
+            waits.append(waited)
+            step_times.append(time.perf_counter() - started)
+        losses.append(loss_value)
+        if args.record:
+            anchors = world.gather(batch["anchor_rows"].long())
+            digests = world.gather(parameter_digest(model)[None])
+            if recorder is not None:
+                recorder.write({"step": step, "task_idx": int(batch["task_idx"][0]),
+                                "anchors": anchors.tolist(),
+                                "params": [bytes(d.tolist()).hex() for d in digests],
+                                "loss": loss_value})
+        step += 1
+        if world.rank == 0 and (step % log_every == 0 or step == args.steps):
+            common.log(f"step {step}/{args.steps} loss {loss_value:.4f}")
+        if checkpoint is not None and (step % args.checkpoint_every == 0 or step == args.steps):
+            sampler_state = sampler.state_dict()
+            if world.rank == 0:
+                save_checkpoint(checkpoint, step, model, optimizer, sampler_state, fingerprint)
+    if recorder is not None:
+        recorder.close()
+
+    predictions, labels = evaluate(model, tables, sampler, args, world, info.stype)
+    if world.rank == 0:
+        common.emit(common.result(
+            framework="torch", world_size=world.size, steps=args.steps, info=info,
+            predictions=predictions, labels=labels,
+            baseline=common.baseline_predictions(sampler, args.task, len(labels)),
+            waits=waits, step_times=step_times, losses=losses, context=args.context,
+            seed=args.seed, resumed_from=first_step if args.resume else None))
+    if world.distributed:
+        dist.barrier()
+    return 0
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, tables: dict[str, torch.Tensor], sampler: dlkit.Sampler,
+             args: common.TrainArgs, world: World, stype: int) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs and labels of every val seed (each once across the ranks), on every rank."""
+    model.eval()
+    outputs, labels = [], []
+    for arrays in sampler.iter_eval("val", task=args.task):
+        batch = to_torch(common.prepare(arrays, args))
+        out = outputs_for_metrics(model(batch, tables), stype)
+        keep = world.gather(batch["sequence_mask"].bool())
+        outputs.append(world.gather(out)[keep])
+        labels.append(world.gather(batch["labels"])[keep])
+    model.train()
+    return torch.cat(outputs).numpy(), torch.cat(labels).numpy()
+
+
+if __name__ == "__main__":
+    sys.exit(common.run(main))
