@@ -15,6 +15,17 @@ settings.register_profile(
 settings.load_profile(os.environ.get("DLKIT_HYPOTHESIS_PROFILE", "default"))
 
 
+@pytest.fixture
+def without_torch(monkeypatch):
+    """Imports of torch (and of every torch submodule already loaded, which Python would
+    return from its cache without looking at the parent) fail as if it were not installed."""
+    import sys
+
+    for name in [n for n in sys.modules if n == "torch" or n.startswith("torch.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "torch", None)
+
+
 @dataclass
 class CliResult:
     returncode: int

@@ -79,18 +79,92 @@ def test_a_directory_target_is_refused(tmp_path):
         atomic_write_bytes(tmp_path, b"x")
 
 
-def test_a_symlink_keeps_pointing_at_the_replaced_file(tmp_path):
-    """A link is a name for a file, not the file: the file it names is replaced. So is a
-    descriptor link such as /dev/stdout when the shell sends stdout to a file."""
+def test_a_symlink_is_replaced_itself_never_the_file_it_names(tmp_path):
+    """A link at an output path is refused without overwrite; with it the link itself is
+    replaced. A descriptor link such as /dev/stdout (the shell sent stdout to a file) is a
+    stream: the bytes go to it."""
     (tmp_path / "real").mkdir()
     (tmp_path / "real" / "out.json").write_bytes(b"old")
     link = tmp_path / "out.json"
     link.symlink_to(tmp_path / "real" / "out.json")
+    with pytest.raises(OutputError, match="is a symbolic link"):
+        atomic_write_bytes(link, b"new", overwrite=False)
     atomic_write_bytes(link, b"new")
-    assert link.is_symlink() and (tmp_path / "real" / "out.json").read_bytes() == b"new"
+    assert not link.is_symlink() and link.read_bytes() == b"new"
+    assert (tmp_path / "real" / "out.json").read_bytes() == b"old"
     with open(tmp_path / "stdout.txt", "wb") as redirected:
         fd_link = tmp_path / "fd"
         fd_link.symlink_to(f"/proc/self/fd/{redirected.fileno()}")
-        atomic_write_bytes(fd_link, b"through the descriptor")
+        atomic_write_bytes(fd_link, b"through the descriptor", overwrite=False)
     assert fd_link.is_symlink()
     assert (tmp_path / "stdout.txt").read_bytes() == b"through the descriptor"
+
+
+def test_an_existing_file_is_replaced_only_with_overwrite(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"mine")
+    with pytest.raises(OutputError, match="already exists"):
+        atomic_write_bytes(path, b"new", overwrite=False)
+    assert path.read_bytes() == b"mine" and os.listdir(tmp_path) == ["f"]
+
+
+def test_a_signal_during_a_commit_waits_for_its_end(tmp_path):
+    """SIGTERM raised inside deferred_interrupts reaches its handler only after the block."""
+    from dlkit.atomic import deferred_interrupts
+
+    order = []
+
+    def handler(signum, frame):
+        order.append("handler")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGTERM)
+            order.append("block ran on")
+        order.append("after")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert order == ["block ran on", "handler", "after"]
+
+
+def test_leftovers_of_a_killed_writer_are_removed_by_the_next(tmp_path):
+    from dlkit.atomic import AtomicFiles
+
+    path = tmp_path / "f"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from dlkit.atomic import AtomicFiles
+        with AtomicFiles([{str(path)!r}]) as (stream,):
+            stream.write(b"partial")
+            stream.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert sorted(n.split("-")[0] for n in os.listdir(tmp_path)) == [".f.dlkit", ".f.dlkit"]
+    assert any(n.startswith(".f.dlkit-tmp-") for n in os.listdir(tmp_path))  # and the lock
+    files = AtomicFiles([path])
+    with files as (stream,):
+        stream.write(b"whole")
+        files.commit()
+    assert os.listdir(tmp_path) == ["f"] and path.read_bytes() == b"whole"
+
+
+def test_a_signal_while_outputs_are_set_up_leaves_nothing(tmp_path, monkeypatch):
+    """Ctrl-C during the setup (locks, markers, temporary files) waits for its end, then
+    unwinds: everything made so far is removed, though the with-block never started."""
+    from dlkit import atomic
+
+    real = atomic._write_synced
+
+    def interrupted(path, data):
+        real(path, data)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(atomic, "_write_synced", interrupted)
+    files = atomic.AtomicFiles([tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(KeyboardInterrupt):
+        with files:
+            raise AssertionError("the block must not run")
+    assert os.listdir(tmp_path) == []

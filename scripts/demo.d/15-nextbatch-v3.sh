@@ -18,5 +18,6 @@ $DLKIT sample $v3 -d example/train --resume "$out/after3.ckpt" --world-size 2 --
 echo "--- v3: replay the trace"
 $DLKIT replay "$out/first.trace" --manifest $v3
 echo "--- v3 goldens (N = 10^6, 10^9, 2^40 + 7)"
-$DLKIT verify-golden fixtures/golden/nextbatch_v3_n1e6.json fixtures/golden/nextbatch_v3_n1e9.json \
-  fixtures/golden/nextbatch_v3_n2e40.json
+golden=src/dlkit/nextbatch/goldens  # package data: `dlkit verify-golden` alone checks them all
+$DLKIT verify-golden $golden/nextbatch_v3_n1e6.json $golden/nextbatch_v3_n1e9.json \
+  $golden/nextbatch_v3_n2e40.json

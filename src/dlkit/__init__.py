@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     )
     from dlkit.sampler import Sampler
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __getattr__, __dir__, _lazy_names = lazy_attributes(__name__, {
     "dlkit.nextbatch": ("Cursor", "RunManifest", "SamplingPlan", "Stage", "load_checkpoint",

@@ -26,20 +26,26 @@ which is renamed into place only when complete:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import errno
 import fcntl
+import json
 import os
+import re
 import secrets
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from dlkit.errors import OutputError
+from dlkit.files import read_regular
 
 
 def fsync_directory(directory: Path) -> None:
@@ -62,71 +68,464 @@ def _current_umask() -> int:
     return mask
 
 
+# -- knowing what was committed, and keeping interrupts out of a commit ----------------
+
+_commit_log: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "dlkit_commit_log", default=None)
+
+
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open a binary stream whose content replaces ``path`` only if the block succeeds (a
-    ``path`` that is a device or FIFO is written directly: it has no content to replace)."""
-    target = Path(path)
+def recording_commits() -> Iterator[list[str]]:
+    """A list that every output committed inside the block is appended to (its path): the
+    CLI tells an interrupt that came after the output was complete from one that came before."""
+    log: list[str] = []
+    token = _commit_log.set(log)
     try:
-        mode: int | None = os.stat(target).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as exc:
-        raise OutputError(f"cannot write here: {exc.strerror or exc}", path=target) from exc
-    if mode is not None and stat.S_ISDIR(mode):
-        raise OutputError("is a directory", path=target)
-    if mode is not None and not stat.S_ISREG(mode):
-        # a device, FIFO or socket (-o /dev/stdout): nothing to replace, and replacing it
-        # would destroy the node, so the bytes go straight to it
-        try:
-            with open(target, "wb") as stream:
-                yield stream
-        except OSError as exc:
-            if isinstance(exc, OutputError):
-                raise
-            raise OutputError(f"write failed: {exc.strerror or exc}", path=target) from exc
+        yield log
+    finally:
+        _commit_log.reset(token)
+
+
+def _note_committed(*paths: object) -> None:
+    log = _commit_log.get()
+    if log is not None:
+        log.extend(str(p) for p in paths)
+
+
+_DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                          if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block has run: a commit (its renames and the
+    bookkeeping saying it happened) is never cut in half by a catchable signal. The signal is
+    then delivered to the handler that was in place. (Only the main thread can install
+    handlers; elsewhere the block runs as it is.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    if target.is_symlink():
-        # replace the file the link names and keep the link (/dev/stdout into a file names
-        # that file: replacing the link itself would put a file at /dev/stdout)
-        target = Path(os.path.realpath(target))
-    directory = target.parent if str(target.parent) else Path(".")
-    if not directory.is_dir():
-        raise OutputError(f"directory {directory} does not exist", path=target)
+    pending: list[tuple[int, Any]] = []
+
+    def hold(signum, frame):  # noqa: ARG001
+        pending.append((signum, frame))
+
+    previous = {}
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise OutputError(f"cannot create a file here: {exc.strerror}", path=target) from exc
-    try:
-        # mkstemp creates 0600 files; give the result the permissions a plain open() would.
-        os.fchmod(fd, 0o666 & ~_current_umask())
-        with os.fdopen(fd, "wb") as stream:
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp_name, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        # A broken pipe is never the temporary file's (a regular file): the block wrote to
-        # stdout too (`dlkit sample --trace t | head`) and its reader left.
-        if isinstance(exc, OSError) and not isinstance(exc, (OutputError, BrokenPipeError)):
-            raise OutputError(f"write failed: {exc.strerror or exc}", path=target) from exc
-        raise
-    fsync_directory(directory)
+        for signum in _DEFERRED_SIGNALS:
+            previous[signum] = signal.signal(signum, hold)
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum, frame in pending[:1]:  # one delivery is enough: they all mean "stop"
+            handler = previous.get(signum)
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically."""
-    with atomic_writer(path) as stream:
-        stream.write(data)
-
-
-# -- directories ----------------------------------------------------------------------
+# -- files ------------------------------------------------------------------------------
 
 TMP_MARK = ".dlkit-tmp-"
 OLD_MARK = ".dlkit-old-"
 LOCK_MARK = ".dlkit-lock"
+PENDING_MARK = ".dlkit-pending-"
+JOURNAL_MARK = ".dlkit-commit-"
+
+
+_OWN_DESCRIPTORS = re.compile(r"^/(?:dev/fd|proc/self/fd|proc/%d/fd)/(\d+)$" % os.getpid())
+
+
+def _descriptor_name(path: str | os.PathLike[str]) -> tuple[bool, int | None]:
+    """Whether ``path`` is, or is a chain of links through, a name of an open descriptor
+    (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``), and the number of this process's
+    descriptor it names (None: another process's). Writing to it is writing to that stream,
+    not replacing a file."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if current in ("/dev/stdout", "/dev/stderr"):
+            return True, 1 if current == "/dev/stdout" else 2
+        own = _OWN_DESCRIPTORS.match(current)
+        if own is not None:
+            return True, int(own.group(1))
+        if current.startswith("/proc/") and "/fd/" in current:
+            return True, None
+        if not os.path.islink(current):
+            return False, None
+        current = os.path.normpath(os.path.join(os.path.dirname(current),
+                                                os.readlink(current)))
+    return False, None
+
+
+def _names_a_descriptor(path: Path) -> bool:
+    return _descriptor_name(path)[0]
+
+
+def output_kind(path: str | os.PathLike[str], overwrite: bool) -> str:
+    """How an output at ``path`` is written: ``"stream"`` (a device, FIFO, socket or
+    descriptor name, written directly: it has no content to replace) or ``"file"`` (a new
+    file, or one replaced whole). Refuses, as an ``OutputError`` naming the path, a
+    directory, an existing file without ``overwrite`` and a symbolic link without
+    ``overwrite`` (with it, the link itself is replaced, never the file it names)."""
+    target = Path(path)
+    try:
+        own = os.lstat(target)
+    except FileNotFoundError:
+        return "file"
+    except OSError as exc:
+        raise OutputError(f"cannot write here: {exc.strerror or exc}", path=target) from exc
+    try:
+        named = os.stat(target)
+    except OSError:  # a dangling link
+        named = None
+    if named is not None and stat.S_ISDIR(named.st_mode):
+        raise OutputError("is a directory", path=target)
+    if _names_a_descriptor(target) or (named is not None and not stat.S_ISREG(named.st_mode)):
+        return "stream"
+    if stat.S_ISLNK(own.st_mode):
+        if not overwrite:
+            raise OutputError("is a symbolic link; refusing to write through it (pass "
+                              "--overwrite to replace the link itself)", path=target)
+        return "file"
+    if not overwrite:
+        raise OutputError("already exists (pass --overwrite to replace it)", path=target)
+    return "file"
+
+
+def _identity(path: str | os.PathLike[str], follow: bool = True) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
+    """Refuse (``InvalidArgumentError``) an output that is one of the inputs, or another
+    output, however either path is spelled: their file identities (device, inode) are
+    compared (a link's own, for an output: only the link would be replaced), and the paths
+    of outputs that do not exist yet. ``outputs`` and ``inputs``
+    map a name for messages (``--trace``) to a path or None; outputs that are streams
+    (``/dev/null``, ``/dev/stdout``) are left out: nothing of theirs is replaced."""
+    from dlkit.errors import InvalidArgumentError
+
+    seen: dict[object, str] = {}
+    for name, path in inputs.items():
+        if path is not None and (key := _identity(path)) is not None:
+            seen.setdefault(key, name)
+    for name, path in outputs.items():
+        if path is None:
+            continue
+        try:
+            named = os.stat(path)
+        except OSError:
+            named = None
+        if named is not None and not stat.S_ISREG(named.st_mode):
+            continue  # a device, FIFO or directory: output_kind streams or refuses it
+        # What would be replaced: the file at ``path`` or, for a link, the link itself
+        # (output_kind never lets anything write through one).
+        absolute = os.path.abspath(path)
+        keys: list[object] = [os.path.join(os.path.realpath(os.path.dirname(absolute)),
+                                           os.path.basename(absolute))]
+        if (key := _identity(path, follow=False)) is not None:
+            keys.append(key)
+        for key in keys:
+            if key in seen:
+                raise InvalidArgumentError(f"{name} {path} is the same file as {seen[key]}; "
+                                           "give each output its own file")
+        for key in keys:
+            seen[key] = f"{name} ({path})"
+
+
+class AtomicFiles:
+    """Output files that appear together, complete, or not at all.
+
+    Each file is written to ``.<name>.dlkit-tmp-<token>`` beside its target (same directory,
+    so the final rename is atomic), under a lock ``.<name>.dlkit-lock`` (``flock``, released
+    by the kernel even when the process is killed) that also marks every other temporary file
+    of that target as left over from an interrupted run, to be removed. ``commit()``:
+
+    1. flushes and fsyncs every temporary file;
+    2. writes the commit journal ``.<first>.dlkit-commit-<token>`` beside the first target,
+       listing every (temporary, target) rename: from here on the commit is decided;
+    3. renames the temporary files over their targets, in the order given;
+    4. removes the journal.
+
+    Catchable signals (Ctrl-C, SIGTERM, SIGHUP) wait until the commit is done, so they leave
+    all the old files or all the new ones. A process killed outright (SIGKILL, power loss)
+    during steps 2-4 leaves the journal; a ``.<name>.dlkit-pending-<token>`` marker beside
+    each target, written before its temporary file, points to it, and the next dlkit run that
+    takes the lock of any of these targets (or :func:`settle` on one) completes the renames
+    before anything else. Without a journal, the temporary files are simply removed.
+
+    One file needs no journal or marker: its single rename is atomic. Outputs that are
+    streams (``/dev/stdout``, a FIFO; see :func:`output_kind`) are written directly and take
+    no part in the commit.
+    """
+
+    def __init__(self, targets: list[str | os.PathLike[str]], *, overwrite: bool = True):
+        self.targets = [Path(t) for t in targets]
+        self.overwrite = overwrite
+        self.token = secrets.token_hex(6)
+        self.streams: list[BinaryIO] = []
+        self._files: list[tuple[Path, Path]] = []  # (temporary, target) of the "file" outputs
+        self._markers: list[Path] = []
+        self._tmp_streams: set[int] = set()
+        self._locks: list[tuple[Path, int]] = []
+        self._journal: Path | None = None
+        self._decided = False  # the journal is on disk: the next run completes the commit
+        self.committed = False
+
+    def __enter__(self) -> list[BinaryIO]:
+        # The bookkeeping (locks, markers, temporary files) is never cut in half by Ctrl-C or
+        # SIGTERM: a file made but not yet recorded would outlive the cleanup.
+        try:
+            with deferred_interrupts():
+                return self._enter()
+        except BaseException:  # the held signal, delivered as the block ends: no __exit__
+            self._discard()
+            raise
+
+    def _enter(self) -> list[BinaryIO]:
+        try:
+            kinds = [output_kind(t, self.overwrite) for t in self.targets]
+            files = [t for t, kind in zip(self.targets, kinds) if kind == "file"]
+            for target in files:
+                directory = target.parent
+                if not directory.is_dir():
+                    raise OutputError(f"directory {directory} does not exist", path=target)
+            for target in sorted(files, key=lambda t: os.path.abspath(t)):
+                self._locks.append((target, _lock_beside(target)))
+                _settle_locked(target)
+            if len(files) > 1:
+                self._journal = files[0].parent / f".{files[0].name}{JOURNAL_MARK}{self.token}"
+            for target, kind in zip(self.targets, kinds):
+                if kind == "stream":
+                    self.streams.append(self._open_stream(target))
+                    continue
+                if self._journal is not None:
+                    marker = target.parent / f".{target.name}{PENDING_MARK}{self.token}"
+                    _write_synced(marker, os.fsencode(os.path.abspath(self._journal)))
+                    self._markers.append(marker)
+                tmp = target.parent / f".{target.name}{TMP_MARK}{self.token}"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             0o666 & ~_current_umask())
+                self._files.append((tmp, target))
+                self.streams.append(os.fdopen(fd, "wb"))
+                self._tmp_streams.add(id(self.streams[-1]))
+        except BaseException as exc:
+            self._discard()
+            if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+                raise OutputError(f"cannot write here: {exc.strerror or exc}",
+                                  path=exc.filename) from exc
+            raise
+        return self.streams
+
+    @staticmethod
+    def _open_stream(target: Path) -> BinaryIO:
+        """A stream output: this process's own descriptor (``/dev/stdout``) is written where
+        it stands, as if the command printed (reopening a redirected file would truncate
+        it); anything else (a device, a FIFO) is opened."""
+        _, own = _descriptor_name(target)
+        try:
+            if own is not None:
+                return os.fdopen(os.dup(own), "wb")
+            return open(target, "wb")  # noqa: SIM115 - closed by _discard / commit
+        except OSError as exc:
+            raise OutputError(f"cannot write here: {exc.strerror or exc}", path=target) from exc
+
+    def commit(self, fsync: bool = True) -> None:
+        """Make every output appear (see the class doc)."""
+        try:
+            for stream in self.streams:
+                stream.flush()
+                if fsync and id(stream) in self._tmp_streams:
+                    os.fsync(stream.fileno())
+            for stream in self.streams:
+                stream.close()
+            with deferred_interrupts():
+                if self._journal is not None:
+                    journal = {"renames": [[os.path.abspath(tmp), os.path.abspath(target)]
+                                           for tmp, target in self._files],
+                               "markers": [os.path.abspath(m) for m in self._markers]}
+                    _write_synced(self._journal, json.dumps(journal).encode())
+                    self._decided = True
+                    _run_journal(self._journal)
+                elif self._files:
+                    (tmp, target), = self._files
+                    os.replace(tmp, target)
+                    fsync_directory(target.parent)
+                self.committed = True
+                _note_committed(*(t for t in self.targets))
+        except OSError as exc:
+            if isinstance(exc, OutputError) or isinstance(exc, BrokenPipeError):
+                raise
+            raise OutputError(f"write failed: {exc.strerror or exc}",
+                              path=exc.filename or self.targets[0]) from exc
+
+    def _discard(self) -> None:
+        with deferred_interrupts():  # a second Ctrl-C does not stop the cleanup half-way
+            self._release()
+
+    def _release(self) -> None:
+        for stream in self.streams:
+            with contextlib.suppress(OSError):
+                stream.close()
+        if not self.committed and not self._decided:  # (decided: left for the next run)
+            for tmp, _target in self._files:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            for marker in self._markers:
+                with contextlib.suppress(OSError):
+                    os.unlink(marker)
+        for target, fd in reversed(self._locks):
+            _unlock_beside(target, fd)
+        self._locks = []
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._discard()
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """``data`` in a new file ``path``, on disk before this returns (with its directory
+    entry): a marker or journal must outlive a power loss that the renames it covers might."""
+    tmp = path.parent / f"{path.name}{TMP_MARK}w"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+def _run_journal(journal: Path) -> None:
+    """Do (or finish) the renames a commit journal lists, then remove it and its markers."""
+    try:
+        plan = json.loads(read_regular(journal))
+        renames = [(Path(a), Path(b)) for a, b in plan["renames"]]
+        markers = [Path(m) for m in plan["markers"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise OutputError(f"unreadable commit journal of an interrupted run ({exc}); remove it "
+                          "and check the outputs it names", path=journal) from None
+    for tmp, target in renames:
+        try:
+            os.replace(tmp, target)
+        except FileNotFoundError:  # renamed already, by the run this journal finishes
+            continue
+    for directory in dict.fromkeys(target.parent for _tmp, target in renames):
+        fsync_directory(directory)
+    os.unlink(journal)
+    for marker in markers:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)
+
+
+def _lock_beside(target: Path) -> int:
+    """Take the lock ``.<name>.dlkit-lock`` of the file ``target``; raise if another run
+    holds it."""
+    lock_path = target.parent / f".{target.name}{LOCK_MARK}"
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError("another dlkit process is writing this file right now",
+                              path=target) from None
+        try:  # the previous holder may have unlinked it between our open and flock
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def _unlock_beside(target: Path, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(target.parent / f".{target.name}{LOCK_MARK}")
+    os.close(fd)
+
+
+def _settle_locked(target: Path) -> None:
+    """Holding ``target``'s lock: finish every decided commit that names it (a journal its
+    pending marker points to), then remove what interrupted runs left beside it."""
+    directory = target.parent
+    prefix = f".{target.name}"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix + PENDING_MARK) and TMP_MARK not in name:
+            marker = directory / name
+            try:
+                journal = Path(os.fsdecode(read_regular(marker)))
+            except OSError:
+                continue
+            if journal.exists():
+                _run_journal(journal)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(marker)
+    for name in os.listdir(directory):
+        if name.startswith(prefix + TMP_MARK) or (
+                name.startswith(prefix + ".dlkit-") and TMP_MARK in name):
+            with contextlib.suppress(OSError):
+                os.unlink(directory / name)
+
+
+def settle(path: str | os.PathLike[str]) -> None:
+    """Before reading ``path``: finish a commit of it that a killed run decided but did not
+    complete (see :class:`AtomicFiles`), and remove what killed runs left beside it. Quiet
+    when there is nothing to do, when another run is writing it, or when its directory
+    cannot be written."""
+    target = Path(path)
+    prefix = f".{target.name}.dlkit-"
+    try:
+        if not any(n.startswith(prefix) for n in os.listdir(target.parent)):
+            return
+        fd = _lock_beside(target)
+    except OSError:
+        return
+    try:
+        _settle_locked(target)
+    finally:
+        _unlock_beside(target, fd)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike[str], *, overwrite: bool = True
+                  ) -> Iterator[BinaryIO]:
+    """Open a binary stream whose content replaces ``path`` only if the block succeeds.
+
+    A device, FIFO or descriptor name (``/dev/stdout``) is written directly: it has no
+    content to replace. A symbolic link is replaced itself, never the file it names, and
+    only with ``overwrite``; so is an existing file (see :func:`output_kind`)."""
+    files = AtomicFiles([path], overwrite=overwrite)
+    with files as (stream,):
+        try:
+            yield stream
+        except BaseException as exc:
+            # A broken pipe is never the temporary file's (a regular file): the block wrote
+            # to stdout too (`dlkit sample --trace t | head`) and its reader left.
+            if isinstance(exc, OSError) and not isinstance(exc, (OutputError, BrokenPipeError)):
+                raise OutputError(f"write failed: {exc.strerror or exc}", path=path) from exc
+            raise
+        files.commit()
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *,
+                       overwrite: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically."""
+    with atomic_writer(path, overwrite=overwrite) as stream:
+        stream.write(data)
+
+
+# -- directories ----------------------------------------------------------------------
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -281,25 +680,28 @@ class AtomicDirectory:
         assert self.tmp is not None
         if fsync:
             fsync_tree(self.tmp)
+        stale: Path | None = None  # the old output, deleted once the new one is in place
         try:
-            if self.target.exists():
-                check_target(self.target, self.overwrite, self.kind)
-                if _renameat2(self.tmp, self.target, _RENAME_EXCHANGE):
-                    self.committed = True
-                    shutil.rmtree(self.tmp, ignore_errors=True)  # now holds the old target
-                else:
-                    old = self.parent / f".{self.name}{OLD_MARK}{secrets.token_hex(6)}"
-                    os.rename(self.target, old)
-                    os.rename(self.tmp, self.target)
-                    self.committed = True
-                    shutil.rmtree(old, ignore_errors=True)
-            else:
-                if not _renameat2(self.tmp, self.target, _RENAME_NOREPLACE):
+            # a catchable signal waits for the swap and the note that it happened, so an
+            # interrupt is reported as before or after the commit, never between
+            with deferred_interrupts():
+                if self.target.exists():
+                    check_target(self.target, self.overwrite, self.kind)
+                    if _renameat2(self.tmp, self.target, _RENAME_EXCHANGE):
+                        stale = self.tmp  # now holds the old target
+                    else:
+                        stale = self.parent / f".{self.name}{OLD_MARK}{secrets.token_hex(6)}"
+                        os.rename(self.target, stale)
+                        os.rename(self.tmp, self.target)
+                elif not _renameat2(self.tmp, self.target, _RENAME_NOREPLACE):
                     os.rename(self.tmp, self.target)
                 self.committed = True
+                _note_committed(self.target)
         except OSError as exc:
             raise OutputError(f"cannot move the new {self.kind.name} into place: "
                               f"{exc.strerror or exc}", path=self.target) from exc
+        if stale is not None:
+            shutil.rmtree(stale, ignore_errors=True)
         if fsync:
             fsync_directory(self.parent)
 

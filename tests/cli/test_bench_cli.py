@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
-
 
 from dlkit.cli.app import main
 
-SMALL = ["bench", "--steps", "8", "--rows", "2000", "--row-bytes", "64", "--batch-size", "16",
-         "--quiet"]
+SMALL = ["bench", "--workload", "gather", "--steps", "8", "--rows", "2000", "--row-bytes", "64",
+         "--batch-size", "16", "--quiet"]
 
 
 def run(argv, capsys):
@@ -52,8 +52,19 @@ def test_bench_synthetic_workload(capsys):
     assert code == 0 and json.loads(out)["workload"]["workload"] == "synthetic"
 
 
-def test_bench_notes_that_torch_is_missing(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)
+def test_the_torch_dataloader_comparison_runs_for_real():
+    """With torch installed, its DataLoader (worker processes) reads the same batches. In a
+    fresh interpreter: forking this one, where other tests started threads, could hang."""
+    done = subprocess.run([sys.executable, "-m", "dlkit", *SMALL, "--json", "--workers", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["identical"] is True
+    assert report["torch"] is not None and report["torch"]["batches"] == 8
+    assert report["torch_speedup"] > 0
+
+
+def test_bench_notes_that_torch_is_missing(capsys, without_torch):
     code, out, err = run(SMALL, capsys)
     assert code == 0
     assert "torch is not installed: skipped" in " ".join(err.split())
@@ -80,3 +91,59 @@ def test_bench_help_lists_every_knob(capsys):
     for option in ("--workers", "--buffers-ahead", "--policy", "--batch-size", "--shard-mode",
                    "--compute-ms", "--consumer-ms", "--trace", "--json", "--torch"):
         assert option in text
+
+
+# -- the default: the relational Sampler feeding a training step ------------------------------
+
+
+def test_the_default_workload_is_the_relational_sampler_feeding_a_step(capsys):
+    code, out, err = run(["bench", "--steps", "6", "--batch-size", "4", "--json", "-q",
+                          "--workers", "2"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    workload = report["workload"]
+    assert workload["workload"] == "relational" and "bundled example" in workload["db"]
+    assert workload["consumer_calibrated"] is True
+    assert workload["consumer_ms"] == workload["batch_ms"] > 0  # a step as long as a batch
+    assert report["identical"] is True  # the engine yields the on-demand Sampler's batches
+    for run_name in ("sequential", "engine"):
+        assert report[run_name]["batches"] == 6 and report[run_name]["samples"] == 24
+    machine = report["machine"]
+    assert machine["cores_available"] >= 1 and "load_1min" in machine
+    assert any("torch DataLoader comparison runs on the gather" in n for n in report["notes"])
+
+
+def test_a_given_database_and_step_time(capsys, tmp_path):
+    from dlkit.db import preprocess
+    from dlkit.prefetch.bench import EXAMPLE_DB
+
+    preprocess(EXAMPLE_DB, tmp_path / "db", fsync=False)
+    code, out, err = run(["bench", "--db", str(tmp_path / "db"), "--steps", "4", "-b", "2",
+                          "--consumer-ms", "1.5", "--json", "-q"], capsys)
+    assert code == 0, err
+    workload = json.loads(out)["workload"]
+    assert workload["db"] == str(tmp_path / "db") and workload["consumer_ms"] == 1.5
+    assert workload["consumer_calibrated"] is False
+
+
+def test_the_table_names_cores_and_load(capsys):
+    code, out, err = run(["bench", "--steps", "4", "-b", "2", "--no-torch", "-q"], capsys)
+    assert code == 0, err
+    out = " ".join(out.split())
+    assert "relational workload: 4 Sampler train batches of 2 sequences" in out
+    assert "cores available, load" in out and "as long as building a batch" in out
+
+
+def test_a_speedup_below_one_explains_itself():
+    from dlkit.prefetch.bench import slower_note
+
+    assert slower_note(1.2, {"cores_available": 2, "load_1min": 0.5}, 2) == []
+    note, = slower_note(0.52, {"cores_available": 2, "load_1min": 5.25}, 3)
+    assert "(0.52x)" in note and "3 producer threads" in note and "2 cores" in note
+    assert "load of 5.25" in note
+
+
+def test_relational_refuses_gather_inputs(capsys, tmp_path):
+    code, _, err = run(["bench", "--workload", "relational", "--manifest",
+                        str(tmp_path / "m.json"), "-q"], capsys)
+    assert code == 2 and "drop --data, --manifest and --trace" in err

@@ -41,7 +41,7 @@ def test_manifest_lists_every_task_and_split(dlkit, db_path, tmp_path):
             assert total == task.num_seeds
         assert all(e.hash == db.database_hash for e in manifest.datasets.values())
     assert manifest.seed == 42 and manifest.global_batch_size == 16 and manifest.data.drop_last
-    assert manifest.data.sampling_mode == V3_MODE == summary["sampling_mode"]
+    assert manifest.data.sampling_mode == V3_MODE and summary["sampling_mode"] == "v3"
     assert summary["manifest_hash"] == manifest.manifest_hash.hex()
     # Ready for `dlkit sample`.
     key = next(iter(manifest.datasets))
@@ -75,10 +75,11 @@ def test_manifest_warns_of_each_train_split_smaller_than_the_global_batch(dlkit,
                     if line.startswith("warning: dataset"))
     assert warned == short
     assert "fewer than the global batch size 200: it yields no train step" in result.stderr
-    quiet = dlkit("manifest", db_path, "--seed", 1, "-g", 16, "--out", tmp_path / "run.json")
+    quiet = dlkit("manifest", db_path, "--seed", 1, "-g", 16, "--out", tmp_path / "run.json",
+                  "--overwrite")
     assert quiet.returncode == 0 and "warning" not in quiet.stderr
     empty = dlkit("manifest", db_path, "--seed", 1, "-g", 16, "--split-ratios", "1,0,0",
-                  "--out", tmp_path / "run.json")
+                  "--out", tmp_path / "run.json", "--overwrite")
     assert empty.returncode == 0, empty.stderr
     warned = sorted(line.split("'")[1] for line in empty.stderr.splitlines()
                     if line.endswith("has no seed: it yields no step"))

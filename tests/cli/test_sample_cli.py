@@ -115,8 +115,9 @@ def test_a_reader_that_leaves_a_rich_table_stops_the_command(tmp_path):
     # rich's own handler would exit 1 (Console.on_broken_pipe)
     from tests.db.conftest import EXAMPLE
 
-    code, _ = _run_with_closed("stdout", "preprocess", EXAMPLE, tmp_path / "db", "--quiet",
-                               "--no-fsync")
+    assert run_dlkit("preprocess", EXAMPLE, tmp_path / "db", "-q", "--no-fsync").returncode == 0
+    code, _ = _run_with_closed("stdout", "show", tmp_path / "db", "--task", "review_rating",
+                               "--anchor", "3")
     assert code == 128 + 13
 
 
@@ -124,7 +125,7 @@ def test_a_reader_that_leaves_stderr_keeps_the_exit_code(tmp_path):
     changed = one_case_golden(tmp_path / "changed.json", change_a_position)
     code, out = _run_with_closed("stderr", "verify-golden", changed, "--json")
     assert code == 3 and json.loads(out)["ok"] is False
-    assert _run_with_closed("stderr", "verify", tmp_path / "nowhere")[0] == 3
+    assert _run_with_closed("stderr", "verify", tmp_path / "nowhere")[0] == 5
 
 
 @pytest.mark.parametrize("option", ["--epoch", "--start-index", "--rank", "--world-size",
@@ -139,7 +140,7 @@ def test_numbers_beyond_uint64_are_usage_errors_naming_the_option(manifest_path,
     (["-d", "nope"], "INVALID_DATASET_KEY"),
     (["-d", "ds", "--stage", "test"], "INVALID_STAGE_TYPE"),
     (["-d", "ds", "-w", "3"], "BATCH_SIZE_INCONSISTENT"),
-    (["-d", "ds", "-w", "2", "-r", "2"], "BATCH_SIZE_INCONSISTENT"),
+    (["-d", "ds", "-w", "2", "-r", "2"], "USAGE"),  # checked before the sampler runs
     (["-d", "ds", "--cardinality", "71"], "CARDINALITY_MISMATCH"),
     (["-d", "ds", "--start-index", "70"], "GLOBAL_POSITION_EXCEEDS_CARDINALITY"),
     (["-d", "ds", "--steps", "0"], "INVALID_ARGUMENT"),

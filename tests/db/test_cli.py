@@ -34,12 +34,12 @@ def test_preprocess_json_and_verify(dlkit, tmp_path):
 
 
 def test_preprocess_human_summary(dlkit, tmp_path):
-    r = dlkit("preprocess", EXAMPLE, tmp_path / "db", "--quiet")
-    assert r.returncode == 0, r.stderr
+    r = dlkit("preprocess", EXAMPLE, tmp_path / "db")  # a summary for people: on stderr
+    assert r.returncode == 0 and r.stdout == "", r.stderr
     for word in ("stages", "keys", "graph", "manifest", "total", "database hash", "dangling"):
-        assert word in r.stdout
+        assert word in r.stderr
     v = dlkit("verify", tmp_path / "db")
-    assert v.returncode == 0 and "OK" in v.stdout
+    assert v.returncode == 0 and "OK" in v.stderr and v.stdout == ""
 
 
 def test_verify_failure_names_file_and_check(dlkit, tmp_path, example_db):
@@ -51,7 +51,7 @@ def test_verify_failure_names_file_and_check(dlkit, tmp_path, example_db):
     path.write_bytes(bytes(data))
     r = dlkit("verify", db)
     assert r.returncode == 3
-    assert "tables/orders/1.values" in r.stdout and "file.sha256" in r.stdout
+    assert "tables/orders/1.values" in r.stderr and "file.sha256" in r.stderr
     assert "VERIFICATION_FAILED" in r.stderr
     j = dlkit("verify", db, "--json")
     assert j.returncode == 3
@@ -65,13 +65,13 @@ def test_long_lines_are_not_wrapped_off_a_terminal(dlkit, tmp_path, example_db):
     shutil.copytree(example_db, db)
     r = dlkit("verify", db)
     assert r.returncode == 0, r.stderr
-    first = r.stdout.splitlines()[0]
+    first = r.stderr.splitlines()[0]
     assert first.startswith(f"OK {db}: ") and first.endswith(" s)")
 
 
 def test_a_missing_database_or_one_never_built_says_so(dlkit, tmp_path):
     r = dlkit("verify", tmp_path / "nowhere")
-    assert r.returncode == 3 and ".: database.missing: no such directory" in r.stdout
+    assert r.returncode == 5 and "not a dlkit database: no such directory" in r.stderr
     r = dlkit("manifest", EXAMPLE, "--seed", 1, "-g", 4, "--out", tmp_path / "run.json")
     assert r.returncode == 5 and "not a dlkit database?" in r.stderr
     assert "`dlkit preprocess` makes one" in r.stderr
@@ -111,9 +111,9 @@ def test_user_text_with_brackets_is_printed_as_it_is(dlkit, tmp_path):
         "c": pa.table({"id": [1, 2, 3], "p": ["a", "[/oops]", "b"]}),
     }, toml)
     out = tmp_path / "db[/y]"
-    r = dlkit("preprocess", src, out, "-q", "--no-fsync")
+    r = dlkit("preprocess", src, out, "--no-fsync")
     assert r.returncode == 0, r.stderr
-    assert "in[/x]" in r.stdout and "db[/y]" in r.stdout
+    assert "in[/x]" in r.stderr and "db[/y]" in r.stderr
     assert "warning" in r.stderr and "[/oops]" in r.stderr  # warnings go to stderr
     assert dlkit("verify", out).returncode == 0
     failed = dlkit("preprocess", src, tmp_path / "db2", "-q", "--on-dangling", "error")

@@ -30,3 +30,14 @@ def test_safe_names_pass(name):
                                   "x" * 129])
 def test_names_that_are_not_one_plain_directory_level_are_refused(name):
     assert path_name_problem(name) is not None
+
+
+def test_a_database_name_longer_than_open_accepts_is_refused():
+    from dlkit.db.checks import MAX_DATABASE_ID
+    from dlkit.db.schema import parse_schema
+    from dlkit.errors import SchemaError
+
+    tables = '\n[tables.a]\nprimary_key = "id"\n'
+    assert parse_schema(f'name = "{"x" * MAX_DATABASE_ID}"' + tables).name == "x" * 1024
+    with pytest.raises(SchemaError, match="at most 1024"):
+        parse_schema(f'name = "{"x" * (MAX_DATABASE_ID + 1)}"' + tables)

@@ -180,9 +180,10 @@ def test_verify_hashes_on_open(copy_db):
 
 
 def test_not_a_database(tmp_path):
-    report = verify_database(tmp_path / "nothing")
-    assert not report.ok
+    with pytest.raises(DatabaseError, match="no such directory"):
+        verify_database(tmp_path / "nothing")
     with pytest.raises(DatabaseError):
         open_database(tmp_path / "nothing")
     (tmp_path / "empty").mkdir()
-    assert not verify_database(tmp_path / "empty").ok
+    with pytest.raises(DatabaseError, match="holds no manifest.json"):
+        verify_database(tmp_path / "empty")

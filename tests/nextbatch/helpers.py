@@ -18,7 +18,7 @@ def manifest_dict(n: int, gbs: int, block_size: int, drop_last: bool = False, se
             "datasets": {key: {"id": "ds", "version": "1", "cardinality": n, "hash": "ab" * 32}}}
 
 
-GOLDEN_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "golden"
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "src" / "dlkit" / "nextbatch" / "goldens"
 
 
 def one_case_golden(path: Path, edit: Callable[[dict], None] | None = None) -> Path:

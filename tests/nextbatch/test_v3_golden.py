@@ -13,7 +13,7 @@ import pytest
 from dlkit.nextbatch.golden import verify_golden
 from tests import naive_feistel as naive
 
-GOLDEN = Path(__file__).parents[2] / "fixtures" / "golden"
+GOLDEN = Path(__file__).parents[2] / "src" / "dlkit" / "nextbatch" / "goldens"
 FILES = sorted(GOLDEN.glob("nextbatch_v3_*.json"))
 KEY = "golden/train"
 

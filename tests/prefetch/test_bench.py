@@ -156,8 +156,7 @@ def test_bench_request_validates(kwargs, message):
 # --- the optional torch comparison ------------------------------------------------------------
 
 
-def test_without_torch_the_comparison_is_skipped_with_a_note(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+def test_without_torch_the_comparison_is_skipped_with_a_note(without_torch):
     report = run_bench(BenchRequest(**SMALL))
     assert report.torch is None and report.notes == (TORCH_MISSING,)
     assert report.to_dict()["torch"] is None

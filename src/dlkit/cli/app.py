@@ -17,7 +17,12 @@ import typer
 from typer.core import TyperGroup
 
 from dlkit import errors
-from dlkit.cli.console import print_error
+from dlkit.cli.console import print_error, print_note
+
+try:  # typer >= 0.16 carries its own copy of click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer depends on click itself
+    from click import exceptions as click_exceptions
 
 
 # A command whose standard output's reader left before the end (`dlkit sample | head`)
@@ -28,6 +33,15 @@ READER_GONE_EXIT = 128 + signal.SIGPIPE
 
 class _ReaderGone(Exception):
     """Standard output's reader left."""
+
+
+class _Interrupted(Exception):
+    """Ctrl-C or SIGTERM stopped a command (``command`` names it). Carried past click's own
+    handler, which would exit 130 in silence."""
+
+    def __init__(self, command: str):
+        super().__init__(command)
+        self.command = command
 
 
 def _stdout_reader_gone() -> bool:
@@ -48,6 +62,9 @@ class _Group(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            name = " ".join(["dlkit", *filter(None, [ctx.invoked_subcommand])])
+            raise _Interrupted(name) from exc
         except BrokenPipeError as exc:
             if _stdout_reader_gone():
                 raise _ReaderGone from exc
@@ -62,7 +79,7 @@ app = typer.Typer(
         "dlkit turns relational data into fast, exactly reproducible training input.\n\n"
         "Index sampling (NextBatch_v2 and v3): `sample`, `replay`, `verify-golden`.\n\n"
         "Performance: `bench` (the prefetch engine against a sequential loop).\n\n"
-        "Relational database: `preprocess`, `verify`, `schema infer`.\n\n"
+        "Relational database: `preprocess`, `verify`, `schema infer`, `import relbench`.\n\n"
         "Relational sampling: `manifest`, `batches`, `show`."
     ),
     no_args_is_help=True,
@@ -72,7 +89,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-# Exit codes, one place. 1 is any other dlkit error; 2 is click's own usage error code.
+# Exit codes, one place. 1 is any other dlkit error; 2 a usage error (click's or ours).
 EXIT_CODES: tuple[tuple[type[errors.DlkitError], int], ...] = (
     (errors.VerificationError, 3),
     (errors.NextBatchError, 4),
@@ -80,6 +97,7 @@ EXIT_CODES: tuple[tuple[type[errors.DlkitError], int], ...] = (
     (errors.InvalidArgumentError, 2),
     (errors.OutputError, 6),
 )
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 _debug = {"enabled": os.environ.get("DLKIT_DEBUG", "") not in ("", "0")}
 
 
@@ -138,34 +156,118 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+# Flags renamed in 0.2.0, kept as hidden aliases through 0.2.x: (command, old, new). The old
+# spelling still works, with a note on stderr; it is in no --help. CHANGELOG.md lists them.
+RENAMED_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("sample", "-s", "--stage"),
+    ("bench", "-s", "--stage"),
+    ("preprocess", "-s", "--schema"),
+)
+
+
+def _apply_aliases(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``argv`` with renamed flags spelled the new way, and a note for each one used. Short
+    flags only, as a separate word or with the value attached (``-strain``)."""
+    words = list(argv)
+    at = next((i for i, w in enumerate(words) if not w.startswith("-")), len(words))
+    command = words[at] if at < len(words) else None
+    renames = {old: new for name, old, new in RENAMED_FLAGS if name == command}
+    out, notes = words[:at + 1], []
+    for position, word in enumerate(words[at + 1:], at + 1):
+        if word == "--":  # everything after it is an argument, as click reads it
+            out.extend(words[position:])
+            break
+        old = next((o for o in renames if word == o
+                    or (word.startswith(o) and not word.startswith("--"))), None)
+        if old is None:
+            out.append(word)
+            continue
+        new = renames[old]
+        out.append(new if word == old else f"{new}={word[len(old):]}")
+        notes.append(f"{old} is the old spelling of {new} (dlkit 0.1); it works through "
+                     f"0.2.x: use {new}")
+    return out, notes
+
+
+def _usage_error(exc: click_exceptions.UsageError) -> errors.DlkitError:
+    """Click's usage error as ours: one line, ``error USAGE: ...``, exit 2."""
+    message = " ".join(exc.format_message().split())
+    command = exc.ctx.command_path if exc.ctx is not None else "dlkit"
+    return errors.InvalidArgumentError(f"{message} (see '{command} --help')", code="USAGE")
+
+
+def _print_help_for(exc: click_exceptions.UsageError) -> int:
+    """``dlkit`` or ``dlkit schema`` alone: the help on stdout, exit 2 (as before)."""
+    print(exc.format_message())
+    return 2
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; never lets a traceback out unless debugging.
 
-    typer runs in standalone mode, so usage errors, ``--help`` and Ctrl-C are handled (and
-    exit) the way click always does; only dlkit's own errors reach this boundary.
+    Click runs outside its standalone mode, so its usage errors reach this boundary and are
+    printed like every other error (one line, exit 2), and an interrupt is reported in one
+    line: what was stopped, and that its temporary output is gone, or, when the signal came
+    after the output was complete, that it is complete (exit 0).
     """
-    _register_commands()
-    try:
-        try:
-            with _sigterm_as_interrupt():
-                app(args=argv, prog_name="dlkit")
-        except (_ReaderGone, errors.DlkitError):
-            raise
-        except OSError as exc:  # I/O no command reported itself (stdout on a full disk)
-            raise errors.OutputError(f"input/output error: {exc.strerror or exc}",
-                                     path=exc.filename) from exc
-        except MemoryError as exc:  # numpy's names the allocation: "Unable to allocate 512 GiB"
-            raise errors.OutOfMemoryError(f"out of memory: {exc or 'an allocation failed'}"
-                                          ) from exc
-    except errors.DlkitError as exc:
-        if _debug["enabled"]:
-            import traceback
+    from dlkit.atomic import recording_commits
 
-            traceback.print_exc()
-        print_error(exc)
-        sys.exit(exit_code_for(exc))
-    except _ReaderGone:
-        # The interpreter's last flush of stdout would fail again: point it at nothing.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(READER_GONE_EXIT)
+    words = sys.argv[1:] if argv is None else list(argv)
+    named = next((w for w in words if not w.startswith("-")), None)
+    command = "dlkit" if named is None else f"dlkit {named}"
+    with recording_commits() as committed:
+        try:
+            try:
+                with _sigterm_as_interrupt():
+                    _register_commands()
+                    words, notes = _apply_aliases(words)
+                    for note in dict.fromkeys(notes):
+                        print_note(note)
+                    status = app(args=words, prog_name="dlkit", standalone_mode=False)
+                    if status == INTERRUPTED_EXIT:  # click's own catch, while parsing
+                        raise _Interrupted(command)
+            except click_exceptions.NoArgsIsHelpError as exc:
+                sys.exit(_print_help_for(exc))
+            except click_exceptions.UsageError as exc:
+                raise _usage_error(exc) from exc
+            except typer.Abort:  # click's prompt interrupted (no command prompts)
+                raise _Interrupted("dlkit") from None
+            except click_exceptions.ClickException as exc:
+                raise errors.InvalidArgumentError(exc.format_message(), code="USAGE") from exc
+            except (_ReaderGone, _Interrupted, errors.DlkitError):
+                raise
+            except KeyboardInterrupt as exc:  # before any command ran
+                raise _Interrupted(command) from exc
+            except OSError as exc:  # I/O no command reported itself (stdout on a full disk)
+                raise errors.OutputError(f"input/output error: {exc.strerror or exc}",
+                                         path=exc.filename) from exc
+            except MemoryError as exc:  # numpy's names the allocation: "Unable to allocate 512 GiB"
+                raise errors.OutOfMemoryError(f"out of memory: {exc or 'an allocation failed'}"
+                                              ) from exc
+        except errors.DlkitError as exc:
+            if _debug["enabled"]:
+                import traceback
+
+                traceback.print_exc()
+            print_error(exc)
+            sys.exit(exit_code_for(exc))
+        except _Interrupted as exc:
+            if _debug["enabled"]:
+                import traceback
+
+                traceback.print_exc()
+            if committed:
+                print_note(f"{exc.command} was interrupted after its output was complete: "
+                           + ", ".join(committed))
+                sys.exit(0)
+            print_error(errors.DlkitError(
+                f"{exc.command} was interrupted; it wrote no file and left no temporary file",
+                code="INTERRUPTED"))
+            sys.exit(INTERRUPTED_EXIT)
+        except _ReaderGone:
+            # The interpreter's last flush of stdout would fail again: point it at nothing.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(READER_GONE_EXIT)
+    if isinstance(status, int) and status:  # click's Exit (--help, --version return 0)
+        sys.exit(status)

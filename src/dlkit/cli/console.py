@@ -55,13 +55,19 @@ def print_error(error: DlkitError) -> None:
                       highlight=False, soft_wrap=True)
 
 
+def print_note(text: str) -> None:
+    """One line on stderr for something the user should know that is not an error."""
+    err_console.print(f"[yellow]note[/]: {plain(text)}", highlight=False, soft_wrap=True)
+
+
 def print_json(payload: Any) -> None:
     """Machine-readable output for ``--json``: plain JSON on stdout, nothing else."""
     print(json.dumps(payload, indent=2, sort_keys=True))
 
 
-def progress(transient: bool = True) -> Progress:
-    """A progress display on stderr, so stdout stays clean for data."""
+def progress(transient: bool = True, enabled: bool = True) -> Progress:
+    """A progress display on stderr, so stdout stays clean for data (none unless
+    ``enabled``)."""
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -71,5 +77,5 @@ def progress(transient: bool = True) -> Progress:
         console=err_console,
         transient=transient,
         # Off a terminal (CI logs, pipes) a live bar only adds blank lines.
-        disable=not err_console.is_terminal,
+        disable=not enabled or not err_console.is_terminal,
     )

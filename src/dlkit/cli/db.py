@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -18,8 +22,9 @@ from rich.progress import (
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json
-from dlkit.errors import InvalidArgumentError, OutputError, VerificationError
+from dlkit.cli.console import err_console, plain, print_json
+from dlkit.cli.params import check_output_file
+from dlkit.errors import InvalidArgumentError, VerificationError
 from dlkit.text import counted
 
 PANEL = "Relational database"
@@ -102,7 +107,7 @@ class RichProgress:
 def preprocess(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables (files or directories of parts)."),
     output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
-    schema: Path = typer.Option(None, "--schema", "-s", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
+    schema: Path = typer.Option(None, "--schema", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically)."),
     on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
                                     help="Foreign keys pointing to a missing parent: drop (keep the row, drop the edge, report) or error."),
@@ -117,7 +122,7 @@ def preprocess(
                                       help="Memory for index arrays (row times, foreign keys, CSR), e.g. 2G or 512M; beyond it they go to memory-mapped scratch files. Default: half the available memory."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary on stderr."),
 ) -> None:
     """Turn a relational Parquet database into a verified, memory-mapped dlkit database.
 
@@ -148,16 +153,19 @@ def preprocess(
                      fsync=not no_fsync, memory_budget=budget)
     if as_json:
         print_json(report.to_json())
+    for warning in report.warnings:  # not a summary: --quiet and --json keep them
+        err_console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
+    if as_json or quiet:
         return
-    console.print(f"[bold green]preprocessed[/] {plain(input_dir)} -> {plain(output)}  "
-                  f"(database [bold]{plain(report.database_id)}[/])", highlight=False)
+    err_console.print(f"[bold green]preprocessed[/] {plain(input_dir)} -> {plain(output)}  "
+                      f"(database [bold]{plain(report.database_id)}[/])", highlight=False)
     tables = Table(title="tables", title_justify="left")
     for name in ("table", "rows", "columns", "edges out", "dangling"):
         tables.add_column(name, justify="left" if name == "table" else "right")
     for t in report.tables:
         tables.add_row(plain(t["name"]), f"{t['rows']:,}", str(t["columns"]), f"{t['edges']:,}",
                        f"{t['dangling']:,}")
-    console.print(tables)
+    err_console.print(tables)
     stages = Table(title="stages", title_justify="left")
     for name in ("stage", "rows", "edges", "columns", "bytes", "seconds"):
         stages.add_column(name, justify="left" if name == "stage" else "right")
@@ -167,19 +175,18 @@ def preprocess(
                        f"{s.seconds:.3f}")
     stages.add_row("[bold]total", f"{report.num_rows:,}", f"{report.num_edges:,}",
                    str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}")
-    console.print(stages)
-    for warning in report.warnings:
-        err_console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
-    console.print(f"{counted(report.num_texts, 'distinct text')}, "
-                  f"{counted(report.num_categories, 'category', 'categories')}, "
-                  f"{counted(report.num_tasks, 'task')}", highlight=False)
-    console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
+    err_console.print(stages)
+    err_console.print(f"{counted(report.num_texts, 'distinct text')}, "
+                      f"{counted(report.num_categories, 'category', 'categories')}, "
+                      f"{counted(report.num_tasks, 'task')}", highlight=False)
+    err_console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
 
 
 @app.command(rich_help_panel=PANEL)
 def verify(
     database: Path = typer.Argument(..., help="Database directory made by `dlkit preprocess`."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr (the exit code and error line still tell)."),
 ) -> None:
     """Check every file of a database against manifest.json, then its structure.
 
@@ -191,20 +198,31 @@ def verify(
     report = verify_database(database)
     if as_json:
         print_json(report.to_json())
+    elif quiet:
+        pass
     elif report.ok:
-        console.print(f"[bold green]OK[/] {plain(database)}: {report.files} files, "
-                      f"{_human_bytes(report.bytes)}, every hash and structure check holds "
-                      f"({report.seconds:.2f} s)", highlight=False)
-        console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
+        err_console.print(f"[bold green]OK[/] {plain(database)}: {report.files} files, "
+                          f"{_human_bytes(report.bytes)}, every hash and structure check holds "
+                          f"({report.seconds:.2f} s)", highlight=False)
+        err_console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
     else:
-        console.print(f"[bold red]FAILED[/] {plain(database)}: "
-                      f"{counted(len(report.failures), 'problem')}", highlight=False)
+        err_console.print(f"[bold red]FAILED[/] {plain(database)}: "
+                          f"{counted(len(report.failures), 'problem')}", highlight=False)
         for f in report.failures:
-            console.print(f"  {plain(f.file)}: [red]{plain(f.check)}[/]: {plain(f.message)}", highlight=False)
+            err_console.print(f"  {plain(f.file)}: [red]{plain(f.check)}[/]: {plain(f.message)}", highlight=False)
     if not report.ok:
         first = report.failures[0]
         raise VerificationError(f"{counted(len(report.failures), 'check')} failed, first: {first}",
                                 path=database)
+
+
+def _entries(directory: Path) -> list[os.DirEntry]:
+    """The entries of ``directory`` (none when it cannot be listed: the command says why)."""
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except OSError:
+        return []
 
 
 @schema_app.command("infer")
@@ -212,23 +230,98 @@ def schema_infer(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables."),
     out: Path = typer.Option(None, "--out", "-o", help="Write the draft here (default: stdout)."),
     name: str = typer.Option(None, "--name", help="Database id (default: the directory's name)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file (a symbolic link is replaced itself, never the file it names)."),
+    task: list[str] = typer.Option(None, "--task", metavar="<name>", help="RelBench datasets only: a task to take (repeat for several; default: every task)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {output, schema} as JSON on stdout instead of the draft itself."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
 ) -> None:
-    """Draft a dlkit.toml from the Parquet schemas (keys, time columns, types) to review."""
+    """Draft a dlkit.toml from the Parquet schemas (keys, time columns, types) to review.
+
+    Keys are found by their values (comments say why; doubtful ones are marked guess). A
+    RelBench dataset directory (db/ and tasks/) gives its exact schema, tasks included.
+    """
     from dlkit.atomic import atomic_write_bytes
     from dlkit.db.infer import infer_schema
     from dlkit.db.schema import SCHEMA_FILE
 
-    if out is not None and out.exists() and not overwrite:
-        raise OutputError("already exists (pass --overwrite to replace it)", path=out)
-    _schema, text = infer_schema(input_dir, name=name)
+    if out is not None:  # before the work: a refused output wastes none of it
+        tables = {f"the input {entry.name}": Path(entry.path)
+                  for entry in _entries(input_dir)
+                  if entry.is_file() and entry.name.endswith(".parquet")}
+        check_output_file(out, overwrite, inputs=tables)
+    with _printing_relbench_warnings():
+        _schema, text = infer_schema(input_dir, name=name, tasks=task or None)
+    if out is not None:
+        atomic_write_bytes(out, text.encode("utf-8"), overwrite=overwrite)
+    if as_json:
+        print_json({"output": None if out is None else str(out), "schema": text})
+        return
     if out is None:
         sys.stdout.write(text)
-    else:
-        atomic_write_bytes(out, text.encode("utf-8"))
+    elif not quiet:
         # preprocess reads INPUT_DIR/dlkit.toml unless told otherwise
         default = out.resolve() == (input_dir / SCHEMA_FILE).resolve()
         command = (f"dlkit preprocess {shlex.quote(str(input_dir))} OUT"
                    + ("" if default else f" --schema {shlex.quote(str(out))}"))
         err_console.print(f"wrote {plain(out)}: review it, then `{plain(command)}`",
                           highlight=False)
+
+
+@contextlib.contextmanager
+def _printing_relbench_warnings() -> Iterator[None]:
+    """What a RelBench import leaves out, as warnings on stderr."""
+    from dlkit.db.relbench import RelbenchWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RelbenchWarning)
+        yield
+    for warning in caught:
+        err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
+
+
+import_app = typer.Typer(help="Build a dlkit database from data another tool saved.",
+                         no_args_is_help=True)
+app.add_typer(import_app, name="import", rich_help_panel=PANEL)
+
+
+@import_app.command("relbench")
+def import_relbench(
+    source: Path = typer.Argument(..., help="A RelBench dataset directory as RelBench caches it: db/TABLE.parquet and tasks/TASK/{train,val,test}.parquet."),
+    output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
+    task: list[str] = typer.Option(None, "--task", metavar="<name>", help="A task to import (repeat for several; default: every task dlkit supports, with a warning naming those left out). Link-prediction tasks are refused."),
+    name: str = typer.Option(None, "--name", help="Database id (default: the dataset directory's name)."),
+    schema_out: Path = typer.Option(None, "--schema-out", help="Also write the dlkit.toml this builds from (`dlkit preprocess SOURCE OUT --schema FILE` builds the same database)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically) and an existing --schema-out file."),
+    embedder: str = typer.Option("hashed", "--embedder",
+                                 help="Text embedder: 'hashed' (built in, no download) or 'package.module:factory' (see dlkit.db.embed)."),
+    embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
+    no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars on stderr."),
+) -> None:
+    """Turn a RelBench dataset into a dlkit database in one command.
+
+    Keys, time columns and tasks come from RelBench's own Parquet metadata; each entity task
+    becomes a task table with RelBench's train, val and test files as given splits.
+    Link-prediction (recommendation) tasks are not supported yet: they are left out, with a
+    warning naming them. Example:
+
+        dlkit import relbench ~/.cache/relbench/rel-f1 out/rel-f1 --task driver-dnf
+    """
+    from dlkit.atomic import atomic_write_bytes
+    from dlkit.db.relbench import relbench_schema
+    from dlkit.db.schema import parse_schema
+
+    if schema_out is not None:  # before the work: a refused output wastes none of it
+        check_output_file(schema_out, overwrite)
+    with _printing_relbench_warnings():
+        _draft, text = relbench_schema(source, name=name, tasks=task or None)
+    # build from exactly the text written: what --schema-out shows is what was built
+    schema = parse_schema(text, source=str(schema_out or "dlkit.toml (made from RelBench's "
+                                                         "metadata)"))
+    if schema_out is not None:
+        atomic_write_bytes(schema_out, text.encode("utf-8"), overwrite=overwrite)
+    preprocess(input_dir=source, output=output, schema=schema, overwrite=overwrite,  # type: ignore[arg-type]
+               on_dangling="drop", batch_rows=1 << 18, embedder=embedder,
+               embedding_dim=embedding_dim, memory_budget=None, no_fsync=no_fsync,
+               as_json=as_json, quiet=quiet)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import typer
 
 from dlkit.nextbatch.cbor import UINT64_MAX
@@ -26,3 +29,35 @@ def uint64(text: str | int) -> int:
 
 def positive_uint64(text: str | int) -> int:
     return _integer_from(text, 1)
+
+
+def check_output_file(out: Path, overwrite: bool, *, inside: Path | None = None,
+                      inside_what: str = "", inputs: dict[str, Path] | None = None) -> None:
+    """Refuse an output file that would lose data: an existing file without --overwrite, a
+    symbolic link (see :func:`dlkit.atomic.output_kind`), a file inside the input directory
+    ``inside`` (a database: writing into it changes it), or one of ``inputs``."""
+    from dlkit.atomic import output_kind, refuse_overlap
+    from dlkit.errors import InvalidArgumentError
+
+    if inside is not None:
+        parent = out.absolute().parent
+        try:
+            same = os.path.samefile(parent, inside)
+        except OSError:
+            same = False
+        if same:
+            raise InvalidArgumentError(f"--out {out} is inside {inside_what} {inside}: writing "
+                                       "there would change it; write it elsewhere")
+    if inputs:
+        refuse_overlap({"--out": out}, dict(inputs))
+    output_kind(out, overwrite)
+
+
+def check_rank(rank: int, world_size: int) -> None:
+    """A rank is 0 to world size - 1: anything else is a usage error (exit 2)."""
+    from dlkit.errors import InvalidArgumentError
+
+    if rank >= world_size:
+        raise InvalidArgumentError(f"--rank {rank} is out of range: ranks are 0 to "
+                                   f"{world_size - 1} for --world-size {world_size}",
+                                   code="USAGE")

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, progress
-from dlkit.cli.params import positive_uint64, uint64
+from dlkit.cli.params import check_output_file, check_rank, positive_uint64, uint64
 from dlkit.text import counted
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
@@ -49,6 +49,14 @@ def _printing_warnings() -> Iterator[None]:
                 err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
 
 
+def sampling_mode_name(mode: str) -> str:
+    """The CLI's one spelling of a train order: v3 or v2 (a manifest holds the full name;
+    --sampling-mode accepts either)."""
+    from dlkit.sampler.splits import SAMPLING_MODES
+
+    return next((short for short, full in SAMPLING_MODES.items() if full == mode), mode)
+
+
 def _ratios(text: str) -> SplitRatios:
     from dlkit.sampler.splits import SplitRatios
 
@@ -64,12 +72,15 @@ def manifest(
         ..., "--global-batch-size", "-g", parser=positive_uint64,
         help="Seeds per step over all ranks (world size x micro-batch)."),
     out: Path = typer.Option(Path("run.json"), "--out", "-o",
-                             help="Manifest file to write (atomically)."),
+                             help="Manifest file to write (atomically); an existing one only with --overwrite."),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace an existing --out (a symbolic link is replaced itself, never the file it names)."),
     split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
                                       help=MANIFEST_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr (warnings still print)."),
 ) -> None:
     """Write the run manifest: one dataset per task and split, ready for `dlkit sample`.
 
@@ -84,21 +95,27 @@ def manifest(
     """
     from dlkit.sampler.runs import write_run_manifest
 
+    check_output_file(out, overwrite, inside=db, inside_what="the database")
     with _printing_warnings():
         summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
                                      split_seed=split_seed, split_ratios=_ratios(split_ratios),
-                                     sampling_mode=sampling_mode)
+                                     sampling_mode=sampling_mode, overwrite=overwrite)
+    mode = sampling_mode_name(summary.sampling_mode)
     if as_json:
-        print_json(summary.__dict__)
+        value = dict(summary.__dict__, sampling_mode=mode)
+        value["output"] = value.pop("path")  # one name for an output path in every command
+        print_json(value)
+        return
+    if quiet:
         return
     table = Table(title=f"run manifest {plain(summary.path)}", title_justify="left")
     table.add_column("dataset")
     table.add_column("seeds", justify="right")
     for key, count in summary.datasets.items():
         table.add_row(plain(key), str(count))
-    console.print(table)
-    console.print(f"global batch size {summary.global_batch_size}, train order "
-                  f"{summary.sampling_mode}, manifest hash {summary.manifest_hash}")
+    err_console.print(table)
+    err_console.print(f"global batch size {summary.global_batch_size}, train order {mode}, "
+                      f"manifest hash {summary.manifest_hash}")
 
 
 S_HELP = "Cells per sequence (S)."
@@ -138,7 +155,7 @@ def batches(
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
                                       help=BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
 ) -> None:
     """Build batches of one task and split and write them as .npz (the batch keys, exactly).
 
@@ -150,6 +167,7 @@ def batches(
     """
     from dlkit.sampler.runs import BatchRequest, write_batches
 
+    check_rank(rank, world_size)
     with _printing_warnings():
         request = BatchRequest(task=task, split=split, steps=steps, seed=seed,
                                split_seed=split_seed, split_ratios=_ratios(split_ratios),
@@ -164,8 +182,10 @@ def batches(
                 summary = write_batches(db, request, out, overwrite=overwrite,
                                         on_batch=lambda n: bar.advance(job, n))
     if as_json:
-        print_json(summary.__dict__)
-    else:
+        value = dict(summary.__dict__)
+        value["output"] = value.pop("out_dir")  # one name for an output path in every command
+        print_json(value)
+    elif not quiet:
         err_console.print(f"[green]wrote[/] {counted(summary.steps, 'batch', 'batches')} "
                           f"({counted(summary.sequences, 'sequence')}, "
                           f"{counted(summary.cells, 'cell')}) to {plain(summary.out_dir)}")
@@ -187,7 +207,8 @@ def show(
         1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Accepted for uniformity: show prints only data (the sequence) on stdout."),  # noqa: ARG001
 ) -> None:
     """Show one seed's sequence as a table: visited rows, their cells, the masked target.
 
@@ -218,7 +239,8 @@ def show(
             if k:
                 cells.append("  ")
             cells.append(f"{cell.column}=", style="dim")
-            style = "bold red" if cell.is_target else ("dim italic" if cell.is_null else "")
+            style = "bold red" if cell.is_target else (
+                "dim italic" if cell.is_null or cell.is_hidden else "")
             cells.append(cell.value, style=style)
         if row.truncated:
             cells.append("  ... (cut at S)", style="yellow")

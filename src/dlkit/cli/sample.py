@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from dlkit.cli.app import app
-from dlkit.cli.console import err_console, plain, print_error, print_json, progress
-from dlkit.cli.params import positive_uint64, uint64
+from dlkit.cli.console import err_console, plain, print_error, print_json, print_note, progress
+from dlkit.cli.params import check_rank, positive_uint64, uint64
 from dlkit.errors import (
     DlkitError,
     GoldenFileError,
@@ -19,7 +19,6 @@ from dlkit.errors import (
 from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
 
 PANEL = "Index sampling (NextBatch_v2 and v3)"
-DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parents[3] / "fixtures" / "golden"
 
 
 def _parse_steps(value: str) -> int | None:
@@ -44,7 +43,7 @@ def sample(
                              help="This process's rank, 0-based."),
     world_size: int = typer.Option(1, "--world-size", "-w", parser=positive_uint64,
                                    help="Number of ranks; must divide global_batch_size."),
-    stage: str = typer.Option("train", "--stage", "-s", metavar="<train|eval|infer>",
+    stage: str = typer.Option("train", "--stage", metavar="<train|eval|infer>",
                               help="train (the manifest's shuffled order, no repeats; a partial last batch unless the manifest's drop_last), eval or infer (in order, partial last batch)."),
     start_index: int = typer.Option(None, "--start-index", parser=uint64,
                                     help="Global position in the epoch to start from. Default: 0."),
@@ -56,19 +55,24 @@ def sample(
     out: Path = typer.Option(None, "--out", "-o", help="Output file (written atomically). Default: stdout."),
     trace: Path = typer.Option(None, "--trace", help="Also write the CBOR trace (one record per step) here."),
     checkpoint_out: Path = typer.Option(None, "--checkpoint-out",
-                                        help="Write the cursor after the last step to this checkpoint."),
+                                        help="Write the cursor after the last step to this checkpoint (bound to this manifest: --resume with another one is refused)."),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace existing output files (--out, --trace, --checkpoint-out; a symbolic link is replaced itself, never the file it names)."),
     cardinality: int = typer.Option(None, "--cardinality", parser=uint64,
                                     help="Actual number of rows of the data; a mismatch with the manifest is CARDINALITY_MISMATCH."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (needs --out)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr (the indices and --json still print)."),
 ) -> None:
     """Dump this rank's deterministic batch indices (NextBatch_v2, or v3 if the manifest says so).
 
     The global order depends only on the manifest, dataset and epoch: every world size sees the
-    same global batches, each rank its contiguous slice. Example:
+    same global batches, each rank its contiguous slice. The output files (--out, --trace,
+    --checkpoint-out) appear together, complete, or not at all; an existing one is replaced
+    only with --overwrite. Example:
 
         dlkit sample run.json -d flights/train --epoch 0 --rank 1 --world-size 8 --steps 10
     """
+    check_rank(rank, world_size)
     if as_json and out is None:
         raise InvalidArgumentError("--json prints a summary on stdout, so it needs --out")
     if fmt is not OutputFormat.TXT and out is None and sys.stdout.isatty():
@@ -79,7 +83,7 @@ def sample(
         resume=None if resume is None else str(resume), steps=_parse_steps(steps), fmt=fmt,
         out=None if out is None else str(out), trace=None if trace is None else str(trace),
         checkpoint_out=None if checkpoint_out is None else str(checkpoint_out),
-        actual_cardinality=cardinality,
+        actual_cardinality=cardinality, overwrite=overwrite,
     )
     show = not quiet and out is not None
     if show:
@@ -91,6 +95,8 @@ def sample(
     else:
         summary = run_sample(request, sys.stdout.buffer)
     sys.stdout.flush()
+    for note in summary.notes:
+        print_note(note)
     result = {"steps": summary.steps, "indices": summary.indices,
               "cursor_start": summary.cursor_start.to_value(),
               "cursor_end": summary.cursor_end.to_value()}
@@ -105,15 +111,18 @@ def sample(
 def replay(
     trace: Path = typer.Argument(..., help="Trace file written by `dlkit sample --trace`."),
     manifest: Path = typer.Option(..., "--manifest", "-m", help="The run manifest the trace was made with."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr (the exit code tells)."),
 ) -> None:
     """Recompute every record of a trace and report the first mismatch.
 
     Exit 0 only when every record (indices digest, cursors, tokens, metadata) matches.
     """
     from dlkit.nextbatch.manifest import load_manifest
+    from dlkit.atomic import settle
     from dlkit.nextbatch.trace import replay_trace
 
+    settle(trace)  # a commit of it that a killed `dlkit sample` decided is finished first
     try:
         report = replay_trace(trace, load_manifest(manifest))
     except DlkitError as exc:
@@ -122,30 +131,38 @@ def replay(
         raise
     result = {"ok": True, "records": report.records_checked,
               "total_samples_seen": report.total_samples_seen,
-              "final_cursor": report.final_cursor.to_value()}
+              "cursor_end": report.final_cursor.to_value()}
     if as_json:
         print_json(result)
-    else:
+    elif not quiet:
         err_console.print(f"[green]ok[/] {report.records_checked} records match; "
                           f"{report.total_samples_seen} samples; final cursor {report.final_cursor}")
 
 
 @app.command("verify-golden", rich_help_panel=PANEL)
 def verify_golden_command(
-    golden: list[Path] = typer.Argument(None, help=f"Golden files. Default: every file in fixtures/golden/."),
+    golden: list[Path] = typer.Argument(None, help="Golden files. Default: every golden file bundled with dlkit."),
     full: bool = typer.Option(False, "--full", help="Also digest whole epochs of the large (N = 10^9) streams."),
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or per-file summary on stderr (failures are still named)."),
 ) -> None:
     """Check golden index streams: digests, first indices and sampled positions.
 
     The default run checks every small stream in full and the prefix of large ones (well under a
     minute); --full digests every epoch in full (a few minutes for N = 10^9).
     """
-    from dlkit.nextbatch.golden import default_golden_paths, golden_work, load_golden, verify_golden
+    from dlkit.nextbatch.golden import (
+        bundled_golden_dir,
+        default_golden_paths,
+        golden_work,
+        load_golden,
+        verify_golden,
+    )
 
-    paths = list(dict.fromkeys(golden)) if golden else default_golden_paths(DEFAULT_GOLDEN_DIR)
+    paths = list(dict.fromkeys(golden)) if golden else default_golden_paths()
     if not paths:
-        raise InvalidArgumentError(f"no golden files given and none found in {DEFAULT_GOLDEN_DIR}")
+        raise InvalidArgumentError(f"no golden files given and none bundled in "
+                                   f"{bundled_golden_dir()} (a broken installation?)")
     # Every file is checked: a bad one does not hide the others.
     documents: dict[Path, dict] = {}
     failures: dict[Path, DlkitError] = {}
@@ -155,7 +172,7 @@ def verify_golden_command(
         except DlkitError as exc:
             failures[path] = exc
     reports = []
-    with progress() as bar:
+    with progress(enabled=not quiet) as bar:
         task = bar.add_task("hashing indices",
                             total=sum(golden_work(d, full) for d in documents.values()))
         for path, document in documents.items():
@@ -170,7 +187,7 @@ def verify_golden_command(
         print_json({"ok": not failures, "files": [r.__dict__ for r in reports],
                     "failures": [{"path": str(p), "code": e.code, "message": str(e)}
                                  for p, e in failures.items()]})
-    else:
+    elif not quiet:
         for r in reports:
             skipped = (f", {r.full_digests_skipped} full digests left for --full"
                        if r.full_digests_skipped else "")

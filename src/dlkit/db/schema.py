@@ -50,6 +50,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from dlkit.db.checks import MAX_DATABASE_ID
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
 from dlkit.errors import SchemaError
 from dlkit.files import read_regular
@@ -154,6 +155,8 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
         raise _err(source, f"format_version must be 1, got {version!r}")
     name = doc.get("name", default_name)
     _need_str(name, "name", source)
+    if len(name) > MAX_DATABASE_ID:  # open and verify refuse a longer database id
+        raise _err(source, f"name is {len(name):,} characters long; at most {MAX_DATABASE_ID}")
 
     raw_tables = doc.get("tables")
     if not isinstance(raw_tables, dict) or not raw_tables:

@@ -27,11 +27,24 @@ nogil kernel of :mod:`dlkit.core.integrity` / :mod:`dlkit.core.csr`), linear in 
   times agree with the table.
 
 Every failure names the file and the check; open_database runs none of the full checks.
+
+**One version.** The directory is opened once and every file is read through that handle
+(``/proc/self/fd/N/...``), so a concurrent ``preprocess --overwrite``, which swaps a new
+directory in at the same path, never makes verify read the manifest of one version and a file
+of the next. The swap deletes the old version's files, so reading it can still fail part way:
+when checks fail and the path no longer names the directory that was read, verify starts
+again on the new version (a few times at most) instead of reporting corruption.
+
+**Not a database.** A path that is not a directory, or a directory without ``manifest.json``
+(an empty one, ``/``, the Parquet input), is refused at once as ``NOT_A_DATABASE`` (exit 5),
+without walking the tree; one whose ``manifest.json`` cannot be read, as
+``DATABASE_UNREADABLE`` (exit 5).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +52,9 @@ from pathlib import Path
 from dlkit.db.format import MANIFEST_FILE
 from dlkit.db.manifest import list_files
 from dlkit.db.reader import Failure, check_database
+from dlkit.errors import DatabaseError
+
+ATTEMPTS = 5  # versions read before giving up on a database that keeps being replaced
 
 
 @dataclass
@@ -60,21 +76,95 @@ class VerifyReport:
         }
 
 
-def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
-    """Run every check on the database at ``path``; never raises for a corrupt database."""
-    started = time.perf_counter()
-    root = Path(path)
+def _require_database(root: Path) -> None:
+    """Refuse at once a path that is no database (no tree walk: it may be ``/``)."""
+    def refuse(problem: str) -> DatabaseError:
+        return DatabaseError(f"not a dlkit database: {problem} (`dlkit preprocess` makes one)",
+                             path=root, code="NOT_A_DATABASE")
+
+    def unreadable(what: str, exc: OSError) -> DatabaseError:
+        return DatabaseError(f"cannot read {what}: {exc.strerror or exc}", path=root,
+                             code="DATABASE_UNREADABLE")
+
+    try:
+        info = os.stat(root)
+    except FileNotFoundError:
+        raise refuse("no such directory") from None
+    except OSError as exc:
+        raise unreadable("it", exc) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise refuse("not a directory")
+    try:
+        manifest = os.lstat(root / MANIFEST_FILE)
+    except FileNotFoundError:
+        raise refuse(f"it holds no {MANIFEST_FILE}") from None
+    except OSError as exc:
+        raise unreadable(f"its {MANIFEST_FILE}", exc) from None
+    if not stat.S_ISREG(manifest.st_mode):
+        raise refuse(f"its {MANIFEST_FILE} is not a regular file")
+
+
+def _replaced(root: Path, fd: int) -> bool:
+    """Whether ``root`` no longer names the directory open as ``fd`` (swapped or removed)."""
+    held = os.fstat(fd)
+    try:
+        now = os.stat(root)
+    except OSError:
+        return True
+    return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino) or held.st_nlink == 0
+
+
+def _verify_once(root: Path, shown: Path, started: float) -> VerifyReport:
     failures = check_database(root, verify_hashes=True)
-    files = list_files(root) if root.is_dir() else []
+    files = list_files(root)
     if (root / MANIFEST_FILE).exists():
         files.append(MANIFEST_FILE)  # counted with the rest, as preprocess counts it
-    total = sum((root / rel).stat().st_size for rel in files if (root / rel).is_file())
+    total = 0
+    for rel in files:
+        try:
+            info = (root / rel).lstat()
+        except OSError:
+            continue  # named among the failures
+        if stat.S_ISREG(info.st_mode):
+            total += info.st_size
     recorded = None
     if not failures:
         from dlkit.db.manifest import parse_manifest
 
-        _, digest = parse_manifest((root / MANIFEST_FILE).read_bytes())
-        recorded = digest.hex()
-    return VerifyReport(path=str(root), ok=not failures, database_hash=recorded,
-                        files=len(files),
-                        bytes=total, seconds=time.perf_counter() - started, failures=failures)
+        try:
+            data = (root / MANIFEST_FILE).read_bytes()
+        except OSError as exc:  # the version held was removed meanwhile: the caller retries
+            failures = [Failure(MANIFEST_FILE, "file.unreadable", str(exc.strerror or exc))]
+        else:
+            recorded = parse_manifest(data)[1].hex()
+    return VerifyReport(path=str(shown), ok=not failures, database_hash=recorded,
+                        files=len(files), bytes=total, seconds=time.perf_counter() - started,
+                        failures=failures)
+
+
+def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
+    """Run every check on the database at ``path``; never raises for a corrupt database.
+
+    Raises ``DatabaseError`` (code ``NOT_A_DATABASE``) for a path that is no database, and
+    (code ``DATABASE_BUSY``) when the database was replaced under every attempt to read it.
+    """
+    started = time.perf_counter()
+    root = Path(path)
+    _require_database(root)
+    for _attempt in range(ATTEMPTS):
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise DatabaseError(f"cannot read it: {exc.strerror or exc}", path=root,
+                                code="DATABASE_UNREADABLE") from None
+        try:
+            held = Path(f"/proc/self/fd/{fd}")
+            view = held if held.is_dir() else root  # without /proc: by path (and the retry)
+            report = _verify_once(view, root, started)
+            if report.ok or not _replaced(root, fd):
+                return report
+        finally:
+            os.close(fd)
+    raise DatabaseError(f"was replaced while being verified, {ATTEMPTS} times in a row; "
+                        "verify it again once the writer is done", path=root,
+                        code="DATABASE_BUSY")

@@ -1,9 +1,17 @@
-"""The cursor (seed I.A) and checkpoints (profile P8).
+"""The cursor and checkpoints.
 
-A checkpoint file is exactly ``CBOR_CANONICAL({"data_cursors": {key: {"epoch": e,
-"global_index": g}}})``. Loading is strict: the bytes must be one canonical CBOR item of that
-shape, so truncation, trailing garbage, non-canonical re-encodings and foreign files are
-rejected with a ``CheckpointError`` that names the file.
+A checkpoint file is exactly one canonical CBOR map (see docs/nextbatch_v2.md, "Checkpoint
+files")::
+
+    {"data_cursors": {key: {"epoch": e, "global_index": g}, ...},
+     "dataset_key": key,            # the dataset the writing run sampled
+     "manifest_hash": h'32 bytes'}  # the run manifest it sampled it with
+
+The last two bind the checkpoint to its run: ``dlkit sample --resume`` refuses one written
+with another manifest. A checkpoint of dlkit 0.1 holds ``data_cursors`` alone; it is still
+read (:attr:`Checkpoint.manifest_hash` is None). Loading is strict: the bytes must be one
+canonical CBOR item of that shape, so truncation, trailing garbage, non-canonical
+re-encodings and foreign files are rejected with a ``CheckpointError`` that names the file.
 """
 
 from __future__ import annotations
@@ -42,11 +50,47 @@ class Cursor:
         return f"epoch {self.epoch}, index {self.global_index}"
 
 
-def checkpoint_bytes(cursors: Mapping[str, Cursor]) -> bytes:
-    return canonical_cbor({"data_cursors": {key: c.to_value() for key, c in cursors.items()}})
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint file holds: a cursor per dataset and, since dlkit 0.2, the run it
+    belongs to (``manifest_hash``, 32 bytes, and the ``dataset_key`` that run sampled)."""
+
+    cursors: Mapping[str, Cursor]
+    manifest_hash: bytes | None = None
+    dataset_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.manifest_hash is None) != (self.dataset_key is None):
+            raise ValueError("manifest_hash and dataset_key come together or not at all")
+        if self.manifest_hash is not None and (not isinstance(self.manifest_hash, bytes)
+                                               or len(self.manifest_hash) != 32):
+            raise ValueError("manifest_hash must be 32 bytes")
+        if self.dataset_key is not None and not isinstance(self.dataset_key, str):
+            raise ValueError("dataset_key must be text")
+
+    def to_cbor_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"data_cursors": {key: c.to_value()
+                                                  for key, c in self.cursors.items()}}
+        if self.manifest_hash is not None:
+            value["manifest_hash"] = self.manifest_hash
+            value["dataset_key"] = self.dataset_key
+        return value
+
+    def to_json_value(self) -> dict[str, Any]:
+        """The readable form (``dlkit sample --json`` prints the same cursors)."""
+        value = self.to_cbor_value()
+        if self.manifest_hash is not None:
+            value["manifest_hash"] = self.manifest_hash.hex()
+        return value
 
 
-def save_checkpoint(path: str | os.PathLike[str], cursors: Mapping[str, Cursor]) -> None:
+def checkpoint_bytes(cursors: Mapping[str, Cursor] | Checkpoint) -> bytes:
+    checkpoint = cursors if isinstance(cursors, Checkpoint) else Checkpoint(cursors)
+    return canonical_cbor(checkpoint.to_cbor_value())
+
+
+def save_checkpoint(path: str | os.PathLike[str], cursors: Mapping[str, Cursor] | Checkpoint
+                    ) -> None:
     """Write a checkpoint atomically (the old file survives a crash mid-write)."""
     atomic_write_bytes(path, checkpoint_bytes(cursors))
 
@@ -61,6 +105,12 @@ def _cursor_from_value(value: Any, key: str) -> Cursor:
 
 
 def parse_checkpoint(data: bytes) -> dict[str, Cursor]:
+    """Decode checkpoint bytes to their cursors; raise ``ValueError`` describing the first
+    problem."""
+    return dict(parse_checkpoint_file(data).cursors)
+
+
+def parse_checkpoint_file(data: bytes) -> Checkpoint:
     """Decode checkpoint bytes; raise ``ValueError`` describing the first problem."""
     if not data:
         raise ValueError("empty file")
@@ -68,8 +118,9 @@ def parse_checkpoint(data: bytes) -> dict[str, Cursor]:
         value = cbor2.loads(data)
     except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"not a CBOR checkpoint ({exc})") from None
-    if not isinstance(value, dict) or set(value) != {"data_cursors"}:
-        raise ValueError("not a dlkit checkpoint: expected a map with the single key data_cursors")
+    if not isinstance(value, dict) or set(value) not in ({"data_cursors"}, _BOUND_KEYS):
+        raise ValueError("not a dlkit checkpoint: expected a map with the keys data_cursors, "
+                         "dataset_key and manifest_hash (or data_cursors alone)")
     cursors_value = value["data_cursors"]
     if not isinstance(cursors_value, dict):
         raise ValueError("data_cursors must be a map")
@@ -78,12 +129,22 @@ def parse_checkpoint(data: bytes) -> dict[str, Cursor]:
         if not isinstance(key, str):
             raise ValueError(f"dataset key {key!r} is not text")
         cursors[key] = _cursor_from_value(item, key)
-    if checkpoint_bytes(cursors) != data:
+    checkpoint = Checkpoint(cursors, value.get("manifest_hash"), value.get("dataset_key"))
+    if checkpoint_bytes(checkpoint) != data:
         raise ValueError("bytes are not the canonical encoding (trailing data or a corrupted byte)")
-    return cursors
+    return checkpoint
+
+
+_BOUND_KEYS = {"data_cursors", "dataset_key", "manifest_hash"}
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Cursor]:
+    """The cursors of the checkpoint file ``path``."""
+    return dict(read_checkpoint(path).cursors)
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """The checkpoint file ``path``, with the run it is bound to."""
     path = Path(path)
     try:
         data = read_regular(path)
@@ -92,6 +153,6 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Cursor]:
     except OSError as exc:
         raise CheckpointError(f"cannot read: {exc.strerror}", path=path) from None
     try:
-        return parse_checkpoint(data)
+        return parse_checkpoint_file(data)
     except ValueError as exc:
         raise CheckpointError(str(exc), path=path) from None

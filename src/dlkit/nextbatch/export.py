@@ -6,6 +6,7 @@ size is written with constant memory. A trace, when requested, gets one record p
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,50 +97,91 @@ class SampleRequest:
     trace: str | None = None
     checkpoint_out: str | None = None
     actual_cardinality: int | None = None
+    overwrite: bool = False
 
 
-def resolve_start(request: SampleRequest) -> tuple[Cursor, dict[str, Cursor]]:
-    """The starting cursor, and the other datasets' cursors to carry into a new checkpoint."""
+@dataclass(frozen=True)
+class SampleSummary(ExportSummary):
+    """What ``run_sample`` did, and what the user should know about it (``notes``)."""
+
+    notes: tuple[str, ...] = ()
+
+
+def resolve_start(request: SampleRequest, manifest_hash: bytes
+                  ) -> tuple[Cursor, dict[str, Cursor], tuple[str, ...]]:
+    """The starting cursor, the other datasets' cursors to carry into a new checkpoint, and
+    notes for the user. A checkpoint of another run (another manifest) is refused."""
+    from dlkit.atomic import settle
     from dlkit.errors import CheckpointError, InvalidArgumentError
-    from dlkit.nextbatch.cursor import load_checkpoint
+    from dlkit.nextbatch.cursor import read_checkpoint
 
-    if request.resume is not None:
-        if request.start_index is not None:
-            raise InvalidArgumentError("--start-index and --resume are mutually exclusive")
-        cursors = load_checkpoint(request.resume)
-        if request.dataset_key not in cursors:
-            known = ", ".join(sorted(cursors)) or "none"
-            raise CheckpointError(f"holds no cursor for dataset {request.dataset_key!r} "
-                                  f"(it has: {known})", path=request.resume)
-        cursor = cursors[request.dataset_key]
-        if request.epoch is not None and request.epoch != cursor.epoch:
-            raise InvalidArgumentError(
-                f"--epoch {request.epoch} contradicts the checkpoint's epoch {cursor.epoch}; "
-                "omit --epoch when resuming")
-        return cursor, cursors
-    return Cursor(request.epoch or 0, request.start_index or 0), {}
+    if request.resume is None:
+        return Cursor(request.epoch or 0, request.start_index or 0), {}, ()
+    if request.start_index is not None:
+        raise InvalidArgumentError("--start-index and --resume are mutually exclusive")
+    settle(request.resume)  # a commit of it that a killed run decided is finished first
+    checkpoint = read_checkpoint(request.resume)
+    cursors = dict(checkpoint.cursors)
+    notes: tuple[str, ...] = ()
+    if checkpoint.manifest_hash is None:
+        notes = (f"{request.resume} names no run manifest (written by dlkit 0.1): its cursor "
+                 "is used unchecked; the checkpoint written now is bound to this run",)
+    elif checkpoint.manifest_hash != manifest_hash:
+        raise CheckpointError(
+            f"belongs to another run: it was written with manifest hash "
+            f"{checkpoint.manifest_hash.hex()}, and {request.manifest_path} has manifest hash "
+            f"{manifest_hash.hex()}", path=request.resume)
+    if request.dataset_key not in cursors:
+        known = ", ".join(sorted(cursors)) or "none"
+        raise CheckpointError(f"holds no cursor for dataset {request.dataset_key!r} "
+                              f"(it has: {known})", path=request.resume)
+    cursor = cursors[request.dataset_key]
+    if request.epoch is not None and request.epoch != cursor.epoch:
+        raise InvalidArgumentError(
+            f"--epoch {request.epoch} contradicts the checkpoint's epoch {cursor.epoch}; "
+            "omit --epoch when resuming")
+    return cursor, cursors, notes
+
+
+def check_outputs(request: SampleRequest) -> None:
+    """Refuse outputs that would lose a file: an existing one without ``overwrite``, a
+    symbolic link (see :func:`dlkit.atomic.output_kind`), one that is an input (the manifest,
+    the checkpoint resumed from) or the same file as another output. The one exception:
+    ``--checkpoint-out`` may be the checkpoint resumed from (with ``overwrite``), which it
+    advances: it is read whole before anything is written, and replaced atomically."""
+    from dlkit.atomic import output_kind, refuse_overlap
+
+    outputs = {"--out": request.out, "--trace": request.trace,
+               "--checkpoint-out": request.checkpoint_out}
+    refuse_overlap(outputs, {"the manifest": request.manifest_path})
+    refuse_overlap({"--out": request.out, "--trace": request.trace},
+                   {"the checkpoint of --resume": request.resume})
+    for path in outputs.values():
+        if path is not None:
+            output_kind(path, request.overwrite)
 
 
 def run_sample(request: SampleRequest, stdout: BinaryIO, *,
                on_start: Callable[[int], None] | None = None,
-               on_progress: Callable[[int], None] | None = None) -> ExportSummary:
+               on_progress: Callable[[int], None] | None = None) -> SampleSummary:
     """``dlkit sample``: validate, stream the steps to the output, write trace and checkpoint.
 
-    Every output file is written atomically; on failure none of them is replaced.
+    The output files (``out``, ``trace``, ``checkpoint_out``) appear together, complete, or
+    not at all (:class:`dlkit.atomic.AtomicFiles`); on failure or interrupt none of them is
+    replaced and no temporary file is left.
     """
-    import contextlib
-
-    from dlkit.atomic import atomic_writer
+    from dlkit.atomic import AtomicFiles
     from dlkit.errors import CheckpointError, NextBatchError
-    from dlkit.nextbatch.cursor import save_checkpoint
+    from dlkit.nextbatch.cursor import Checkpoint, checkpoint_bytes
     from dlkit.nextbatch.manifest import load_manifest
     from dlkit.nextbatch.sampler import SamplingPlan
     from dlkit.nextbatch.trace import TraceWriter
 
+    check_outputs(request)
     manifest = load_manifest(request.manifest_path)
     plan = SamplingPlan.create(manifest, request.dataset_key, request.world_size, request.rank,
                                request.stage, actual_cardinality=request.actual_cardinality)
-    cursor, carried = resolve_start(request)
+    cursor, carried, notes = resolve_start(request, manifest.manifest_hash)
     try:
         plan.check_cursor(cursor)
     except NextBatchError as exc:
@@ -149,13 +191,23 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
                               path=request.resume) from None
     if on_start is not None:
         on_start(request.steps if request.steps is not None else plan.steps_to_epoch_end(cursor))
-    with contextlib.ExitStack() as stack:
-        out = stdout if request.out is None else stack.enter_context(atomic_writer(request.out))
-        trace = None
-        if request.trace is not None:
-            trace = stack.enter_context(TraceWriter(request.trace, plan, cursor))
-        summary = export_steps(plan, cursor, request.steps, request.fmt, out, trace=trace,
-                               on_progress=on_progress)
-    if request.checkpoint_out is not None:
-        save_checkpoint(request.checkpoint_out, {**carried, request.dataset_key: summary.cursor_end})
-    return summary
+    paths = [p for p in (request.out, request.trace, request.checkpoint_out) if p is not None]
+    files = AtomicFiles(paths, overwrite=request.overwrite)
+    with files as streams:
+        opened = iter(streams)  # in the order of ``paths``
+        out = stdout if request.out is None else next(opened)
+        trace_writer = None if request.trace is None else TraceWriter(
+            None, plan, cursor, stream=next(opened))
+        with contextlib.ExitStack() as stack:
+            trace = None if trace_writer is None else stack.enter_context(trace_writer)
+            summary = export_steps(plan, cursor, request.steps, request.fmt, out, trace=trace,
+                                   on_progress=on_progress)
+        if request.checkpoint_out is not None:
+            next(opened).write(checkpoint_bytes(Checkpoint(
+                {**carried, request.dataset_key: summary.cursor_end},
+                manifest.manifest_hash, request.dataset_key)))
+        if request.out is None:
+            stdout.flush()  # the indices reached their reader before the files appear
+        files.commit()
+    return SampleSummary(summary.steps, summary.indices, summary.cursor_start,
+                         summary.cursor_end, notes)

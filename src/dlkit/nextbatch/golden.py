@@ -270,5 +270,14 @@ def verify_golden(path: str | os.PathLike[str], *, full: bool = False,
                         full_skipped, positions_checked, hashed)
 
 
-def default_golden_paths(root: str | os.PathLike[str]) -> list[Path]:
-    return sorted(Path(root).glob("*.json"))
+def default_golden_paths(root: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The golden files in ``root``; by default the ones bundled with dlkit (package data in
+    ``dlkit/nextbatch/goldens/``, found wherever dlkit is installed)."""
+    return sorted(Path(root if root is not None else bundled_golden_dir()).glob("*.json"))
+
+
+def bundled_golden_dir() -> Path:
+    """The directory of the golden files that ship with dlkit."""
+    from importlib.resources import files
+
+    return Path(str(files("dlkit.nextbatch").joinpath("goldens")))

@@ -79,21 +79,27 @@ class TraceWriter:
 
     Use as a context manager. A NextBatch failure inside the block is recorded as a
     ``failure`` record followed by ``run_end`` (status ``failed``) and re-raised; any other
-    exception discards the partial trace.
+    exception discards the partial trace. Given an open ``stream`` instead of a path (one
+    file of several that are committed together, as ``dlkit sample`` does), the records go
+    to it and committing is the caller's.
     """
 
-    def __init__(self, path: str | os.PathLike[str], plan: SamplingPlan, cursor_start: Cursor):
-        self._path = Path(path)
+    def __init__(self, path: str | os.PathLike[str] | None, plan: SamplingPlan,
+                 cursor_start: Cursor, *, stream: BinaryIO | None = None):
+        if (path is None) == (stream is None):
+            raise TypeError("TraceWriter needs a path or a stream, not both")
         self._plan = plan
         self._cursor = cursor_start
         self._t = 0
         self._samples = 0
-        self._writer = atomic_writer(self._path)
-        self._stream: BinaryIO | None = None
+        self._writer = None if path is None else atomic_writer(Path(path))
+        self._stream: BinaryIO | None = stream
         self._header = header_record(plan, cursor_start)
 
     def __enter__(self) -> TraceWriter:
-        self._stream = self._writer.__enter__()
+        if self._writer is not None:
+            self._stream = self._writer.__enter__()
+        assert self._stream is not None
         self._stream.write(canonical_cbor(self._header))
         return self
 
@@ -121,8 +127,9 @@ class TraceWriter:
                 "final_epoch": self._cursor.epoch,
                 "total_samples_seen": self._samples,
             }))
-            self._writer.__exit__(None, None, None)
-        else:
+            if self._writer is not None:
+                self._writer.__exit__(None, None, None)
+        elif self._writer is not None:
             self._writer.__exit__(exc_type, exc, tb)
         return False
 

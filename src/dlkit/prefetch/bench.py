@@ -1,7 +1,16 @@
 """``dlkit bench``: the prefetch engine against a no-prefetch sequential loop, same process.
 
-:func:`run_bench` builds the workload of a :class:`BenchRequest`, then times, one after the
-other and over the same steps:
+The default workload is what users run: :class:`dlkit.Sampler` train batches of a database
+(``--db``, or the bundled example preprocessed into a temporary directory) feeding a consumer
+that spends a training step's time on each (``--consumer-ms``, or by default as long as a
+batch takes to build, measured first: the case prefetching is for). Timed, one after the
+other: the sampler building each batch on demand (``num_prefetch=0``), then with ``--workers``
+producer threads ``--buffers-ahead`` deep. Both must yield the same batches. The report gives
+the cores available and the machine's load beside the speedup, so a number below 1 explains
+itself (threads that have no idle core to run on only add overhead).
+
+For the gather and synthetic workloads :func:`run_bench` builds the workload of a
+:class:`BenchRequest`, then times, one after the other and over the same steps:
 
 1. the sequential loop: ``produce`` then ``consume`` for each step, no threads;
 2. the engine: ``MultiIteratorPrefetcher`` with the request's ``PrefetchConfig``; the consumer
@@ -38,11 +47,15 @@ from dlkit.prefetch.config import (
     strict_order,
 )
 from dlkit.prefetch.prefetcher import MultiIteratorPrefetcher
+from dlkit.core.gather import burn
 from dlkit.prefetch.workloads import (
     IndexOrder,
     RowFile,
     Workload,
+    batch_bytes,
+    batch_checksum,
     calibrate_burn,
+    machine_load,
     gather_workload,
     sample_order,
     synthetic_workload,
@@ -59,9 +72,11 @@ MAX_MS = 60_000.0  # synthetic cost per batch: a minute is beyond any step worth
 class BenchRequest:
     """Everything ``dlkit bench`` needs; the CLI only parses into this."""
 
-    workload: WorkloadKind = WorkloadKind.GATHER
+    workload: WorkloadKind = WorkloadKind.GATHER  # `dlkit bench`'s default is RELATIONAL
     steps: int = 400                      # batches to time (gather: NextBatch_v2 calls)
-    batch_size: int = 256                 # rows per batch (ignored with --manifest/--trace)
+    batch_size: int = 256                 # rows (relational: sequences) per batch
+    db: str | None = None                 # relational: the database; None: the example
+    consumer_calibrated: bool = False     # relational: consumer_ms from the batch time
     prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
     compute_ms: float = 0.0               # synthetic nogil cost added to producing a batch
     consumer_ms: float = 0.0              # synthetic nogil cost added to consuming a batch
@@ -83,7 +98,8 @@ class BenchRequest:
             object.__setattr__(self, "workload", WorkloadKind(self.workload))
         except ValueError:
             raise InvalidArgumentError(
-                f"workload must be gather or synthetic, got {self.workload!r}") from None
+                f"workload must be gather or synthetic, or relational, got {self.workload!r}"
+            ) from None
         for name in ("steps", "batch_size", "rows", "world_size"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -99,6 +115,12 @@ class BenchRequest:
         if self.workload is WorkloadKind.SYNTHETIC and (self.trace or self.manifest or self.data):
             raise InvalidArgumentError("the synthetic workload reads no data: drop --data, "
                                        "--manifest and --trace, or use --workload gather")
+        if self.workload is WorkloadKind.RELATIONAL and (self.trace or self.manifest or self.data):
+            raise InvalidArgumentError("the relational workload samples its own batches: drop "
+                                       "--data, --manifest and --trace, or use --workload gather")
+        if self.db is not None and self.workload is not WorkloadKind.RELATIONAL:
+            raise InvalidArgumentError("--db is the relational workload's database: drop it or "
+                                       "use --workload relational")
 
 
 @dataclass(frozen=True)
@@ -147,6 +169,7 @@ class BenchReport:
     identical: bool
     torch: RunResult | None = None
     notes: tuple[str, ...] = ()
+    machine: dict[str, Any] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -162,7 +185,7 @@ class BenchReport:
             "speedup": self.speedup,
             "torch_speedup": (self.torch.batches_per_s / self.sequential.batches_per_s
                               if self.torch and self.sequential.batches_per_s > 0 else None),
-            "identical": self.identical, "notes": list(self.notes),
+            "identical": self.identical, "notes": list(self.notes), "machine": self.machine,
         }
 
 
@@ -176,6 +199,23 @@ def _bench_manifest(rows: int, global_batch_size: int) -> RunManifest:
                        data=DataConfig(sampler_block_size=min(rows, 65_536)))
 
 
+def default_dataset(manifest: RunManifest, path: str) -> str:
+    """The dataset to bench when none is named: the manifest's only one, or its only train
+    dataset (``.../train``); otherwise the user must say which (a usage error listing them)."""
+    from dlkit.errors import InvalidArgumentError
+
+    keys = list(manifest.datasets)
+    if len(keys) == 1:
+        return keys[0]
+    train = [k for k in keys if k == "train" or k.endswith("/train")]
+    if len(train) == 1:
+        return train[0]
+    raise InvalidArgumentError(
+        f"{path} has {len(keys)} datasets and {len(train) or 'no'} train one"
+        f"{'s' if len(train) != 1 else ''} among them; name one with --dataset: "
+        + ", ".join(train or keys), code="USAGE")
+
+
 def _index_order(request: BenchRequest) -> IndexOrder:
     if request.manifest is None:
         manifest = _bench_manifest(request.rows, request.batch_size * request.world_size)
@@ -184,7 +224,8 @@ def _index_order(request: BenchRequest) -> IndexOrder:
         manifest = load_manifest(request.manifest)
         if request.trace is not None:
             return trace_order(request.trace, manifest)
-        dataset = request.dataset if request.dataset is not None else next(iter(manifest.datasets))
+        dataset = (request.dataset if request.dataset is not None
+                   else default_dataset(manifest, request.manifest))
     plan = SamplingPlan.create(manifest, dataset, request.world_size, request.rank, request.stage)
     return sample_order(plan, Cursor(0, 0), request.steps)
 
@@ -368,7 +409,120 @@ def measure(workload: Workload, config: PrefetchConfig, *, compare_torch: bool =
 
 def run_bench(request: BenchRequest, on_progress: ProgressFn | None = None) -> BenchReport:
     """Build the request's workload (temporary files are removed afterwards) and measure it."""
+    import dataclasses
+
     with tempfile.TemporaryDirectory(prefix="dlkit-bench-") as tmp:
-        workload = build_workload(request, Path(tmp))
-        return measure(workload, request.prefetch, compare_torch=request.compare_torch,
-                       on_progress=on_progress)
+        if request.workload is WorkloadKind.RELATIONAL:
+            report = measure_relational(request, Path(tmp), on_progress)
+        else:
+            workload = build_workload(request, Path(tmp))
+            report = measure(workload, request.prefetch, compare_torch=request.compare_torch,
+                             on_progress=on_progress)
+    return dataclasses.replace(report, machine=machine_load())
+
+
+def slower_note(speedup: float, machine: dict[str, Any], workers: int) -> list[str]:
+    """Why the engine can be slower than the sequential loop, in the machine's numbers."""
+    if speedup >= 1:
+        return []
+    load = machine.get("load_1min")
+    return [f"the engine was slower than the sequential loop ({speedup:.2f}x): "
+            f"{workers} producer threads and the consumer share "
+            f"{machine.get('cores_available', '?')} cores under a load of "
+            f"{'unknown' if load is None else f'{load:.2f}'} (1 min), so they had no idle core "
+            "to overlap on, or a batch costs too little for threads to pay off"]
+
+
+# --- the relational workload ------------------------------------------------------------------
+
+EXAMPLE_DB = Path(__file__).resolve().parents[3] / "fixtures" / "example_db"
+CALIBRATION_BATCHES = 5
+
+
+def _relational_db(request: BenchRequest, workdir: Path) -> tuple[str, str]:
+    """(database path, how to name it): ``--db``, or the bundled example preprocessed."""
+    if request.db is not None:
+        return request.db, request.db
+    if not (EXAMPLE_DB / "dlkit.toml").is_file():
+        raise InvalidArgumentError("the relational workload needs a database: give --db DIR "
+                                   "(made by `dlkit preprocess`); this installation has no "
+                                   "bundled example", code="USAGE")
+    from dlkit.db import preprocess
+
+    out = workdir / "example-db"
+    preprocess(EXAMPLE_DB, out, fsync=False)
+    return str(out), "the bundled example (fixtures/example_db)"
+
+
+def _sampler_loop(name: str, db: str, request: BenchRequest, *, prefetch: bool, steps: int,
+                  consumer_iterations: int, progress: ProgressFn
+                  ) -> tuple[RunResult, list[int]]:
+    """``steps`` train batches of a fresh Sampler, each consumed by the training step."""
+    from dlkit.sampler import Sampler
+
+    config = request.prefetch
+    waits, checksums, samples, size = [], [], 0, 0
+    every = _every(steps)
+    clock, cpu = time.perf_counter, time.process_time
+    with Sampler(db, rank=0, world_size=1, batch_size=request.batch_size,
+                 num_prefetch=config.num_workers * config.buffer_size if prefetch else 0,
+                 num_threads=config.num_workers if prefetch else 1) as sampler:
+        start, cpu_start = clock(), cpu()
+        for done in range(1, steps + 1):
+            asked = clock()
+            batch = sampler.next_train_batch()
+            waits.append(clock() - asked)
+            checksums.append(batch_checksum(batch))
+            if consumer_iterations:
+                burn(consumer_iterations, done)
+            samples += request.batch_size
+            size += batch_bytes(batch)
+            if done % every == 0:
+                progress(name, done, steps)
+        seconds, cpu_seconds = clock() - start, cpu() - cpu_start
+    progress(name, steps, steps)
+    waits_us = np.asarray(waits) * 1e6
+    return RunResult(name, steps, samples, size, seconds, float(np.percentile(waits_us, 50)),
+                     float(np.percentile(waits_us, 99)), cpu_seconds), checksums
+
+
+def _batch_ms(db: str, request: BenchRequest) -> float:
+    """The median time to build one batch on demand (after a first one that compiles)."""
+    from dlkit.sampler import Sampler
+
+    with Sampler(db, rank=0, world_size=1, batch_size=request.batch_size,
+                 num_prefetch=0) as sampler:
+        sampler.next_train_batch()
+        times = []
+        for _ in range(CALIBRATION_BATCHES):
+            start = time.perf_counter()
+            sampler.next_train_batch()
+            times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def measure_relational(request: BenchRequest, workdir: Path,
+                       on_progress: ProgressFn | None = None) -> BenchReport:
+    """The Sampler without and with prefetching, feeding the same training step."""
+    progress = on_progress or (lambda phase, done, total: None)
+    db, shown = _relational_db(request, workdir)
+    batch_ms = _batch_ms(db, request)
+    consumer_ms = request.consumer_ms if request.consumer_ms else batch_ms
+    calibrated = not request.consumer_ms
+    iterations = int(consumer_ms * calibrate_burn())
+    steps = request.steps
+    sequential, expected = _sampler_loop("sequential", db, request, prefetch=False,
+                                         steps=steps, consumer_iterations=iterations,
+                                         progress=progress)
+    engine, got = _sampler_loop("engine", db, request, prefetch=True, steps=steps,
+                                consumer_iterations=iterations, progress=progress)
+    notes = []
+    if request.compare_torch:
+        notes.append("the torch DataLoader comparison runs on the gather and synthetic "
+                     "workloads (a Sampler is one stateful stream, not a map-style dataset)")
+    describe = {"workload": "relational", "steps": steps, "db": shown,
+                "batch_size": request.batch_size, "batch_ms": round(batch_ms, 3),
+                "compute_ms": 0.0, "consumer_ms": round(consumer_ms, 3),
+                "consumer_calibrated": calibrated}
+    return BenchReport(describe, request.prefetch, sequential, engine, expected == got,
+                       None, tuple(notes))

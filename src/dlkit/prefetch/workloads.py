@@ -221,3 +221,37 @@ def synthetic_workload(num_steps: int, batch_size: int, *, compute_iterations: i
     return Workload("synthetic", num_steps, batch_size, 0,
                     BufferSpec({"acc": ((1,), np.uint64)}), produce,
                     _consumer(consumer_iterations, "acc"), describe={"batch_size": batch_size})
+
+
+# --- the relational workload: what users run --------------------------------------------------
+
+
+def machine_load() -> dict[str, Any]:
+    """The cores this process may run on and the machine's load: beside a speedup, they say
+    why it is what it is (prefetch threads need idle cores to overlap with the consumer)."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = None
+    return {"cores_available": available, "cpu_count": os.cpu_count() or available,
+            "load_1min": load}
+
+
+def batch_checksum(batch: dict[str, np.ndarray]) -> int:
+    """A checksum of every array of a batch (key order fixed): the loops' outputs compared."""
+    import zlib
+
+    checksum = 0
+    for key in sorted(batch):
+        array = np.ascontiguousarray(batch[key])
+        checksum = zlib.crc32(key.encode(), checksum)
+        checksum = zlib.crc32(memoryview(array).cast("B"), checksum)
+    return checksum
+
+
+def batch_bytes(batch: dict[str, np.ndarray]) -> int:
+    return int(sum(np.asarray(a).nbytes for a in batch.values()))

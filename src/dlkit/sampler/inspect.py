@@ -37,6 +37,9 @@ class CellView:
     is_null: bool
     is_target: bool
     is_hidden: bool = False
+    # for --json: the value typed (a number, true/false, ISO time, the whole text; None for
+    # a null cell; the marker text for a masked or hidden one)
+    typed: Any = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class RowView:
     reached: str
     cells: tuple[CellView, ...]
     truncated: bool
+    typed_key: Any = None    # for --json: the key as the database holds it (an int or text)
+    iso_time: str = "-"      # for --json: the time in the one format JSON uses (ISO 8601)
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,20 @@ class SequenceView:
     num_cells: int
     rows: tuple[RowView, ...]
 
+    target_typed: Any = None
+
     def to_json_value(self) -> dict[str, Any]:
-        value = dict(self.__dict__)
-        value["rows"] = [dict(r.__dict__, cells=[dict(c.__dict__) for c in r.cells])
-                         for r in self.rows]
+        """Typed values: numbers as numbers, booleans as true/false, nulls as null, every time
+        in ISO 8601 (UTC, ``Z``), texts whole; a masked or hidden cell keeps its marker."""
+        value = {k: v for k, v in self.__dict__.items() if k != "target_typed"}
+        value["target"] = self.target_typed
+        value["rows"] = []
+        for r in self.rows:
+            row = {k: v for k, v in r.__dict__.items() if k not in ("typed_key", "iso_time")}
+            row.update(key=r.typed_key, time=r.iso_time,
+                       cells=[{**{k: v for k, v in c.__dict__.items() if k != "typed"},
+                               "value": c.typed} for c in r.cells])
+            value["rows"].append(row)
         return value
 
 
@@ -102,6 +117,33 @@ def format_value(db: Any, column: Any, local: int) -> str:
     text_of = getattr(db, "text", None)
     text = text_of(int(v)) if text_of is not None else f"text {int(v)}"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def typed_value(db: Any, column: Any, local: int) -> Any:
+    """A cell's value for JSON: typed, whole, None when null (see ``to_json_value``)."""
+    if not bool(column.valid[local]):
+        return None
+    v = column.values[local]
+    stype = int(column.stype)
+    if stype == NUMERIC:
+        return float(v)
+    if stype == BOOLEAN:
+        return bool(v)
+    if stype == TIMESTAMP:
+        return format_time(int(v))
+    if stype == CATEGORICAL:
+        categories = getattr(column, "categories", None)
+        return str(categories[int(v)]) if categories else int(v)
+    text_of = getattr(db, "text", None)
+    return text_of(int(v)) if text_of is not None else int(v)
+
+
+def _typed_key(table: Any, local: int) -> Any:
+    key = getattr(table, "key", None)
+    try:
+        return key(local) if key is not None else local
+    except (KeyError, IndexError):
+        return local
 
 
 def _column(table: Any, name: str, row: int) -> Any:
@@ -162,8 +204,9 @@ def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
         target = bool(a["is_target"][0, p])
         hidden = bool(a["is_hidden"][0, p])
         value = MASKED if target else HIDDEN if hidden else format_value(db, column, local)
+        typed = value if target or hidden else typed_value(db, column, local)
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
-                                      bool(a["is_null"][0, p]), target, hidden))
+                                      bool(a["is_null"][0, p]), target, hidden, typed))
     rows = []
     for i in range(n_rows):
         row = int(built.visited_rows[0, i])
@@ -175,7 +218,8 @@ def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
         rows.append(RowView(i, table.name, local, _key_of(table, local),
                             format_time(int(db.graph.row_times[row]), compact=True),
                             int(built.visited_depth[0, i]), reached, tuple(rows_cells[i]),
-                            len(rows_cells[i]) < len(table.columns)))
+                            len(rows_cells[i]) < len(table.columns), _typed_key(table, local),
+                            format_time(int(db.graph.row_times[row]))))
     task = builder.task(built.task)
     seed_table = db.tables[task.table_index]
     target_name = catalog.names[task.target_col][1]
@@ -185,7 +229,8 @@ def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
         obs_time=format_time(int(built.obs_times[0])),
         target=format_value(db, target_column, int(built.anchor_rows[0])),
         epoch=built.epoch, sequence_length=builder.config.sequence_length,
-        max_rows=builder.config.max_rows, num_cells=n_cells, rows=tuple(rows))
+        max_rows=builder.config.max_rows, num_cells=n_cells, rows=tuple(rows),
+        target_typed=typed_value(db, target_column, int(built.anchor_rows[0])))
 
 
 __all__ = ["CellView", "RowView", "SequenceView", "TEXT", "describe_sequence", "format_time",

@@ -73,8 +73,10 @@ def write_run_manifest(db_path: Any, out: str | Path, *, seed: int, global_batch
                        split_seed: int = 0,
                        split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
                        sampler_block_size: int | None = None,
-                       sampling_mode: str = DEFAULT_SAMPLING_MODE) -> ManifestSummary:
-    """Write the run manifest (atomically) and summarise it."""
+                       sampling_mode: str = DEFAULT_SAMPLING_MODE,
+                       overwrite: bool = True) -> ManifestSummary:
+    """Write the run manifest (atomically; an existing ``out`` only with ``overwrite``) and
+    summarise it."""
     train_sampling_mode(sampling_mode)  # a bad mode fails before the database is opened
     db, owned = open_db(db_path)
     try:
@@ -82,7 +84,7 @@ def write_run_manifest(db_path: Any, out: str | Path, *, seed: int, global_batch
                                      split_seed=split_seed, split_ratios=split_ratios,
                                      sampler_block_size=sampler_block_size,
                                      sampling_mode=sampling_mode)
-        atomic_write_bytes(out, manifest.to_json().encode())
+        atomic_write_bytes(out, manifest.to_json().encode(), overwrite=overwrite)
         _warn_unusable(manifest)
         _warn_timeless(db)
         return ManifestSummary(str(out), db.database_id, manifest.manifest_hash.hex(),

@@ -46,8 +46,8 @@ class SplitRatios:
         # overflows fsum, 10**400 a float; NaN fails the comparison).
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
                for v in values):
-            raise InvalidArgumentError(f"split ratios must be three numbers from 0 to 1 "
-                                       f"summing to 1, got {values!r}")
+            raise InvalidArgumentError(f"split ratios must be three non-negative numbers of at "
+                                       f"most 1 each (summing to 1), got {values!r}")
         if abs(math.fsum(values) - 1.0) > 1e-6:
             raise InvalidArgumentError(f"split ratios must sum to 1, got {values!r} "
                                        f"(sum {math.fsum(values)!r})")
@@ -75,7 +75,7 @@ class SplitRatios:
         return round(1000 * self.train), round(1000 * (self.train + self.val))
 
     def __str__(self) -> str:
-        return f"{self.train:g}/{self.val:g}/{self.test:g}"
+        return f"{self.train:g},{self.val:g},{self.test:g}"  # the --split-ratios syntax
 
 
 def check_seed(value: Any, name: str) -> int:

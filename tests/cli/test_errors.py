@@ -1,0 +1,144 @@
+"""Errors and codes: usage errors are one line `error USAGE: ...` with exit 2 (never click's
+boxed panel); absurd numbers are usage errors; an interrupt says in one line what stopped and
+that nothing was left behind, or, after the commit, that the output is complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.splits import SplitRatios
+from tests.cli.helpers import assert_clean_failure, run_dlkit
+from tests.nextbatch.helpers import manifest_dict
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
+DOC = manifest_dict(70, 8, 16, seed=3)
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    from dlkit.db import preprocess
+
+    path = tmp_path_factory.mktemp("errors") / "db"
+    preprocess(EXAMPLE, path, fsync=False)
+    return path
+
+
+@pytest.fixture()
+def manifest_path(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(DOC))
+    return path
+
+
+USAGE_CASES = {
+    "missing argument": (["sample"], "Missing argument"),
+    "unknown option": (["sample", "m.json", "-d", "ds", "--bogus"], "No such option: --bogus"),
+    "bad integer": (["sample", "m.json", "-d", "ds", "-r", "x"], "'x' is not an integer"),
+    "bad choice": (["sample", "m.json", "-d", "ds", "--format", "xml"], "--format"),
+    "missing option": (["batches", "db"], "Missing option '--task'"),
+    "unknown command": (["smaple"], "No such command 'smaple'"),
+    "bench bad number": (["bench", "--steps", "0"], "--steps"),
+    "verify no argument": (["verify"], "Missing argument"),
+    "schema infer extra": (["schema", "infer", "a", "b"], "unexpected extra argument"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE_CASES))
+def test_usage_errors_are_one_line_with_exit_2(case):
+    args, fragment = USAGE_CASES[case]
+    result = run_dlkit(*args)
+    err = assert_clean_failure(result, "USAGE")
+    assert result.returncode == 2 and result.stdout == b""
+    assert err.startswith("error USAGE: ") and fragment in err
+    assert not any(ch in err for ch in "╭╰│─"), err  # no panel
+    assert "--help'" in err  # where to look
+
+
+def test_help_and_version_still_exit_0():
+    assert run_dlkit("--version").returncode == 0
+    assert run_dlkit("sample", "--help").returncode == 0
+
+
+@pytest.mark.parametrize("command", ["manifest", "batches"])
+@pytest.mark.parametrize("ratios", ["1e308,1e308,0", "1e400,0,0", "nan,0.5,0.5", "2,-1,0"])
+def test_absurd_split_ratios_are_usage_errors(db_path, tmp_path, command, ratios):
+    args = {"manifest": ["--seed", 1, "-g", 4, "--out", tmp_path / "run.json"],
+            "batches": ["--task", "review_rating", "--out", tmp_path / "b"]}[command]
+    result = run_dlkit(command, db_path, "--split-ratios", ratios, *args)
+    err = assert_clean_failure(result, "INVALID_ARGUMENT")
+    assert result.returncode == 2 and "three non-negative numbers of at most 1 each" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", [(1e308, 1e308, 0.0), (10**400, 0, 0), (float("inf"), 0, 0)])
+def test_split_ratios_never_overflow(value):
+    with pytest.raises(InvalidArgumentError, match="non-negative numbers of at most 1"):
+        SplitRatios.parse(value)
+
+
+@pytest.mark.parametrize("command", ["sample", "batches", "bench"])
+def test_a_rank_out_of_range_is_a_usage_error(db_path, manifest_path, tmp_path, command):
+    args = {"sample": ["sample", manifest_path, "-d", "ds"],
+            "batches": ["batches", db_path, "--task", "review_rating", "--out", tmp_path / "b"],
+            "bench": ["bench", "--workload", "gather", "-q"]}[command]
+    result = run_dlkit(*args, "-r", 4, "-w", 4)
+    err = assert_clean_failure(result, "USAGE")
+    assert result.returncode == 2 and "--rank 4 is out of range: ranks are 0 to 3" in err
+
+
+def _terminate_self(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_an_interrupt_before_the_commit_is_one_line_and_leaves_nothing(dlkit, manifest_path,
+                                                                        tmp_path, monkeypatch):
+    from dlkit.nextbatch import export
+
+    real = export.export_steps
+
+    def interrupted(*args, **kwargs):
+        summary = real(*args, **kwargs)  # everything written to the temporary files
+        _terminate_self()
+        return summary
+
+    monkeypatch.setattr(export, "export_steps", interrupted)
+    result = dlkit("sample", manifest_path, "-d", "ds", "--out", tmp_path / "i.txt",
+                   "--trace", tmp_path / "t.cbor", "--checkpoint-out", tmp_path / "c.ckpt")
+    assert result.returncode == 130
+    assert result.stderr == ("error INTERRUPTED: dlkit sample was interrupted; it wrote no file "
+                             "and left no temporary file\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
+def test_an_interrupt_after_the_commit_reports_the_complete_output(dlkit, manifest_path,
+                                                                    tmp_path, monkeypatch):
+    from dlkit.cli import sample
+
+    monkeypatch.setattr(sample, "print_json", _terminate_self)
+    result = dlkit("sample", manifest_path, "-d", "ds", "--out", tmp_path / "i.txt", "--json",
+                   "--checkpoint-out", tmp_path / "c.ckpt")
+    assert result.returncode == 0
+    lines = result.stderr.splitlines()
+    assert lines == [f"note: dlkit sample was interrupted after its output was complete: "
+                     f"{tmp_path / 'i.txt'}, {tmp_path / 'c.ckpt'}"]
+    assert (tmp_path / "i.txt").stat().st_size > 0 and (tmp_path / "c.ckpt").exists()
+
+
+def test_an_interrupt_after_preprocess_committed_says_the_database_is_complete(
+        dlkit, tmp_path, monkeypatch):
+    from dlkit.cli import db as db_commands
+
+    monkeypatch.setattr(db_commands, "print_json", _terminate_self)  # after the rename
+    out = tmp_path / "db"
+    result = dlkit("preprocess", EXAMPLE, out, "--json", "--no-fsync")
+    assert result.returncode == 0
+    assert result.stderr.splitlines()[-1] == (f"note: dlkit preprocess was interrupted after "
+                                              f"its output was complete: {out}")
+    assert dlkit("verify", out, "-q").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
