@@ -30,27 +30,27 @@ SHMEM_THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 MEMORY_SHARE = 4  # automatic copies may take up to 1/MEMORY_SHARE of the physical memory
 
 
-def huge_pages_available() -> bool:
-    """Whether this kernel backs ``MADV_HUGEPAGE`` memory with transparent huge pages."""
+def _thp_offers(setting_file: Path, modes: tuple[str, ...]) -> bool:
+    """Whether the kernel's THP setting in ``setting_file`` selects one of ``modes`` (the
+    selected one is bracketed) and ``MADV_HUGEPAGE`` exists."""
     if not hasattr(mmap, "MADV_HUGEPAGE"):
         return False
     try:
-        setting = THP_SETTING.read_text()
+        setting = setting_file.read_text()
     except OSError:
         return False
-    return "[always]" in setting or "[madvise]" in setting
+    return any(f"[{mode}]" in setting for mode in modes)
+
+
+def huge_pages_available() -> bool:
+    """Whether this kernel backs ``MADV_HUGEPAGE`` memory with transparent huge pages."""
+    return _thp_offers(THP_SETTING, ("always", "madvise"))
 
 
 def shared_huge_pages_available() -> bool:
     """Whether shared memory (tmpfs, where ``dlkit.sampler.shared`` puts its segments) is
     backed by huge pages when advised."""
-    if not hasattr(mmap, "MADV_HUGEPAGE"):
-        return False
-    try:
-        setting = SHMEM_THP_SETTING.read_text()
-    except OSError:
-        return False
-    return any(f"[{mode}]" in setting for mode in ("always", "within_size", "advise", "force"))
+    return _thp_offers(SHMEM_THP_SETTING, ("always", "within_size", "advise", "force"))
 
 
 def physical_memory() -> int:
