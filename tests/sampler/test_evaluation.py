@@ -187,3 +187,17 @@ def test_label_info(db):
                                    atol=1e-6 * column.std)
             assert info.num_classes == (column.cat_emb_count if column.stype == 3 else 0)
             json.dumps(info.to_json())
+
+
+def test_train_batch_of_a_step_is_the_channels_batch_of_that_step(db):
+    with quiet_sampler(db, 1, 2, batch_size=3) as s:
+        pulled = [s.next_train_batch() for _ in range(9)]
+    with quiet_sampler(db, 1, 2, batch_size=3) as s:
+        # any order: ascending, a jump, back to the start, repeated
+        for step in (0, 1, 2, 5, 8, 3, 3, 0, 7, 4, 6):
+            assert_same_batches([s.train_batch(step)], [pulled[step]])
+        assert not s._lookup._pending or min(s._lookup._pending) > 6  # noqa: SLF001
+        with pytest.raises(InvalidArgumentError, match="step must be an integer >= 0"):
+            s.train_batch(-1)
+        # the channel is untouched by random access
+        assert_same_batches([s.next_train_batch() for _ in range(2)], pulled[:2])

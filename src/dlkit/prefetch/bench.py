@@ -5,7 +5,9 @@ The default workload is what users run: :class:`dlkit.Sampler` train batches of 
 that spends a training step's time on each (``--consumer-ms``, or by default as long as a
 batch takes to build, measured first: the case prefetching is for). Timed, one after the
 other: the sampler building each batch on demand (``num_prefetch=0``), then with ``--workers``
-producer threads ``--buffers-ahead`` deep. Both must yield the same batches. The report gives
+producer threads ``--buffers-ahead`` deep; with torch installed, a ``DataLoader`` whose
+``--workers`` worker processes build the same steps (``Sampler.train_batch``). All must yield
+the same batches. The report gives
 the cores available and the machine's load beside the speedup, so a number below 1 explains
 itself (threads that have no idle core to run on only add overhead).
 
@@ -516,13 +518,72 @@ def measure_relational(request: BenchRequest, workdir: Path,
                                          progress=progress)
     engine, got = _sampler_loop("engine", db, request, prefetch=True, steps=steps,
                                 consumer_iterations=iterations, progress=progress)
-    notes = []
+    notes, torch_result, identical = [], None, expected == got
     if request.compare_torch:
-        notes.append("the torch DataLoader comparison runs on the gather and synthetic "
-                     "workloads (a Sampler is one stateful stream, not a map-style dataset)")
+        timed = _sampler_dataloader(db, request, steps, iterations, progress)
+        if timed is None:
+            notes.append(TORCH_MISSING)
+        else:
+            torch_result, torch_got = timed
+            identical = identical and torch_got == expected
     describe = {"workload": "relational", "steps": steps, "db": shown,
                 "batch_size": request.batch_size, "batch_ms": round(batch_ms, 3),
                 "compute_ms": 0.0, "consumer_ms": round(consumer_ms, 3),
                 "consumer_calibrated": calibrated}
-    return BenchReport(describe, request.prefetch, sequential, engine, expected == got,
-                       None, tuple(notes))
+    return BenchReport(describe, request.prefetch, sequential, engine, identical,
+                       torch_result, tuple(notes))
+
+
+class _TrainSteps:
+    """Map-style dataset of a Sampler's train steps (``Sampler.train_batch``) for
+    ``torch.utils.data.DataLoader``'s worker processes."""
+
+    def __init__(self, sampler: Any, steps: int):
+        self.sampler = sampler
+        self.steps = steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
+        return self.sampler.train_batch(step)
+
+
+def _sampler_dataloader(db: str, request: BenchRequest, steps: int, consumer_iterations: int,
+                        progress: ProgressFn) -> tuple[RunResult, list[int]] | None:
+    """The same train steps through a DataLoader with ``num_workers`` worker processes (the
+    usual way to overlap loading with training), each consumed by the training step; ``None``
+    when torch is not importable."""
+    try:
+        from torch.utils.data import DataLoader
+    except ImportError:
+        return None
+    from dlkit.sampler import Sampler
+
+    config, name = request.prefetch, "torch DataLoader"
+    waits, checksums, samples, size, every = [], [], 0, 0, _every(steps)
+    clock = time.perf_counter
+    with Sampler(db, rank=0, world_size=1, batch_size=request.batch_size,
+                 num_prefetch=0) as sampler:
+        loader = DataLoader(_TrainSteps(sampler, steps), batch_size=None,
+                            num_workers=config.num_workers, prefetch_factor=config.buffer_size,
+                            multiprocessing_context="fork")
+        start = clock()  # the workers' CPU time is not this process's: cores stays 0
+        batches = iter(loader)
+        for done in range(1, steps + 1):
+            asked = clock()
+            batch = {k: np.asarray(v) for k, v in next(batches).items()}
+            waits.append(clock() - asked)
+            checksums.append(batch_checksum(batch))
+            if consumer_iterations:
+                burn(consumer_iterations, done)
+            samples += request.batch_size
+            size += batch_bytes(batch)
+            if done % every == 0:
+                progress(name, done, steps)
+        seconds = clock() - start
+        del batches
+    progress(name, steps, steps)
+    waits_us = np.asarray(waits) * 1e6
+    return RunResult(name, steps, samples, size, seconds, float(np.percentile(waits_us, 50)),
+                     float(np.percentile(waits_us, 99)), 0.0), checksums

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -230,6 +231,8 @@ class Sampler:
                                                 self._initial_state(train), cfg.num_prefetch,
                                                 cfg.num_threads)}
         self._open_eval_channel("val")  # test opens on first use: most runs never pull it
+        self._lookup: TrainSchedule | None = None  # train_batch's schedule
+        self._lookup_lock = threading.Lock()
         self._shut = False
 
     def _open_eval_channel(self, split: str) -> BatchChannel:
@@ -319,6 +322,25 @@ class Sampler:
         want, e.g. ``itertools.islice(sampler, steps)``."""
         while True:
             yield self.next_train_batch()
+
+    def train_batch(self, step: int) -> dict[str, np.ndarray]:
+        """The train batch of step ``step`` (0-based), built on demand: the batch the train
+        channel gives at that step, whatever was pulled before, for map-style loaders and
+        inspection. Finding a step walks the schedule from the last step asked for (from 0
+        when going back), so ascending steps cost O(1) each."""
+        self._check_open()
+        step = _positive(step, "step", 0)
+        if not self.train_streams:
+            self._train_schedule(None)  # raises the explanation
+        with self._lookup_lock:
+            schedule = self._lookup
+            if schedule is None or step < schedule.next_step:
+                schedule = self._lookup = self._train_schedule(None)
+            job = schedule.job(step)
+            schedule.forget_before(step)
+        built = self.builder.build(job.stream.task, job.stream.seed_indices(job.cursor),
+                                   job.cursor.epoch)
+        return built.arrays
 
     def _channel(self, name: str) -> BatchChannel:
         if self._shut:

@@ -115,12 +115,23 @@ class TrainSchedule:
             self._cursors[stream.key] = after
             self._next_step += 1
 
+    @property
+    def next_step(self) -> int:
+        """The first step whose job is not made yet."""
+        return self._next_step
+
     def job(self, step: int) -> Job:
         """The job of ``step`` (each step is handed out once)."""
         with self._lock:
             if step >= self._next_step:
                 self._advance(step - self._next_step + 1)
             return self._pending.pop(step)
+
+    def forget_before(self, step: int) -> None:
+        """Drop the jobs of steps before ``step`` that were made but never handed out."""
+        with self._lock:
+            for earlier in [s for s in self._pending if s < step]:
+                del self._pending[earlier]
 
 
 class ValSchedule:
