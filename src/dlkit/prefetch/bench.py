@@ -463,29 +463,39 @@ def _sampler_loop(name: str, db: str, request: BenchRequest, *, prefetch: bool, 
     from dlkit.sampler import Sampler
 
     config = request.prefetch
-    waits, checksums, samples, size = [], [], 0, 0
-    every = _every(steps)
-    clock, cpu = time.perf_counter, time.process_time
     with Sampler(db, rank=0, world_size=1, batch_size=request.batch_size,
                  num_prefetch=config.num_workers * config.buffer_size if prefetch else 0,
                  num_threads=config.num_workers if prefetch else 1) as sampler:
-        start, cpu_start = clock(), cpu()
-        for done in range(1, steps + 1):
-            asked = clock()
-            batch = sampler.next_train_batch()
-            waits.append(clock() - asked)
-            checksums.append(batch_checksum(batch))
-            if consumer_iterations:
-                burn(consumer_iterations, done)
-            samples += request.batch_size
-            size += batch_bytes(batch)
-            if done % every == 0:
-                progress(name, done, steps)
-        seconds, cpu_seconds = clock() - start, cpu() - cpu_start
+        return _train_loop(name, sampler.next_train_batch, request.batch_size, steps,
+                           consumer_iterations, progress)
+
+
+def _train_loop(name: str, next_batch: Callable[[], dict[str, Any]], batch_size: int,
+                steps: int, consumer_iterations: int, progress: ProgressFn,
+                count_cpu: bool = True) -> tuple[RunResult, list[int]]:
+    """``steps`` batches from ``next_batch``, each checksummed and followed by the training
+    step; the consumer's wait is the time ``next_batch`` takes. ``count_cpu=False`` where the
+    work runs in other processes (this process's CPU time would not show it)."""
+    waits, checksums, samples, size, every = [], [], 0, 0, _every(steps)
+    clock, cpu = time.perf_counter, time.process_time
+    start, cpu_start = clock(), cpu()
+    for done in range(1, steps + 1):
+        asked = clock()
+        batch = {key: np.asarray(value) for key, value in next_batch().items()}
+        waits.append(clock() - asked)
+        checksums.append(batch_checksum(batch))
+        if consumer_iterations:
+            burn(consumer_iterations, done)
+        samples += batch_size
+        size += batch_bytes(batch)
+        if done % every == 0:
+            progress(name, done, steps)
+    seconds, cpu_seconds = clock() - start, cpu() - cpu_start
     progress(name, steps, steps)
     waits_us = np.asarray(waits) * 1e6
     return RunResult(name, steps, samples, size, seconds, float(np.percentile(waits_us, 50)),
-                     float(np.percentile(waits_us, 99)), cpu_seconds), checksums
+                     float(np.percentile(waits_us, 99)),
+                     cpu_seconds if count_cpu else 0.0), checksums
 
 
 def _batch_ms(db: str, request: BenchRequest) -> float:
@@ -560,30 +570,15 @@ def _sampler_dataloader(db: str, request: BenchRequest, steps: int, consumer_ite
         return None
     from dlkit.sampler import Sampler
 
-    config, name = request.prefetch, "torch DataLoader"
-    waits, checksums, samples, size, every = [], [], 0, 0, _every(steps)
-    clock = time.perf_counter
+    config = request.prefetch
     with Sampler(db, rank=0, world_size=1, batch_size=request.batch_size,
                  num_prefetch=0) as sampler:
         loader = DataLoader(_TrainSteps(sampler, steps), batch_size=None,
                             num_workers=config.num_workers, prefetch_factor=config.buffer_size,
                             multiprocessing_context="fork")
-        start = clock()  # the workers' CPU time is not this process's: cores stays 0
         batches = iter(loader)
-        for done in range(1, steps + 1):
-            asked = clock()
-            batch = {k: np.asarray(v) for k, v in next(batches).items()}
-            waits.append(clock() - asked)
-            checksums.append(batch_checksum(batch))
-            if consumer_iterations:
-                burn(consumer_iterations, done)
-            samples += request.batch_size
-            size += batch_bytes(batch)
-            if done % every == 0:
-                progress(name, done, steps)
-        seconds = clock() - start
-        del batches
-    progress(name, steps, steps)
-    waits_us = np.asarray(waits) * 1e6
-    return RunResult(name, steps, samples, size, seconds, float(np.percentile(waits_us, 50)),
-                     float(np.percentile(waits_us, 99)), 0.0), checksums
+        try:
+            return _train_loop("torch DataLoader", lambda: next(batches), request.batch_size,
+                               steps, consumer_iterations, progress, count_cpu=False)
+        finally:
+            del batches  # stops the worker processes
