@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dlkit.db import infer  # noqa: E402
-from dlkit.db.schema import KEY_FAMILIES, type_family  # noqa: E402
+from dlkit.db.arrow_types import KEY_FAMILIES, type_family  # noqa: E402
 from dlkit.db.source import TableSource  # noqa: E402
 from tests.db.infer_data import FLIGHTS_FOREIGN, FLIGHTS_PRIMARY, write_flights  # noqa: E402
 

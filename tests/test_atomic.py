@@ -110,7 +110,7 @@ def test_an_existing_file_is_replaced_only_with_overwrite(tmp_path):
 
 def test_a_signal_during_a_commit_waits_for_its_end(tmp_path):
     """SIGTERM raised inside deferred_interrupts reaches its handler only after the block."""
-    from dlkit.atomic import deferred_interrupts
+    from dlkit.interrupts import deferred_interrupts
 
     order = []
 

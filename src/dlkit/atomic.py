@@ -26,26 +26,24 @@ which is renamed into place only when complete:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import ctypes
 import errno
 import fcntl
 import json
 import os
-import re
 import secrets
 import shutil
-import signal
 import stat
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from dlkit.errors import OutputError
 from dlkit.files import read_regular
+from dlkit.interrupts import deferred_interrupts, note_committed
+from dlkit.outputs import _descriptor_name, output_kind
 
 
 def fsync_directory(directory: Path) -> None:
@@ -68,64 +66,6 @@ def _current_umask() -> int:
     return mask
 
 
-# -- knowing what was committed, and keeping interrupts out of a commit ----------------
-
-_commit_log: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "dlkit_commit_log", default=None)
-
-
-@contextlib.contextmanager
-def recording_commits() -> Iterator[list[str]]:
-    """A list that every output committed inside the block is appended to (its path): the
-    CLI tells an interrupt that came after the output was complete from one that came before."""
-    log: list[str] = []
-    token = _commit_log.set(log)
-    try:
-        yield log
-    finally:
-        _commit_log.reset(token)
-
-
-def _note_committed(*paths: object) -> None:
-    log = _commit_log.get()
-    if log is not None:
-        log.extend(str(p) for p in paths)
-
-
-_DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                          if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block has run: a commit (its renames and the
-    bookkeeping saying it happened) is never cut in half by a catchable signal. The signal is
-    then delivered to the handler that was in place. (Only the main thread can install
-    handlers; elsewhere the block runs as it is.)"""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[tuple[int, Any]] = []
-
-    def hold(signum, frame):  # noqa: ARG001
-        pending.append((signum, frame))
-
-    previous = {}
-    try:
-        for signum in _DEFERRED_SIGNALS:
-            previous[signum] = signal.signal(signum, hold)
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum, frame in pending[:1]:  # one delivery is enough: they all mean "stop"
-            handler = previous.get(signum)
-            if callable(handler):
-                handler(signum, frame)
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(signum)
-
-
 # -- files ------------------------------------------------------------------------------
 
 TMP_MARK = ".dlkit-tmp-"
@@ -133,110 +73,6 @@ OLD_MARK = ".dlkit-old-"
 LOCK_MARK = ".dlkit-lock"
 PENDING_MARK = ".dlkit-pending-"
 JOURNAL_MARK = ".dlkit-commit-"
-
-
-_OWN_DESCRIPTORS = re.compile(r"^/(?:dev/fd|proc/self/fd|proc/%d/fd)/(\d+)$" % os.getpid())
-
-
-def _descriptor_name(path: str | os.PathLike[str]) -> tuple[bool, int | None]:
-    """Whether ``path`` is, or is a chain of links through, a name of an open descriptor
-    (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``), and the number of this process's
-    descriptor it names (None: another process's). Writing to it is writing to that stream,
-    not replacing a file."""
-    current = os.path.abspath(path)
-    for _ in range(40):  # the kernel's own limit on a chain of links
-        if current in ("/dev/stdout", "/dev/stderr"):
-            return True, 1 if current == "/dev/stdout" else 2
-        own = _OWN_DESCRIPTORS.match(current)
-        if own is not None:
-            return True, int(own.group(1))
-        if current.startswith("/proc/") and "/fd/" in current:
-            return True, None
-        if not os.path.islink(current):
-            return False, None
-        current = os.path.normpath(os.path.join(os.path.dirname(current),
-                                                os.readlink(current)))
-    return False, None
-
-
-def _names_a_descriptor(path: Path) -> bool:
-    return _descriptor_name(path)[0]
-
-
-def output_kind(path: str | os.PathLike[str], overwrite: bool) -> str:
-    """How an output at ``path`` is written: ``"stream"`` (a device, FIFO, socket or
-    descriptor name, written directly: it has no content to replace) or ``"file"`` (a new
-    file, or one replaced whole). Refuses, as an ``OutputError`` naming the path, a
-    directory, an existing file without ``overwrite`` and a symbolic link without
-    ``overwrite`` (with it, the link itself is replaced, never the file it names)."""
-    target = Path(path)
-    try:
-        own = os.lstat(target)
-    except FileNotFoundError:
-        return "file"
-    except OSError as exc:
-        raise OutputError(f"cannot write here: {exc.strerror or exc}", path=target) from exc
-    try:
-        named = os.stat(target)
-    except OSError:  # a dangling link
-        named = None
-    if named is not None and stat.S_ISDIR(named.st_mode):
-        raise OutputError("is a directory", path=target)
-    if _names_a_descriptor(target) or (named is not None and not stat.S_ISREG(named.st_mode)):
-        return "stream"
-    if stat.S_ISLNK(own.st_mode):
-        if not overwrite:
-            raise OutputError("is a symbolic link; refusing to write through it (pass "
-                              "--overwrite to replace the link itself)", path=target)
-        return "file"
-    if not overwrite:
-        raise OutputError("already exists (pass --overwrite to replace it)", path=target)
-    return "file"
-
-
-def _identity(path: str | os.PathLike[str], follow: bool = True) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path) if follow else os.lstat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
-    """Refuse (``InvalidArgumentError``) an output that is one of the inputs, or another
-    output, however either path is spelled: their file identities (device, inode) are
-    compared (a link's own, for an output: only the link would be replaced), and the paths
-    of outputs that do not exist yet. ``outputs`` and ``inputs``
-    map a name for messages (``--trace``) to a path or None; outputs that are streams
-    (``/dev/null``, ``/dev/stdout``) are left out: nothing of theirs is replaced."""
-    from dlkit.errors import InvalidArgumentError
-
-    seen: dict[object, str] = {}
-    for name, path in inputs.items():
-        if path is not None and (key := _identity(path)) is not None:
-            seen.setdefault(key, name)
-    for name, path in outputs.items():
-        if path is None:
-            continue
-        try:
-            named = os.stat(path)
-        except OSError:
-            named = None
-        if named is not None and not stat.S_ISREG(named.st_mode):
-            continue  # a device, FIFO or directory: output_kind streams or refuses it
-        # What would be replaced: the file at ``path`` or, for a link, the link itself
-        # (output_kind never lets anything write through one).
-        absolute = os.path.abspath(path)
-        keys: list[object] = [os.path.join(os.path.realpath(os.path.dirname(absolute)),
-                                           os.path.basename(absolute))]
-        if (key := _identity(path, follow=False)) is not None:
-            keys.append(key)
-        for key in keys:
-            if key in seen:
-                raise InvalidArgumentError(f"{name} {path} is the same file as {seen[key]}; "
-                                           "give each output its own file")
-        for key in keys:
-            seen[key] = f"{name} ({path})"
 
 
 class AtomicFiles:
@@ -358,7 +194,7 @@ class AtomicFiles:
                     os.replace(tmp, target)
                     fsync_directory(target.parent)
                 self.committed = True
-                _note_committed(*(t for t in self.targets))
+                note_committed(*(t for t in self.targets))
         except OSError as exc:
             if isinstance(exc, OutputError) or isinstance(exc, BrokenPipeError):
                 raise
@@ -696,7 +532,7 @@ class AtomicDirectory:
                 elif not _renameat2(self.tmp, self.target, _RENAME_NOREPLACE):
                     os.rename(self.tmp, self.target)
                 self.committed = True
-                _note_committed(self.target)
+                note_committed(self.target)
         except OSError as exc:
             raise OutputError(f"cannot move the new {self.kind.name} into place: "
                               f"{exc.strerror or exc}", path=self.target) from exc

@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlkit.core.collate import calendar_of, order_by_column, order_by_row_key, time_features
+from dlkit.core.collate import order_by_column, order_by_row_key
+from dlkit.core.timefeatures import calendar_of, time_features
 from tests import naive_sampler as naive
 
 # Python's datetime covers years 1..9999.

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     line: what was stopped, and that its temporary output is gone, or, when the signal came
     after the output was complete, that it is complete (exit 0).
     """
-    from dlkit.atomic import recording_commits
+    from dlkit.interrupts import recording_commits
 
     words = sys.argv[1:] if argv is None else list(argv)
     named = next((w for w in words if not w.startswith("-")), None)

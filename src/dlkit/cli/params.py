@@ -34,9 +34,9 @@ def positive_uint64(text: str | int) -> int:
 def check_output_file(out: Path, overwrite: bool, *, inside: Path | None = None,
                       inside_what: str = "", inputs: dict[str, Path] | None = None) -> None:
     """Refuse an output file that would lose data: an existing file without --overwrite, a
-    symbolic link (see :func:`dlkit.atomic.output_kind`), a file inside the input directory
+    symbolic link (see :func:`dlkit.outputs.output_kind`), a file inside the input directory
     ``inside`` (a database: writing into it changes it), or one of ``inputs``."""
-    from dlkit.atomic import output_kind, refuse_overlap
+    from dlkit.outputs import output_kind, refuse_overlap
     from dlkit.errors import InvalidArgumentError
 
     if inside is not None:

@@ -46,18 +46,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dlkit.db.arrow_types import KEY_FAMILIES, infer_stype, type_family
 from dlkit.db.convert import to_int_keys
 from dlkit.db.format import path_name_problem
 from dlkit.db.keys import KeyIndex
 from dlkit.db.plan import infer_string_column
-from dlkit.db.schema import (
-    KEY_FAMILIES,
-    Schema,
-    TableSpec,
-    infer_stype,
-    render_schema,
-    type_family,
-)
+from dlkit.db.schema import Schema, TableSpec, render_schema
 from dlkit.db.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
 from dlkit.errors import DataError, InvalidArgumentError, SchemaError
 

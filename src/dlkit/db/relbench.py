@@ -36,18 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dlkit.db.arrow_types import infer_stype, type_family
 from dlkit.db.format import path_name_problem
 from dlkit.db.plan import infer_string_column
-from dlkit.db.schema import (
-    SPLIT_NAMES,
-    Schema,
-    TableSpec,
-    TaskSpec,
-    infer_stype,
-    render_duration,
-    render_schema,
-    type_family,
-)
+from dlkit.db.schema import SPLIT_NAMES, Schema, TableSpec, TaskSpec, render_duration, render_schema
 from dlkit.db.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.errors import SchemaError
 

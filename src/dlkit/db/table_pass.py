@@ -30,6 +30,7 @@ from dlkit.db.report import Progress
 from dlkit.db.schema import Schema
 from dlkit.db.scratch import empty_small_pages
 from dlkit.db.source import ReadJob
+from dlkit.db.task_rules import timeless_warning
 from dlkit.db.tasks import TaskWriter
 from dlkit.db.texts import TextStore
 from dlkit.errors import DataError
@@ -128,9 +129,7 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
             ctx.indexes[plan.name] = index
     mappings = {name: w.finish() for name, w in writers.items()}
     task_meta = [tw.finish(mappings[tw.task.target]) for tw in tasks]
-    warnings = [f"task {task.name!r}: table {plan.name!r} has no time column, so its "
-                "sequences see every row whatever its time (set static = true if that is "
-                "meant)" for task in ctx.schema.tasks
+    warnings = [timeless_warning(task.name, plan.name) for task in ctx.schema.tasks
                 if task.table == plan.name and plan.time_column is None and not task.static]
     if plan.num_null_times:
         warnings.append(f"{where(plan.name, plan.time_column)}: "

@@ -25,6 +25,13 @@ OPTIONAL_TASK_KEYS = frozenset({"label_lag_us", "boundary", "static", "split"})
 MAX_LAG_US = 1 << 62
 
 
+def timeless_warning(task: str, table: str) -> str:
+    """What preprocess and ``dlkit manifest`` say of a task on a table without a time
+    column whose schema does not say it is static."""
+    return (f"task {task!r}: table {table!r} has no time column, so its sequences see every "
+            "row whatever its time (set static = true in the schema if that is meant)")
+
+
 def rules_of(task: Any) -> TaskRules:
     """A task's rules: its ``rules`` (an opened database's task), else the defaults."""
     rules = getattr(task, "rules", None)

@@ -145,11 +145,11 @@ def resolve_start(request: SampleRequest, manifest_hash: bytes
 
 def check_outputs(request: SampleRequest) -> None:
     """Refuse outputs that would lose a file: an existing one without ``overwrite``, a
-    symbolic link (see :func:`dlkit.atomic.output_kind`), one that is an input (the manifest,
+    symbolic link (see :func:`dlkit.outputs.output_kind`), one that is an input (the manifest,
     the checkpoint resumed from) or the same file as another output. The one exception:
     ``--checkpoint-out`` may be the checkpoint resumed from (with ``overwrite``), which it
     advances: it is read whole before anything is written, and replaced atomically."""
-    from dlkit.atomic import output_kind, refuse_overlap
+    from dlkit.outputs import output_kind, refuse_overlap
 
     outputs = {"--out": request.out, "--trace": request.trace,
                "--checkpoint-out": request.checkpoint_out}

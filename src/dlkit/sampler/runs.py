@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.atomic import AtomicDirectory, TargetKind, atomic_write_bytes
-from dlkit.db.task_rules import rules_of
+from dlkit.db.task_rules import rules_of, timeless_warning
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
 from dlkit.nextbatch import RunManifest, Stage
@@ -101,9 +101,8 @@ def _warn_timeless(db: Any) -> None:
     for task in db.tasks:
         table = db.table(task.table)
         if getattr(table, "time_column", None) is None and not rules_of(task).static:
-            warnings.warn(f"task {task.name!r}: table {table.name!r} has no time column, so "
-                          "its sequences see every row whatever its time (set static = true "
-                          "in the schema if that is meant)", SamplerWarning, stacklevel=3)
+            warnings.warn(timeless_warning(task.name, table.name), SamplerWarning,
+                          stacklevel=3)
 
 
 def _warn_unusable(manifest: RunManifest) -> None:

@@ -1,0 +1,72 @@
+"""Interrupts and commits: knowing which outputs a command completed, and keeping catchable
+signals out of a commit.
+
+``dlkit.atomic`` notes every output it commits (``note_committed``) and runs each commit
+inside ``deferred_interrupts``; the CLI records the commits of a command
+(``recording_commits``) to tell an interrupt that came after its output was complete (exit
+0, with a note) from one that came before (nothing was left behind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+_commit_log: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "dlkit_commit_log", default=None)
+
+
+@contextlib.contextmanager
+def recording_commits() -> Iterator[list[str]]:
+    """A list that every output committed inside the block is appended to (its path): the
+    CLI tells an interrupt that came after the output was complete from one that came before."""
+    log: list[str] = []
+    token = _commit_log.set(log)
+    try:
+        yield log
+    finally:
+        _commit_log.reset(token)
+
+
+def note_committed(*paths: object) -> None:
+    log = _commit_log.get()
+    if log is not None:
+        log.extend(str(p) for p in paths)
+
+
+_DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                          if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block has run: a commit (its renames and the
+    bookkeeping saying it happened) is never cut in half by a catchable signal. The signal is
+    then delivered to the handler that was in place. (Only the main thread can install
+    handlers; elsewhere the block runs as it is.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[tuple[int, Any]] = []
+
+    def hold(signum, frame):  # noqa: ARG001
+        pending.append((signum, frame))
+
+    previous = {}
+    try:
+        for signum in _DEFERRED_SIGNALS:
+            previous[signum] = signal.signal(signum, hold)
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum, frame in pending[:1]:  # one delivery is enough: they all mean "stop"
+            handler = previous.get(signum)
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
