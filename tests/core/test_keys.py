@@ -83,7 +83,8 @@ def test_forced_hash_collisions_never_link_wrong_rows():
     pk = ["alpha", "beta", "gamma", "delta"]
     _, data, offsets = _buffers(pk)
     hashes = np.zeros(len(pk), dtype=np.int64)  # every key collides
-    slots, dup, _ = kk.hash_index_strings(hashes, data, offsets, kk.table_size(len(pk)))
+    slots = np.empty((kk.table_size(len(pk)), kk.STRING_SLOT), np.int64)
+    dup, _ = kk.hash_index_strings(hashes, data, offsets, slots)
     assert dup == -1
     probe = ["gamma", "epsilon", "alpha", "delta"]
     _, pdata, poffsets = _buffers(probe)
@@ -109,7 +110,8 @@ def test_lookalike_keys_resolve_to_their_own_rows(forced):
     hashes = np.zeros(n, np.int64)
     if not forced:
         kk.hash_strings(data, offsets, hashes)
-    slots, dup, _ = kk.hash_index_strings(hashes, data, offsets, kk.table_size(n))
+    slots = np.full((kk.table_size(n), kk.STRING_SLOT), 7, np.int64)  # any contents
+    dup, _ = kk.hash_index_strings(hashes, data, offsets, slots)
     assert dup == -1
     probe = list(reversed(_LOOKALIKES)) + ["customer-0003", "ab\x00\x00\x00", "\x00" * 10]
     _, pdata, poffsets = _buffers(probe)
@@ -136,7 +138,8 @@ def test_string_hash_depends_on_every_byte_and_the_length():
 def test_forced_collision_duplicate_detected():
     pk = ["x", "y", "x"]
     _, data, offsets = _buffers(pk)
-    _slots, dup, first = kk.hash_index_strings(np.zeros(3, np.int64), data, offsets, 16)
+    dup, first = kk.hash_index_strings(np.zeros(3, np.int64), data, offsets,
+                                       np.empty((16, kk.STRING_SLOT), np.int64))
     assert (dup, first) == (2, 0)
 
 

@@ -23,7 +23,7 @@ def test_preprocess_json_and_verify(dlkit, tmp_path):
     assert [s["name"] for s in report["stages"]] == [
         "scan", "keys", "tables", "graph", "embeddings", "manifest", "commit"]
     for stage in report["stages"]:
-        assert set(stage) == {"name", "seconds", "rows", "edges", "columns", "bytes"}
+        assert set(stage) == {"name", "seconds", "rows", "edges", "columns", "bytes", "spilled"}
     v = dlkit("verify", tmp_path / "db", "--json")
     assert v.returncode == 0
     verdict = json.loads(v.stdout)
@@ -233,3 +233,28 @@ def test_the_progress_display_skips_a_stage_with_nothing_to_do():
         sink.advance(4)
         sink.end()
         assert [(t.description, t.completed) for t in sink.bar.tasks] == [("scan", 4)]
+
+
+def test_a_small_budget_spills_and_says_so(dlkit, tmp_path):
+    ram = dlkit("preprocess", EXAMPLE, tmp_path / "ram", "--json", "--no-fsync")
+    small = dlkit("preprocess", EXAMPLE, tmp_path / "small", "--json", "--no-fsync",
+                  "--memory-budget", "0")
+    assert ram.returncode == 0 and small.returncode == 0, small.stderr
+    ram_report, small_report = json.loads(ram.stdout), json.loads(small.stdout)
+    assert ram_report["spilled_bytes"] == 0 and small_report["spilled_bytes"] > 0
+    assert small_report["memory_budget"] == 0
+    assert small_report["database_hash"] == ram_report["database_hash"]
+    shown = dlkit("preprocess", EXAMPLE, tmp_path / "shown", "--no-fsync",
+                  "--memory-budget", "0")
+    assert shown.returncode == 0
+    assert "spilled to scratch files" in shown.stderr and "spilled to disk" in shown.stderr
+
+
+def test_the_progress_display_shows_bytes_spilled():
+    from dlkit.cli.db import RichProgress
+
+    with RichProgress() as sink:
+        sink.begin("tables", 10)
+        sink.spilled(3 << 20)
+        assert sink.bar.tasks[0].fields["spill"] == "3.0 MB spilled to disk"
+        sink.end()

@@ -50,4 +50,24 @@ def test_arrays_zeros_are_zero_in_memory_and_in_scratch_files(tmp_path):
             del garbage
             z = arrays.zeros(np.int64, n)
             assert z.shape == (n,) and not z.any()
-    assert isinstance(spilled.zeros(np.int64, 10), np.memmap)
+    assert scratch.is_spilled(spilled.zeros(np.int64, 100_000))
+    assert not scratch.is_spilled(spilled.zeros(np.int64, 10))  # under a page: never spilled
+
+
+def test_the_budget_counts_live_arrays_and_spills_beyond_it(tmp_path):
+    seen = []
+    arrays = scratch.Arrays(tmp_path / "s", budget=3 << 20, on_spill=seen.append)
+    first = arrays.empty(np.int64, (2 << 20) // 8)
+    second = arrays.empty(np.int64, (2 << 20) // 8)  # 4 MiB > 3 MiB: spilled
+    assert not scratch.is_spilled(first) and scratch.is_spilled(second)
+    assert (arrays.used, arrays.spilled, seen) == (2 << 20, 2 << 20, [2 << 20])
+    second[:] = np.arange(second.size)  # a spilled array reads back what was written
+    assert int(second[12345]) == 12345 and not scratch.populate(second)
+    assert os.listdir(tmp_path / "s") == []  # unlinked at once: a crash leaves nothing
+    view = first[10:]
+    del first
+    assert arrays.used == 2 << 20  # a view keeps the memory: still counted
+    del view
+    assert arrays.used == 0  # freed: its bytes are the budget's again
+    third = arrays.empty(np.int64, (2 << 20) // 8)
+    assert not scratch.is_spilled(third) and arrays.peak == 2 << 20

@@ -68,6 +68,7 @@ class RichProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[unit]}"),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[spill]}"),
             console=err_console,
             transient=False,
         )
@@ -88,11 +89,15 @@ class RichProgress:
         if not self.started:  # at the first stage: an early error leaves no empty bar line
             self.bar.start()
             self.started = True
-        self.task = self.bar.add_task(stage, total=total, unit=unit)
+        self.task = self.bar.add_task(stage, total=total, unit=unit, spill="")
 
     def advance(self, amount: int) -> None:
         if self.task is not None:
             self.bar.advance(self.task, amount)
+
+    def spilled(self, total_bytes: int) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, spill=f"{_human_bytes(total_bytes)} spilled to disk")
 
     def end(self) -> None:
         if self.task is not None:
@@ -119,7 +124,7 @@ def preprocess(
                                  help="Text embedder: 'hashed' (built in, no download) or 'package.module:factory' (see dlkit.db.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     memory_budget: str = typer.Option(None, "--memory-budget",
-                                      help="Memory for index arrays (row times, foreign keys, CSR), e.g. 2G or 512M; beyond it they go to memory-mapped scratch files. Default: half the available memory."),
+                                      help="Memory for the build's working arrays (row times, primary keys, key indexes, category ids, both CSRs), e.g. 2G or 512M; beyond it they spill to scratch files in the build directory. The database is the same for any budget. Default: half the available memory."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary on stderr."),
@@ -167,15 +172,23 @@ def preprocess(
                        f"{t['dangling']:,}")
     err_console.print(tables)
     stages = Table(title="stages", title_justify="left")
-    for name in ("stage", "rows", "edges", "columns", "bytes", "seconds"):
+    spilled = report.spilled_bytes > 0  # a column only when the budget was exceeded
+    for name in ("stage", "rows", "edges", "columns", "bytes", "seconds") + (
+            ("spilled",) if spilled else ()):
         stages.add_column(name, justify="left" if name == "stage" else "right")
     for s in report.stages:
         stages.add_row(s.name, f"{s.rows:,}" if s.rows else "", f"{s.edges:,}" if s.edges else "",
                        str(s.columns) if s.columns else "", _human_bytes(s.bytes) if s.bytes else "",
-                       f"{s.seconds:.3f}")
+                       f"{s.seconds:.3f}",
+                       *((_human_bytes(s.spilled) if s.spilled else "",) if spilled else ()))
     stages.add_row("[bold]total", f"{report.num_rows:,}", f"{report.num_edges:,}",
-                   str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}")
+                   str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}",
+                   *((_human_bytes(report.spilled_bytes),) if spilled else ()))
     err_console.print(stages)
+    if spilled:
+        err_console.print(f"working arrays beyond --memory-budget "
+                          f"{_human_bytes(report.memory_budget)} spilled to scratch files: "
+                          f"{_human_bytes(report.spilled_bytes)}", highlight=False)
     err_console.print(f"{counted(report.num_texts, 'distinct text')}, "
                       f"{counted(report.num_categories, 'category', 'categories')}, "
                       f"{counted(report.num_tasks, 'task')}", highlight=False)

@@ -202,14 +202,15 @@ STRING_SLOT = 4
 
 
 @kernel
-def hash_index_strings(hashes, data, offsets, size):
-    """``(table, dup_row, first_row)`` for string keys with precomputed ``hashes``.
-
-    ``table`` is ``int64[size, STRING_SLOT]`` (see ``STRING_SLOT``); the first duplicate or
-    ``(-1, -1)``.
+def hash_index_strings(hashes, data, offsets, table):
+    """Index string keys with precomputed ``hashes`` into ``table`` (``int64[size,
+    STRING_SLOT]``, any contents; see ``STRING_SLOT``; ``size`` a power of two, at least
+    ``table_size`` of the key count). Returns ``(dup_row, first_row)``, the first duplicate,
+    or ``(-1, -1)``. The caller allocates the table: within the build's memory budget.
     """
+    size = table.shape[0]
     mask = np.uint64(size - 1)
-    table = np.zeros((size, STRING_SLOT), dtype=np.int64)
+    table[:, :] = 0
     table[:, 1] = -1
     for i in range(hashes.shape[0]):
         h = hashes[i]
@@ -219,13 +220,13 @@ def hash_index_strings(hashes, data, offsets, size):
         while table[s, 1] >= 0:
             j = table[s, 1]
             if table[s, 0] == h and bytes_equal(data, offsets[j], offsets[j + 1], data, a, b):
-                return table, i, j
+                return i, j
             s = (s + 1) & (size - 1)
         table[s, 0] = h
         table[s, 1] = i
         table[s, 2] = np.int64(word_at(data, a, b))
         table[s, 3] = b - a
-    return table, -1, -1
+    return -1, -1
 
 
 @kernel

@@ -24,7 +24,7 @@ from dlkit.db import format as fmt
 from dlkit.db.convert import dictionary_parts, to_boolean, to_micros, to_numeric
 from dlkit.db.hashing import HashedFile, Hasher
 from dlkit.db.plan import ColumnPlan, TablePlan, where
-from dlkit.db.scratch import empty_small_pages
+from dlkit.db.scratch import Arrays
 from dlkit.errors import DataError
 
 class BitmapWriter:
@@ -122,7 +122,7 @@ class CategoryEncoder:
 class ColumnWriter:
     """One feature column: values file, validity bitmap, statistics, categories."""
 
-    def __init__(self, plan: TablePlan, col: ColumnPlan, hasher: Hasher):
+    def __init__(self, plan: TablePlan, col: ColumnPlan, hasher: Hasher, arrays: Arrays):
         self.plan = plan
         self.col = col
         self.where = where(plan.name, col.name)
@@ -135,7 +135,7 @@ class ColumnWriter:
             self.values_out = hasher.open(values_rel)
         else:  # provisional ids, renumbered in place by finish
             self.values_out = hasher.open(values_rel)
-            self.ids = empty_small_pages(self.dtype, plan.num_rows)
+            self.ids = arrays.empty(self.dtype, plan.num_rows)
             self.pos = 0
         self.last: tuple[np.ndarray, np.ndarray] | None = None
 

@@ -45,12 +45,15 @@ class GraphWriter:
         max_edges = sum(p.num_rows * len(p.foreign_keys) for p in plans)
         self.id_dtype = fmt.graph_id_dtype(self.num_rows)
         self.offset_dtype = fmt.graph_offset_dtype(max_edges)
+        # The parents' in-degrees, counted as the edges arrive (on the thread appending
+        # them, in parallel with the column work), then turned into the child offsets.
+        # Asked for first: the only array written at random (an increment per edge), so
+        # the one to keep in memory when the budget cannot hold them all; every other one
+        # is written in order, or in a few thousand sequential runs (the transpose).
+        self.child_offsets = arrays.zeros(self.offset_dtype, self.num_rows + 1)
         self.parent_offsets = arrays.empty(self.offset_dtype, self.num_rows + 1)
         self.parent_ids = arrays.empty(self.id_dtype, max_edges)
         self.parent_offsets[0] = 0
-        # The parents' in-degrees, counted as the edges arrive (on the thread appending
-        # them, in parallel with the column work), then turned into the child offsets.
-        self.child_offsets = arrays.zeros(self.offset_dtype, self.num_rows + 1)
         self.num_edges = 0
         self.row_times = arrays.empty(np.int64, self.num_rows)
         self.size = 0

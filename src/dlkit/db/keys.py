@@ -3,6 +3,7 @@ of a table and foreign-key resolution through it (wrapping ``dlkit.core.keys``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,8 +15,15 @@ from dlkit.db.convert import check_utf8, to_int_keys, to_string_buffers, valid_m
 from dlkit.db.hashing import Hasher
 from dlkit.db.plan import TablePlan, check_rows, where
 from dlkit.db.report import Progress
-from dlkit.db.scratch import empty_small_pages
+from dlkit.db.scratch import Arrays
 from dlkit.errors import DataError
+
+
+Allocate = Callable[[np.dtype, int], np.ndarray]  # ``empty(dtype, n)``
+
+
+def heap_empty(dtype: np.dtype, n: int) -> np.ndarray:
+    return np.empty(n, dtype=dtype)
 
 
 @dataclass
@@ -32,32 +40,37 @@ class KeyIndex:
     _hold: object = None
 
     @classmethod
-    def build_int(cls, keys: np.ndarray, where: str,
-                  bounds: tuple[int, int] | None = None) -> KeyIndex:
-        """Index integer ``keys`` (``bounds``: their min and max, when already known)."""
+    def build_int(cls, keys: np.ndarray, where: str, bounds: tuple[int, int] | None = None,
+                  empty: Allocate = heap_empty) -> KeyIndex:
+        """Index integer ``keys`` (``bounds``: their min and max, when already known; the
+        slots from ``empty(dtype, n)``)."""
         n = keys.shape[0]
         if n:
             kmin, kmax = bounds if bounds is not None else (int(keys.min()), int(keys.max()))
             span = kmax - kmin + 1
             if _dense(span, n):
-                slots = np.full(span, -1, dtype=_row_dtype(n))
+                slots = _no_rows(empty, span, n)
                 dup, first = kk.dense_index_build(keys, np.int64(kmin), slots)
                 if dup >= 0:
                     raise _duplicate(where, int(keys[dup]), first, dup)
                 return cls(family="integer", num_rows=n, slots=slots, kmin=kmin)
-        slots = np.full(kk.table_size(n), -1, dtype=_row_dtype(n))
+        slots = _no_rows(empty, kk.table_size(n), n)
         dup, first = kk.hash_index_ints(keys, slots)
         if dup >= 0:
             raise _duplicate(where, int(keys[dup]), first, dup)
         return cls(family="integer", num_rows=n, slots=slots, keys=keys)
 
     @classmethod
-    def build_str(cls, array: pa.Array, where: str) -> KeyIndex:
+    def build_str(cls, array: pa.Array, where: str, empty: Allocate = heap_empty) -> KeyIndex:
+        """Index string keys (the slots from ``empty(dtype, n)``)."""
         data, offsets, _valid, held = to_string_buffers(array)
         n = len(held)
-        hashes = np.empty(n, dtype=np.int64)
+        hashes = empty(np.dtype(np.int64), n)
         kk.hash_strings(data, offsets, hashes)
-        slots, dup, first = kk.hash_index_strings(hashes, data, offsets, kk.table_size(n))
+        slots = empty(np.dtype(np.int64), kk.table_size(n) * kk.STRING_SLOT).reshape(
+            -1, kk.STRING_SLOT)
+        dup, first = kk.hash_index_strings(hashes, data, offsets, slots)
+        del hashes
         if dup >= 0:
             raise _duplicate(where, held[int(dup)].as_py(), first, dup)
         return cls(family="string", num_rows=n, slots=slots, data=data, offsets=offsets,
@@ -92,12 +105,20 @@ def _row_dtype(n: int) -> np.dtype:
     return fmt.graph_id_dtype(n)
 
 
+def _no_rows(empty: Allocate, size: int, n: int) -> np.ndarray:
+    """``size`` slots of a table of ``n`` rows, each -1 (no row)."""
+    slots = empty(_row_dtype(n), size)
+    slots.fill(-1)
+    return slots
+
+
 def _dense(span: int, n: int) -> bool:
     """Whether keys spanning ``span`` values get a dense index (a slot per possible key)."""
     return span <= 4 * n + 1024
 
 
-def check_unique_ints(keys: np.ndarray, where: str, bounds: tuple[int, int]) -> None:
+def check_unique_ints(keys: np.ndarray, where: str, bounds: tuple[int, int],
+                      empty: Allocate = heap_empty) -> None:
     """The uniqueness check of integer keys no foreign key refers to (no row index kept)."""
     kmin, kmax = bounds
     n = keys.shape[0]
@@ -107,7 +128,7 @@ def check_unique_ints(keys: np.ndarray, where: str, bounds: tuple[int, int]) -> 
             first = int(np.flatnonzero(keys[:dup] == keys[dup])[0])
             raise _duplicate(where, int(keys[dup]), first, dup)
     else:
-        KeyIndex.build_int(keys, where, bounds)
+        KeyIndex.build_int(keys, where, bounds, empty)
 
 
 def _duplicate(where: str, value, row_a, row_b) -> DataError:
@@ -120,15 +141,16 @@ class PrimaryKeys:
     indexed by :meth:`finish`. Integer keys are written as they come; string keys when the
     table is complete (their offsets need the whole column)."""
 
-    def __init__(self, plan: TablePlan, hasher: Hasher):
+    def __init__(self, plan: TablePlan, hasher: Hasher, arrays: Arrays):
         self.plan = plan
+        self.arrays = arrays
         self.where = where(plan.name, plan.primary_key)
         self.hasher = hasher
         self.integer = plan.pk_family == "integer"
         self.pos = 0
         if self.integer:
             self.out = hasher.open(fmt.key_values_file(plan.name))
-            self.keys = empty_small_pages(np.int64, plan.num_rows)
+            self.keys = arrays.empty(np.int64, plan.num_rows)
             self.bounds = (0, 0)
         else:
             self.chunks: list[pa.Array] = []
@@ -163,14 +185,15 @@ class PrimaryKeys:
             keys, self.keys = self.keys[:self.pos], None
             if not referenced:
                 if self.pos:
-                    check_unique_ints(keys, self.where, self.bounds)
+                    check_unique_ints(keys, self.where, self.bounds, self.arrays.empty)
                 return None, self.out.size
-            index = KeyIndex.build_int(keys, self.where, self.bounds if self.pos else None)
+            index = KeyIndex.build_int(keys, self.where, self.bounds if self.pos else None,
+                                       self.arrays.empty)
             return index, self.out.size
         array = (pa.concat_arrays(self.chunks) if self.chunks
                  else pa.array([], type=pa.large_string()))
         self.chunks = []
-        index = KeyIndex.build_str(array, self.where)
+        index = KeyIndex.build_str(array, self.where, self.arrays.empty)
         base = int(index.offsets[0])
         end = int(index.offsets[-1])
         with self.hasher.open(fmt.key_offsets_file(self.plan.name)) as f:
@@ -181,11 +204,11 @@ class PrimaryKeys:
 
 
 def read_primary_keys(plan: TablePlan, batch_rows: int, hasher: Hasher, progress: Progress,
-                      referenced: bool = True) -> tuple[KeyIndex | None, int]:
+                      arrays: Arrays, referenced: bool = True) -> tuple[KeyIndex | None, int]:
     """Stage ``keys`` for one table: read the primary-key column on its own, check it (no
     null, no duplicate), write ``key.*``. Returns ``(index, bytes written)``. (A table no
     earlier table refers to gets this done during its own pass instead.)"""
-    keys = PrimaryKeys(plan, hasher)
+    keys = PrimaryKeys(plan, hasher, arrays)
     what = f"column {plan.primary_key!r}"
     for arr in plan.source.iter_column(plan.primary_key, batch_rows):
         check_rows(plan, what, keys.pos + len(arr))

@@ -21,6 +21,9 @@ class Progress:
     def end(self) -> None:
         pass
 
+    def spilled(self, total_bytes: int) -> None:
+        """Working arrays have spilled to scratch files: ``total_bytes`` so far."""
+
 
 @dataclass
 class StageReport:
@@ -30,6 +33,7 @@ class StageReport:
     edges: int = 0
     columns: int = 0
     bytes: int = 0
+    spilled: int = 0  # bytes of working arrays spilled to scratch files in this stage
 
 
 @dataclass
@@ -50,6 +54,8 @@ class PreprocessReport:
     tables: list[dict[str, Any]]
     dangling: dict[str, int]
     warnings: list[str] = field(default_factory=list)
+    memory_budget: int = 0  # bytes the working arrays could hold in memory
+    spilled_bytes: int = 0  # bytes of working arrays spilled to scratch files beyond it
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
+import threading
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +56,7 @@ def populate(array: np.ndarray) -> bool:
     changes the contents, so other threads may already be writing the array. Returns False
     (and does nothing) for file maps, small arrays and kernels without that advice (before
     Linux 5.14): the pages then fault in on first use, as they would have anyway."""
-    if isinstance(array, np.memmap) or array.nbytes < _PAGE:
+    if isinstance(array, np.memmap) or array.nbytes < _PAGE or is_spilled(array):
         return False
     address = array.ctypes.data
     start = address - address % _PAGE
@@ -67,26 +71,69 @@ def populate(array: np.ndarray) -> bool:
     return True
 
 
-class Arrays:
-    """Index arrays: in memory within ``budget`` bytes, memory-mapped scratch files beyond."""
+_SPILLED: weakref.WeakSet = weakref.WeakSet()  # the mappings of spilled arrays
 
-    def __init__(self, scratch: Path, budget: int):
+
+def _mapping(array: np.ndarray) -> object:
+    """The object that owns ``array``'s memory (the end of its chain of bases)."""
+    owner: object = array
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner.obj if isinstance(owner, memoryview) else owner
+
+
+def is_spilled(array: np.ndarray) -> bool:
+    """Whether ``array`` lives in a scratch file (:meth:`Arrays.empty` beyond the budget)."""
+    owner = _mapping(array)
+    return isinstance(owner, mmap.mmap) and owner in _SPILLED
+
+
+class Arrays:
+    """The build's large working arrays: in memory while the live ones fit ``budget`` bytes,
+    spilled to memory-mapped scratch files beyond it.
+
+    The budget counts the anonymous memory these arrays can occupy, live ones only: an
+    in-memory array gives its bytes back when its memory is freed (the last view of it
+    gone), so a table's arrays make room for the next table's. A spilled array lives in a
+    file under ``scratch``, mapped shared and unlinked at once: its pages are the page
+    cache's, which the kernel writes to disk and evicts under memory pressure, and its disk
+    space goes with the mapping (a crash leaves nothing behind). Which arrays spill depends
+    on the budget and the order of requests, never the bytes the build writes.
+    """
+
+    def __init__(self, scratch: Path, budget: int,
+                 on_spill: Callable[[int], None] | None = None):
         self.scratch = scratch
+        self.on_spill = on_spill  # called with the bytes spilled so far, after each spill
         self.budget = budget
-        self.used = 0
+        self.used = 0  # bytes of live in-memory arrays
+        self.peak = 0
+        self.spilled = 0  # bytes of every array ever spilled
         self.count = 0
+        self._lock = threading.Lock()
 
     def empty(self, dtype, shape) -> np.ndarray:
         dtype = np.dtype(dtype)
         shape = tuple(int(s) for s in (shape if isinstance(shape, tuple) else (shape,)))
         nbytes = int(np.prod(shape)) * dtype.itemsize
-        if nbytes == 0 or self.used + nbytes <= self.budget:
-            self.used += nbytes
-            return empty_small_pages(dtype, shape)
-        self.scratch.mkdir(exist_ok=True)
-        self.count += 1
-        return np.lib.format.open_memmap(self.scratch / f"a{self.count}.npy", mode="w+",
-                                         dtype=dtype, shape=shape)
+        if nbytes < _PAGE:
+            return np.empty(shape, dtype=dtype)
+        with self._lock:
+            fits = self.used + nbytes <= self.budget
+            if fits:
+                self.used += nbytes
+                self.peak = max(self.peak, self.used)
+            else:
+                self.spilled += nbytes
+                self.count += 1
+                number = self.count
+        if fits:
+            array = empty_small_pages(dtype, shape)
+            weakref.finalize(_mapping(array), self._freed, nbytes)
+            return array
+        if self.on_spill is not None:
+            self.on_spill(self.spilled)
+        return _spill_file(self.scratch, number, nbytes).reshape(-1).view(dtype).reshape(shape)
 
     def zeros(self, dtype, shape) -> np.ndarray:
         """Like :meth:`empty`, zero-filled at no cost: a fresh anonymous map and a fresh
@@ -97,6 +144,26 @@ class Arrays:
             array[...] = 0
         return array
 
-    def release(self, array: np.ndarray) -> None:
-        if not isinstance(array, np.memmap):
-            self.used -= array.nbytes
+    def full(self, dtype, shape, value) -> np.ndarray:
+        array = self.empty(dtype, shape)
+        array.fill(value)
+        return array
+
+    def _freed(self, nbytes: int) -> None:
+        with self._lock:
+            self.used -= nbytes
+
+
+def _spill_file(scratch: Path, number: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` of zeros in a new scratch file, mapped shared and already unlinked."""
+    scratch.mkdir(exist_ok=True)
+    path = scratch / f"spill-{number}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, nbytes)
+        mapped = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+        path.unlink()
+    _SPILLED.add(mapped)
+    return np.frombuffer(mapped, dtype=np.uint8)

@@ -28,7 +28,7 @@ from dlkit.db.keys import KeyIndex, PrimaryKeys
 from dlkit.db.plan import TablePlan, check_rows, where
 from dlkit.db.report import Progress
 from dlkit.db.schema import Schema
-from dlkit.db.scratch import empty_small_pages
+from dlkit.db.scratch import Arrays, empty_small_pages
 from dlkit.db.source import ReadJob
 from dlkit.db.task_rules import timeless_warning
 from dlkit.db.tasks import TaskWriter
@@ -47,6 +47,7 @@ class TablePassContext:
     graph: GraphWriter
     texts: TextStore
     hasher: Hasher
+    arrays: Arrays  # the working arrays, within the memory budget
     progress: Progress
     batch_rows: int
     on_dangling: str
@@ -71,16 +72,16 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
     """One pass over ``plan``'s columns (``job``, read as ``batches``): ``(metadata of its
     tasks, warnings, bytes of primary keys written)``; the primary keys too, when they are
     read in this pass."""
-    writers = {c.name: ColumnWriter(plan, c, ctx.hasher) for c in plan.columns}
+    writers = {c.name: ColumnWriter(plan, c, ctx.hasher, ctx.arrays) for c in plan.columns}
     text_cols = [c for c in plan.columns if c.stype == fmt.TEXT]
     plain_cols = [c for c in plan.columns if c.stype != fmt.TEXT]
     tasks = [TaskWriter(task, i, next(c for c in plan.columns if c.name == task.target),
-                        ctx.hasher, plan.num_rows, plan.source.location_rows)
+                        ctx.hasher, plan.num_rows, ctx.arrays, plan.source.location_rows)
              for i, task in enumerate(ctx.schema.tasks) if task.table == plan.name]
     rt = ctx.graph.row_times[plan.row_offset:plan.row_offset + plan.num_rows]
     if plan.time_column is None:
         rt[:] = fmt.NO_TIME
-    keys = PrimaryKeys(plan, ctx.hasher) if plan.name in ctx.keys_in_pass else None
+    keys = PrimaryKeys(plan, ctx.hasher, ctx.arrays) if plan.name in ctx.keys_in_pass else None
     # Two parent buffers: the helper may still resolve one batch while the next is queued.
     parents = empty_small_pages(np.int64, (2, len(plan.foreign_keys), ctx.batch_rows))
     first_dangling: dict[int, tuple[int, Any]] = {}

@@ -11,7 +11,7 @@ from dlkit.core.stats import gather_seeds, remap_ids
 from dlkit.db import format as fmt
 from dlkit.db.hashing import Hasher
 from dlkit.db.plan import ColumnPlan
-from dlkit.db.scratch import empty_small_pages
+from dlkit.db.scratch import Arrays
 from dlkit.db.task_rules import TaskRules
 
 
@@ -26,7 +26,7 @@ class TaskWriter:
     """
 
     def __init__(self, task, index: int, col: ColumnPlan, hasher: Hasher, num_rows: int,
-                 split_rows: tuple[int, ...] = ()):
+                 arrays: Arrays, split_rows: tuple[int, ...] = ()):
         self.task = task
         self.split_rows = split_rows
         self.index = index
@@ -36,7 +36,7 @@ class TaskWriter:
         self.categorical = col.stype == fmt.CATEGORICAL
         self.target = hasher.open(fmt.task_file(task.name, "target"))
         if self.categorical:
-            self.provisional = empty_small_pages("<f8", num_rows)
+            self.provisional = arrays.empty("<f8", num_rows)
         self.num_seeds = 0
         self._ones = np.ones(0, dtype=np.uint8)
         self._spare: dict[str, deque] = {}  # arrays written out, free for the next batch

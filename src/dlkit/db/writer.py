@@ -30,17 +30,22 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
 7. ``commit``: fsync (each file was already flushed in the background once complete), then
    the atomic rename into place (``dlkit.atomic``).
 
-Memory: a few record batches at a time (up to ``STARTUP_READ_AHEAD_BYTES`` of them at the
-start), plus the index arrays: row times and both CSRs, about ``16 V + 18 E`` bytes at the
-peak of the graph stage (V rows, E edges; up to ``24 V + 26 E`` with the int64 ids and offsets
-of graphs beyond 2^31 rows or edges; the edge arrays are sized for the most edges there could
-be, every foreign key non-null, and faulted in by a helper thread while the first tables
-stream by, so a null foreign key costs its 18 bytes too), plus the key indexes (4 bytes per
-key value in the key range of integer keys, 8 for tables beyond 2^31 rows; about 64 bytes per
-row and the keys themselves for string keys; only for tables a foreign key refers to) and the
-distinct texts seen so far. Index arrays live in memory up to ``memory_budget`` bytes and in
-memory-mapped scratch files inside the build directory beyond it, so a graph larger than
-memory still builds.
+Memory: the working arrays are the large part, all linear in the input: row times and both
+CSRs, about ``16 V + 18 E`` bytes at the peak of the graph stage (V rows, E edges; up to
+``24 V + 26 E`` with the int64 ids and offsets of graphs beyond 2^31 rows or edges; the edge
+arrays are sized for the most edges there could be, every foreign key non-null, and faulted
+in by a helper thread while the first tables stream by), the primary keys of the table in
+its pass (8 bytes per row for integer keys), the key indexes of the tables a foreign key
+refers to (4 bytes per key value in the key range of integer keys, 8 beyond 2^31 rows), and
+the provisional ids of categorical columns and targets (4 and 8 bytes per row). They come
+from one :class:`dlkit.db.scratch.Arrays`: in memory while the live ones fit
+``memory_budget``, spilled to memory-mapped scratch files in the build directory beyond it
+(the page cache's pages, written to disk under memory pressure), the array written at random
+(the in-degree counts) asked for first. Which arrays spill never changes the bytes written.
+Beside them: a few record batches (up to ``STARTUP_READ_AHEAD_BYTES`` of them at the start, a
+sixteenth of the budget at most), the writer's backlog, the loaded kernels, and what is not
+yet budgeted: string primary keys (the keys themselves and about 64 bytes per row, for the
+tables a foreign key refers to) and the distinct texts seen so far.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +128,16 @@ class _Builder:
         self.num_categories = 0
         self.task_meta: list[dict[str, Any]] = []
 
-    def _stage(self, name: str, total: int | None, unit: str = "rows"):
-        return timed_stage(self.progress, self.stages[name], total, unit)
+    @contextmanager
+    def _stage(self, name: str, total: int | None, unit: str = "rows") -> Iterator[StageReport]:
+        arrays = getattr(self, "arrays", None)
+        before = arrays.spilled if arrays is not None else 0
+        try:
+            with timed_stage(self.progress, self.stages[name], total, unit) as report:
+                yield report
+        finally:
+            if arrays is not None:
+                self.stages[name].spilled += arrays.spilled - before
 
     # -- 1: scan ----------------------------------------------------------------------------
 
@@ -156,7 +171,7 @@ class _Builder:
 
     # -- 2: keys ----------------------------------------------------------------------------
 
-    def keys(self, hasher: Hasher) -> None:
+    def keys(self, hasher: Hasher, arrays: Arrays) -> None:
         """Read the keys a table's pass needs before it starts: those of tables that a table
         at the same or an earlier position refers to. Every other table's keys are read in
         its own pass (one pass over its file, decoded in parallel with its other columns)."""
@@ -167,7 +182,8 @@ class _Builder:
         keyed = [p for p in self.plans if p.name in needed_first]
         with self._stage("keys", sum(p.num_rows for p in keyed)) as st:
             for plan in keyed:
-                index, nbytes = read_primary_keys(plan, self.batch_rows, hasher, self.progress)
+                index, nbytes = read_primary_keys(plan, self.batch_rows, hasher, self.progress,
+                                                  arrays)
                 self.indexes[plan.name] = index
                 st.bytes += nbytes
                 st.rows += plan.num_rows
@@ -178,19 +194,22 @@ class _Builder:
     # -- 3: tables --------------------------------------------------------------------------
 
     def tables(self, hasher: Hasher, arrays: Arrays) -> None:
-        self.graph_writer = GraphWriter(self.plans, hasher, arrays)
-        self.texts = TextStore(hasher, self.embedder)
-        ctx = TablePassContext(
-            plans={p.name: p for p in self.plans}, indexes=self.indexes, schema=self.schema,
-            graph=self.graph_writer, texts=self.texts, hasher=hasher, progress=self.progress,
-            batch_rows=self.batch_rows, on_dangling=self.on_dangling,
-            keys_in_pass=self.keys_in_pass, referenced=self.referenced)
         with self._stage("tables", self.num_rows) as st:
+            self.graph_writer = GraphWriter(self.plans, hasher, arrays)
+            self.texts = TextStore(hasher, self.embedder)
+            ctx = TablePassContext(
+                plans={p.name: p for p in self.plans}, indexes=self.indexes,
+                schema=self.schema, graph=self.graph_writer, texts=self.texts, hasher=hasher,
+                arrays=arrays, progress=self.progress, batch_rows=self.batch_rows,
+                on_dangling=self.on_dangling, keys_in_pass=self.keys_in_pass,
+                referenced=self.referenced)
             cat_start = 0
             keys = self.stages["keys"]
             jobs = [read_job(plan, self.keys_in_pass) for plan in self.plans]
-            with ReadAhead(jobs, self.batch_rows, READ_AHEAD_BYTES,
-                           startup_budget=STARTUP_READ_AHEAD_BYTES,
+            # a small budget also gets a smaller head start (the bytes are the same)
+            startup = min(STARTUP_READ_AHEAD_BYTES,
+                          max(READ_AHEAD_BYTES, self.memory_budget // 16))
+            with ReadAhead(jobs, self.batch_rows, READ_AHEAD_BYTES, startup_budget=startup,
                            consumer_ready=self.kernels_ready) as ahead:
                 for i, (plan, job) in enumerate(zip(self.plans, jobs)):
                     task_meta, warnings, key_bytes = stream_table(plan, ctx, job,
@@ -256,8 +275,9 @@ class _Builder:
         scratch = root / "_scratch"
         hasher = Hasher(root, sync=fsync)
         try:
-            arrays = Arrays(scratch, self.memory_budget)
-            self.keys(hasher)
+            arrays = self.arrays = Arrays(scratch, self.memory_budget,
+                                          on_spill=self.progress.spilled)
+            self.keys(hasher, arrays)
             self.tables(hasher, arrays)
             self.graph()
             self.embeddings(hasher)
@@ -382,4 +402,6 @@ def preprocess(
         dangling={f"{p.name}.{f.column}": f.num_dangling for p in builder.plans
                   for f in p.foreign_keys},
         warnings=builder.warnings,
+        memory_budget=budget,
+        spilled_bytes=builder.arrays.spilled,
     )
