@@ -27,7 +27,7 @@ import cbor2
 from dlkit.atomic import atomic_write_bytes
 from dlkit.errors import CheckpointError, ContractViolationError
 from dlkit.files import read_regular
-from dlkit.nextbatch.cbor import UINT64_MAX, canonical_cbor
+from dlkit.encoding import UINT64_MAX, canonical_cbor
 
 
 @dataclass(frozen=True, order=True)

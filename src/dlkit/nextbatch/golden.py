@@ -27,7 +27,7 @@ import numpy as np
 
 from dlkit.errors import DlkitError, GoldenFileError, GoldenMismatchError
 from dlkit.files import read_regular
-from dlkit.nextbatch.cbor import UINT64_MAX
+from dlkit.encoding import UINT64_MAX
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.manifest import RunManifest, manifest_from_value
 from dlkit.nextbatch.sampler import SamplingPlan, Stage

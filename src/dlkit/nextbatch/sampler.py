@@ -30,7 +30,7 @@ from dlkit.errors import (
     NextBatchError,
 )
 from dlkit.nextbatch import tokens
-from dlkit.nextbatch.cbor import UINT32_MAX, UINT64_MAX
+from dlkit.encoding import UINT32_MAX, UINT64_MAX
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.manifest import RunManifest
 

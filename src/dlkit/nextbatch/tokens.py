@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dlkit.nextbatch.cbor import cbor_sha256, require_uint, sha256
+from dlkit.encoding import cbor_sha256, require_uint, sha256
 
 SAMPLING_MODE_TRAIN = "SHUFFLE_WITHOUT_REPLACEMENT_BLOCK_AFFINE_V1"
 SAMPLING_MODE_TRAIN_V3 = "SHUFFLE_WITHOUT_REPLACEMENT_FEISTEL_V3"

@@ -22,7 +22,7 @@ import numpy as np
 from dlkit.atomic import atomic_writer
 from dlkit.errors import ContractViolationError, NextBatchError, ReplayMismatchError, TraceError
 from dlkit.files import open_regular
-from dlkit.nextbatch.cbor import canonical_cbor, hex_digest, sha256
+from dlkit.encoding import canonical_cbor, hex_digest, sha256
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.manifest import RunManifest
 from dlkit.nextbatch.sampler import SamplingMetadata, SamplingPlan, Stage
