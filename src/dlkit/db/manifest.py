@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db.format import FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
+from dlkit.encoding import UINT64_MAX, cbor_sha256, is_utf8, parse_hex_digest
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
-from dlkit.encoding import UINT64_MAX, cbor_sha256, is_utf8, parse_hex_digest
 
 HASH_BLOCK = 1 << 22
 

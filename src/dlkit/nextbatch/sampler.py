@@ -20,6 +20,7 @@ import numpy as np
 
 from dlkit.core.feistel import FEISTEL_MAX_N, feistel_round_keys, resolve_feistel
 from dlkit.core.nextbatch import resolve_sequential, resolve_shuffled, seeded_block_permute
+from dlkit.encoding import UINT32_MAX, UINT64_MAX
 from dlkit.errors import (
     BatchSizeInconsistentError,
     CardinalityMismatchError,
@@ -30,9 +31,8 @@ from dlkit.errors import (
     NextBatchError,
 )
 from dlkit.nextbatch import tokens
-from dlkit.encoding import UINT32_MAX, UINT64_MAX
 from dlkit.nextbatch.cursor import Cursor
-from dlkit.nextbatch.manifest import RunManifest
+from dlkit.nextbatch.run_manifest import RunManifest
 
 MAX_BLOCK_SIZE = 1 << 32
 # The v2 block order is materialised per epoch (8 bytes a block); past this it cannot fit.

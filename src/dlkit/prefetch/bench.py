@@ -39,7 +39,7 @@ import numpy as np
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.cursor import Cursor
-from dlkit.nextbatch.manifest import DataConfig, DatasetEntry, RunManifest, load_manifest
+from dlkit.nextbatch.run_manifest import DataConfig, DatasetEntry, RunManifest, load_manifest
 from dlkit.nextbatch.sampler import SamplingPlan
 from dlkit.prefetch.config import (
     IteratorConfig,
