@@ -47,7 +47,7 @@ else:
         dt = time.perf_counter() - t
     else:
         from dlkit.core.nextbatch import resolve_shuffled
-        _, words, order = plan._epoch(0)
+        _, words, order = plan.order.epoch_state(0)
         buf = np.empty(1 << 20, dtype=np.uint64)
         checksum = 0
         t = time.perf_counter()

@@ -33,10 +33,6 @@ _MODE_STRINGS = {
 }
 
 
-def failure_operator(train_mode: str = SAMPLING_MODE_TRAIN) -> str:
-    return FAILURE_OPERATOR_V3 if train_mode == SAMPLING_MODE_TRAIN_V3 else FAILURE_OPERATOR
-
-
 @lru_cache(maxsize=64)
 def kernel_replay_token(seed: int) -> bytes:
     """``SHA-256(CBOR(["kernel_replay_token_v1", uint64(seed)]))``."""
