@@ -80,11 +80,13 @@ class BenchReport:
 
 
 def progress_every(total: int) -> int:
+    """Steps between progress reports: about a hundred per loop."""
     return max(1, total // 100)
 
 
 def timed_result(name: str, waits: list[float], samples: int, row_bytes: int,
-            seconds: float, cpu_seconds: float) -> RunResult:
+                 seconds: float, cpu_seconds: float) -> RunResult:
+    """One loop's result from its consumer's waits (seconds each) and totals."""
     waits_us = np.asarray(waits) * 1e6 if waits else np.zeros(1)
     return RunResult(name, len(waits), samples, samples * row_bytes, seconds,
                      float(np.percentile(waits_us, 50)), float(np.percentile(waits_us, 99)),
