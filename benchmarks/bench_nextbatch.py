@@ -35,7 +35,7 @@ if mode == "numpy":
     t = time.perf_counter(); out = np.random.default_rng(0).permutation(n); dt = time.perf_counter() - t
 else:
     from dlkit.nextbatch import Cursor, SamplingPlan
-    from dlkit.nextbatch.manifest import DataConfig, DatasetEntry, RunManifest
+    from dlkit.nextbatch.run_manifest import DataConfig, DatasetEntry, RunManifest
     m = RunManifest(seed=0, global_batch_size=1024, data=DataConfig(),
                     datasets={"d": DatasetEntry("d", "1", n, bytes(32))})
     plan = SamplingPlan.create(m, "d", 1, 0, "train")
@@ -47,7 +47,7 @@ else:
         dt = time.perf_counter() - t
     else:
         from dlkit.core.nextbatch import resolve_shuffled
-        _, words, order = plan._epoch(0)
+        _, words, order = plan.order.epoch_state(0)
         buf = np.empty(1 << 20, dtype=np.uint64)
         checksum = 0
         t = time.perf_counter()

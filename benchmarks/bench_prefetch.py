@@ -33,10 +33,11 @@ import statistics
 import sys
 import time
 
+from dlkit.bench.request import BenchRequest
+from dlkit.bench.runner import measure, run_bench
+from dlkit.bench.workloads import calibrate_burn, synthetic_workload
 from dlkit.core.gather import burn
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
-from dlkit.prefetch.bench import BenchRequest, measure, run_bench
-from dlkit.prefetch.workloads import calibrate_burn, synthetic_workload
 
 OVERLAP_TARGET = 1.7
 OVERHEAD_TARGET_US = 50.0

@@ -43,10 +43,10 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dlkit.bench.workloads import calibrate_burn  # noqa: E402
 from dlkit.core.gather import burn  # noqa: E402
 from dlkit.db import open_database, preprocess  # noqa: E402
 from dlkit.db.format import FORMAT_VERSION  # noqa: E402
-from dlkit.prefetch.workloads import calibrate_burn  # noqa: E402
 from dlkit.sampler import Sampler  # noqa: E402
 from tests import naive_sampler as naive  # noqa: E402
 

@@ -47,7 +47,7 @@ import numpy as np
 from dlkit.core.feistel import resolve_feistel
 from dlkit.core.nextbatch import resolve_shuffled
 from dlkit.nextbatch import SamplingPlan
-from dlkit.nextbatch.manifest import DataConfig, DatasetEntry, RunManifest
+from dlkit.nextbatch.run_manifest import DataConfig, DatasetEntry, RunManifest
 from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, SAMPLING_MODE_TRAIN_V3
 
 SIZES = (10**4, 10**6, 2**20 + 1)

@@ -118,7 +118,7 @@ def test_the_default_workload_is_the_relational_sampler_feeding_a_step():
 
 def test_a_given_database_and_step_time(capsys, tmp_path):
     from dlkit.db import preprocess
-    from dlkit.prefetch.bench import EXAMPLE_DB
+    from dlkit.bench.relational import EXAMPLE_DB
 
     preprocess(EXAMPLE_DB, tmp_path / "db", fsync=False)
     code, out, err = run(["bench", "--db", str(tmp_path / "db"), "--steps", "4", "-b", "2",
@@ -138,7 +138,7 @@ def test_the_table_names_cores_and_load(capsys):
 
 
 def test_a_speedup_below_one_explains_itself():
-    from dlkit.prefetch.bench import slower_note
+    from dlkit.bench.report import slower_note
 
     assert slower_note(1.2, {"cores_available": 2, "load_1min": 0.5}, 2) == []
     note, = slower_note(0.52, {"cores_available": 2, "load_1min": 5.25}, 3)

@@ -9,7 +9,7 @@ import json
 import cbor2
 import pytest
 
-from dlkit.nextbatch.cbor import canonical_cbor
+from dlkit.encoding import canonical_cbor
 from dlkit.nextbatch.cursor import Checkpoint, parse_checkpoint_file, read_checkpoint
 from tests.cli.helpers import assert_clean_failure, run_dlkit
 from tests.nextbatch.helpers import manifest_dict

@@ -5,7 +5,6 @@ from pathlib import Path
 
 from dlkit.nextbatch import Cursor, SamplingPlan, parse_manifest
 from dlkit.nextbatch import tokens
-from dlkit.nextbatch.sampler import _epoch_plan
 from tests import naive_nextbatch as naive
 
 VECTORS = json.loads((Path(__file__).parents[2] / "fixtures/spec/nextbatch_v2_vectors.json").read_text())
@@ -32,7 +31,7 @@ def test_tokens_and_hashes():
 
 
 def test_block_order_and_indices():
-    _, _, order = _epoch_plan(tokens.kernel_replay_token(0), MANIFEST.manifest_hash, "toy", 0, 15)
+    _, _, order = SamplingPlan.create(MANIFEST, "toy", 1, 0, "train").order.epoch_state(0)
     assert order.tolist() == VECTORS["block_order_epoch0"]
     assert train_positions(0, range(24)) == VECTORS["train_epoch0_first_24"]
     assert train_positions(1, range(24)) == VECTORS["train_epoch1_first_24"]

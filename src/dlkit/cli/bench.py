@@ -11,11 +11,12 @@ from rich.table import Table
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, progress
+from dlkit.bench.request import WorkloadKind
 from dlkit.cli.params import check_rank
-from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode, WorkloadKind
+from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode
 
 if TYPE_CHECKING:  # imported by the command: it loads the kernels (see dlkit._lazy)
-    from dlkit.prefetch.bench import BenchReport, RunResult
+    from dlkit.bench.report import BenchReport, RunResult
 
 PANEL = "Performance"
 
@@ -103,7 +104,7 @@ def bench(
         dlkit bench --db out/db --consumer-ms 20
         dlkit bench --workload synthetic --compute-ms 5 --consumer-ms 5 --workers 2
     """
-    from dlkit.prefetch.bench import BenchRequest, run_bench, slower_note
+    from dlkit.bench import BenchRequest, run_bench, slower_note
 
     check_rank(rank, world_size)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from dlkit.nextbatch.cbor import UINT64_MAX
+from dlkit.encoding import UINT64_MAX
 
 
 def _integer_from(text: str | int, minimum: int) -> int:

@@ -118,7 +118,7 @@ def replay(
 
     Exit 0 only when every record (indices digest, cursors, tokens, metadata) matches.
     """
-    from dlkit.nextbatch.manifest import load_manifest
+    from dlkit.nextbatch.run_manifest import load_manifest
     from dlkit.atomic import settle
     from dlkit.nextbatch.trace import replay_trace
 

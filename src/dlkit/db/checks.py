@@ -19,9 +19,9 @@ from typing import Any
 
 from dlkit.db import format as fmt
 from dlkit.db.task_rules import OPTIONAL_TASK_KEYS
+from dlkit.encoding import is_utf8
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular
-from dlkit.nextbatch.cbor import is_utf8
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The **file map** is a map from each file's path relative to the database directo
 ``/`` separators, UTF-8 text) to ``{"size": <uint>, "sha256": <32-byte byte string>}``, over
 every regular file in the directory tree except ``manifest.json`` itself (so it includes
 ``metadata.json``). The **database hash** is ``SHA-256(CBOR_CANONICAL(file map))`` with the
-canonical CBOR of :mod:`dlkit.nextbatch.cbor` (map keys sorted canonically; sizes as
+canonical CBOR of :mod:`dlkit.encoding` (map keys sorted canonically; sizes as
 unsigned integers, digests as byte strings). It is what a run manifest cites as a dataset's
 ``hash``.
 
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db.format import FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
+from dlkit.encoding import UINT64_MAX, cbor_sha256, is_utf8, parse_hex_digest
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
-from dlkit.nextbatch.cbor import UINT64_MAX, cbor_sha256, is_utf8, parse_hex_digest
 
 HASH_BLOCK = 1 << 22
 

@@ -9,7 +9,7 @@ from dlkit._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from dlkit.nextbatch.cursor import Cursor, load_checkpoint, save_checkpoint
-    from dlkit.nextbatch.manifest import (
+    from dlkit.nextbatch.run_manifest import (
         DataConfig,
         DatasetEntry,
         RunManifest,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # imported on first use: the sampler's kernels load numba (see dlkit._lazy)
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
     "dlkit.nextbatch.cursor": ("Cursor", "load_checkpoint", "save_checkpoint"),
-    "dlkit.nextbatch.manifest": ("DataConfig", "DatasetEntry", "RunManifest", "load_manifest",
+    "dlkit.nextbatch.run_manifest": ("DataConfig", "DatasetEntry", "RunManifest", "load_manifest",
                                  "parse_manifest"),
     "dlkit.nextbatch.sampler": ("BatchResult", "SamplingMetadata", "SamplingPlan", "Stage",
                                 "StepChunk", "next_batch"),

@@ -25,9 +25,9 @@ from typing import Any
 import cbor2
 
 from dlkit.atomic import atomic_write_bytes
+from dlkit.encoding import UINT64_MAX, canonical_cbor
 from dlkit.errors import CheckpointError, ContractViolationError
 from dlkit.files import read_regular
-from dlkit.nextbatch.cbor import UINT64_MAX, canonical_cbor
 
 
 @dataclass(frozen=True, order=True)

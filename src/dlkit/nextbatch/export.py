@@ -173,7 +173,7 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
     from dlkit.atomic import AtomicFiles
     from dlkit.errors import CheckpointError, NextBatchError
     from dlkit.nextbatch.cursor import Checkpoint, checkpoint_bytes
-    from dlkit.nextbatch.manifest import load_manifest
+    from dlkit.nextbatch.run_manifest import load_manifest
     from dlkit.nextbatch.sampler import SamplingPlan
     from dlkit.nextbatch.trace import TraceWriter
 

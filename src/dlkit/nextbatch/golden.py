@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.encoding import UINT64_MAX
 from dlkit.errors import DlkitError, GoldenFileError, GoldenMismatchError
 from dlkit.files import read_regular
-from dlkit.nextbatch.cbor import UINT64_MAX
 from dlkit.nextbatch.cursor import Cursor
-from dlkit.nextbatch.manifest import RunManifest, manifest_from_value
+from dlkit.nextbatch.run_manifest import RunManifest, manifest_from_value
 from dlkit.nextbatch.sampler import SamplingPlan, Stage
 
 GOLDEN_FORMAT = "dlkit_golden_v1"

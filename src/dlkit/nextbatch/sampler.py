@@ -5,8 +5,9 @@ not depend on the cursor); ``plan.next_batch(cursor)`` checks the cursor and ret
 rank's micro-batch, the next cursor and the 0.I metadata. ``plan.iter_chunks`` yields many
 steps per kernel call with the same semantics, for streaming whole epochs.
 
-An order is a pure function of (manifest, dataset key, epoch, position): the per-epoch seed
-and block order are recomputed from those inputs (and cached, which changes nothing).
+Which sample a position holds is the plan's epoch order (``dlkit.nextbatch.orders``: v2's
+block-affine shuffle, v3's Feistel permutation, or sequential), picked once by ``create``; the
+plan adds what every order shares: validation, cursor arithmetic, chunking and metadata.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
-from dlkit.core.feistel import FEISTEL_MAX_N, feistel_round_keys, resolve_feistel
-from dlkit.core.nextbatch import resolve_sequential, resolve_shuffled, seeded_block_permute
+from dlkit.encoding import UINT32_MAX, UINT64_MAX
 from dlkit.errors import (
     BatchSizeInconsistentError,
     CardinalityMismatchError,
@@ -30,13 +29,11 @@ from dlkit.errors import (
     NextBatchError,
 )
 from dlkit.nextbatch import tokens
-from dlkit.nextbatch.cbor import UINT32_MAX, UINT64_MAX
 from dlkit.nextbatch.cursor import Cursor
-from dlkit.nextbatch.manifest import RunManifest
+from dlkit.nextbatch.orders import TRAIN_ORDERS, EpochOrder, EpochState, order_for
+from dlkit.nextbatch.run_manifest import RunManifest
 
 MAX_BLOCK_SIZE = 1 << 32
-# The v2 block order is materialised per epoch (8 bytes a block); past this it cannot fit.
-MAX_FULL_BLOCKS = 1 << 28
 DEFAULT_CHUNK_INDICES = 1 << 20
 
 
@@ -106,31 +103,12 @@ class StepChunk:
         return np.split(self.indices, np.cumsum(self.counts)[:-1])
 
 
-@lru_cache(maxsize=8)
-def _epoch_plan(replay_token: bytes, manifest_hash: bytes, dataset_key: str, epoch: int,
-                num_full_blocks: int) -> tuple[bytes, np.ndarray, np.ndarray]:
-    seed = tokens.epoch_seed(replay_token, manifest_hash, dataset_key, epoch)
-    words = tokens.seed_words(seed)
-    block_order = seeded_block_permute(words, num_full_blocks)
-    block_order.setflags(write=False)
-    return seed, words, block_order
-
-
-@lru_cache(maxsize=8)
-def _epoch_plan_v3(replay_token: bytes, manifest_hash: bytes, dataset_key: str,
-                   epoch: int) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """NextBatch_v3's epoch: its seed, the seed's Philox words and the Feistel round keys."""
-    seed = tokens.epoch_seed(replay_token, manifest_hash, dataset_key, epoch,
-                             tokens.SAMPLING_MODE_TRAIN_V3)
-    words = tokens.seed_words(seed)
-    round_keys = feistel_round_keys(words)
-    round_keys.setflags(write=False)
-    return seed, words, round_keys
-
-
 @dataclass(frozen=True)
 class SamplingPlan:
-    """A validated (manifest, dataset, world size, rank, stage): everything but the cursor."""
+    """A validated (manifest, dataset, world size, rank, stage): everything but the cursor.
+
+    ``order`` is the order of the dataset's epochs, chosen once here (``orders.order_for``):
+    the manifest's train order for the train stage, sequential for eval and infer."""
 
     manifest: RunManifest
     dataset_key: str
@@ -140,13 +118,14 @@ class SamplingPlan:
     cardinality: int
     micro_batch_size: int
     epoch_limit: int
+    order: EpochOrder
 
     @classmethod
     def create(cls, manifest: RunManifest, dataset_key: str, world_size: int, rank: int,
                stage: str | Stage = Stage.TRAIN, *,
                actual_cardinality: int | None = None) -> SamplingPlan:
         """Validate in the profile's order (P7); raise the matching coded error."""
-        operator = tokens.failure_operator(manifest.data.sampling_mode)
+        operator = TRAIN_ORDERS[manifest.data.sampling_mode].failure_operator
         entry = manifest.datasets.get(dataset_key) if isinstance(dataset_key, str) else None
         if entry is None:
             known = ", ".join(sorted(manifest.datasets))
@@ -192,24 +171,18 @@ class SamplingPlan:
         if n == 0:
             raise CardinalityMismatchError(f"dataset {dataset_key!r} has cardinality 0",
                                            record=failure)
-        if manifest.data.sampling_mode == tokens.SAMPLING_MODE_TRAIN_V3 and n > FEISTEL_MAX_N:
-            raise ContractViolationError(
-                f"dataset {dataset_key!r} has cardinality {n}: NextBatch_v3's Feistel grid "
-                f"overflows uint64 above {FEISTEL_MAX_N}", record=failure)
-        if (stage is Stage.TRAIN and manifest.data.sampling_mode == tokens.SAMPLING_MODE_TRAIN
-                and n // block_size > MAX_FULL_BLOCKS):
-            raise ContractViolationError(
-                f"dataset {dataset_key!r}: {n // block_size} full blocks of {block_size} would "
-                f"need {8 * (n // block_size) / 2**30:.0f} GiB of block order; use a larger "
-                f"sampler_block_size (at most {MAX_FULL_BLOCKS} blocks)", record=failure)
+        order = order_for(manifest, dataset_key, shuffled=stage.is_shuffled)
+        problem = order.limit_error()
+        if problem is not None:
+            raise ContractViolationError(problem, record=failure)
         epoch_limit = (n // gbs) * gbs if (stage is Stage.TRAIN and drop_last) else n
         return cls(manifest, dataset_key, world_size, rank, stage, n, gbs // world_size,
-                   epoch_limit)
+                   epoch_limit, order)
 
     @property
     def train_mode(self) -> str:
         """The manifest's train sampling mode (v2's block-affine order or v3's Feistel)."""
-        return self.manifest.data.sampling_mode
+        return self.order.train_mode
 
     # --- cursor arithmetic (seed steps 10-13; profile P7) ----------------------------------
 
@@ -264,32 +237,18 @@ class SamplingPlan:
     # --- emitting -------------------------------------------------------------------------
 
     def epoch_seed(self, epoch: int) -> bytes:
-        return self._epoch(epoch)[0]
+        return self.order.epoch_seed(epoch)
 
-    def _epoch(self, epoch: int) -> tuple[bytes, np.ndarray, np.ndarray]:
-        if self.train_mode == tokens.SAMPLING_MODE_TRAIN_V3:
-            return _epoch_plan_v3(tokens.kernel_replay_token(self.manifest.seed),
-                                  self.manifest.manifest_hash, self.dataset_key, epoch)
-        num_full_blocks = (self.cardinality // self.manifest.data.sampler_block_size
-                           if self.stage is Stage.TRAIN else 0)
-        return _epoch_plan(tokens.kernel_replay_token(self.manifest.seed),
-                           self.manifest.manifest_hash, self.dataset_key, epoch, num_full_blocks)
+    def _epoch(self, epoch: int) -> EpochState:
+        """The epoch's seed, Philox words and order table (for benchmarks of the kernels)."""
+        return self.order.epoch_state(epoch)
 
     def resolve(self, epoch: int, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Original indices of the position slices (all below the epoch limit) of ``epoch``."""
         out = np.empty(int(counts.sum()), dtype=np.uint64)
         if out.shape[0] == 0:
             return out
-        if self.stage is Stage.TRAIN and self.train_mode == tokens.SAMPLING_MODE_TRAIN_V3:
-            _, _, round_keys = self._epoch(epoch)
-            return resolve_feistel(round_keys, np.uint64(self.cardinality), starts, counts, out)
-        if self.stage is Stage.TRAIN:
-            _, words, block_order = self._epoch(epoch)
-            # uint64 scalars: a Python int above 2^63 would not fit the kernel's int64 argument.
-            return resolve_shuffled(block_order, words, np.uint64(self.cardinality),
-                                    np.uint64(self.manifest.data.sampler_block_size),
-                                    starts, counts, out)
-        return resolve_sequential(starts, counts, out)
+        return self.order.resolve(epoch, starts, counts, out)
 
     def next_batch(self, cursor: Cursor) -> BatchResult:
         """One call of NextBatch_v2: this rank's indices, the next cursor, the metadata."""
@@ -375,10 +334,7 @@ class SamplingPlan:
         start, count = self.slice_of(cursor)
         block_size = self.manifest.data.sampler_block_size
         train = self.stage is Stage.TRAIN
-        mode = self.train_mode if train else tokens.SAMPLING_MODE_SEQUENTIAL
-        blocks = ((start + count - 1) // block_size - start // block_size + 1) if (train and count) else 0
-        if self.train_mode == tokens.SAMPLING_MODE_TRAIN_V3:
-            blocks = 0  # v3 has no per-block state to materialise
+        mode = self.order.sampling_mode
         return SamplingMetadata(
             dataset_key=self.dataset_key,
             stage=self.stage.value,
@@ -399,7 +355,7 @@ class SamplingPlan:
                                                            self.train_mode),
             epoch_seed_hash=tokens.epoch_seed_hash(self.epoch_seed(cursor.epoch)),
             data_replay_t=self._data_replay_t(cursor),
-            blocks_materialized=blocks,
+            blocks_materialized=self.order.blocks_materialized(start, count),
             num_indices=count,
         )
 
@@ -410,7 +366,7 @@ class SamplingPlan:
 
     def _failure_record(self, cursor: Cursor) -> dict[str, object]:
         return {"dataset_key": self.dataset_key,
-                "failure_operator": tokens.failure_operator(self.train_mode),
+                "failure_operator": self.order.failure_operator,
                 "data_replay_t": self._data_replay_t(cursor).hex()}
 
 

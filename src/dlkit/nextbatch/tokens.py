@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dlkit.nextbatch.cbor import cbor_sha256, require_uint, sha256
+from dlkit.encoding import cbor_sha256, require_uint, sha256
 
 SAMPLING_MODE_TRAIN = "SHUFFLE_WITHOUT_REPLACEMENT_BLOCK_AFFINE_V1"
 SAMPLING_MODE_TRAIN_V3 = "SHUFFLE_WITHOUT_REPLACEMENT_FEISTEL_V3"
@@ -31,10 +31,6 @@ _MODE_STRINGS = {
                              ("epoch_seed_rule_v3", "feistel_mixed_radix_6r_v1",
                               "rank_contiguous_shard_v1")),
 }
-
-
-def failure_operator(train_mode: str = SAMPLING_MODE_TRAIN) -> str:
-    return FAILURE_OPERATOR_V3 if train_mode == SAMPLING_MODE_TRAIN_V3 else FAILURE_OPERATOR
 
 
 @lru_cache(maxsize=64)

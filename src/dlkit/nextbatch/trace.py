@@ -20,11 +20,11 @@ import cbor2
 import numpy as np
 
 from dlkit.atomic import atomic_writer
+from dlkit.encoding import canonical_cbor, hex_digest, sha256
 from dlkit.errors import ContractViolationError, NextBatchError, ReplayMismatchError, TraceError
 from dlkit.files import open_regular
-from dlkit.nextbatch.cbor import canonical_cbor, hex_digest, sha256
 from dlkit.nextbatch.cursor import Cursor
-from dlkit.nextbatch.manifest import RunManifest
+from dlkit.nextbatch.run_manifest import RunManifest
 from dlkit.nextbatch.sampler import SamplingMetadata, SamplingPlan, Stage
 from dlkit.nextbatch.tokens import kernel_replay_token
 

@@ -37,15 +37,6 @@ class ShardMode(str, enum.Enum):
     CONTIGUOUS = "contiguous"
 
 
-class WorkloadKind(str, enum.Enum):
-    """What ``dlkit bench`` runs per batch (``dlkit.prefetch.bench``; kept here, with the other
-    choices the CLI offers, so offering them does not load the bench's kernels)."""
-
-    RELATIONAL = "relational"  # dlkit.Sampler batches of a database, to a training step
-    GATHER = "gather"          # rows from a memory-mapped file, in `dlkit sample` order
-    SYNTHETIC = "synthetic"    # a CPU-bound nogil kernel per batch, no data
-
-
 class Policy(str, enum.Enum):
     """How the consumer picks the next worker (see ``MultiIteratorPrefetcher``)."""
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from dlkit.core.streams import assign_splits, split_buckets
 from dlkit.db.task_rules import TaskRules, rules_of
+from dlkit.encoding import UINT64_MAX
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import DataConfig, DatasetEntry, RunManifest
-from dlkit.nextbatch.cbor import UINT64_MAX
 from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, SAMPLING_MODE_TRAIN_V3
 
 SPLITS = ("train", "val", "test")

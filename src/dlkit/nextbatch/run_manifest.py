@@ -18,9 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from dlkit.encoding import UINT64_MAX, cbor_sha256, hex_digest, is_utf8, parse_hex_digest
 from dlkit.errors import ManifestError
 from dlkit.files import read_regular
-from dlkit.nextbatch.cbor import UINT64_MAX, cbor_sha256, hex_digest, is_utf8, parse_hex_digest
 from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, TRAIN_SAMPLING_MODES
 
 DEFAULT_BLOCK_SIZE = 1_048_576

@@ -1,21 +1,22 @@
-"""The bench library: workloads, index orders (sample and trace), timings, the torch option."""
+"""The bench runner: index orders (sample and trace), timings, the torch option."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import types
 
 import numpy as np
 import pytest
 
-from dlkit.errors import InputFormatError, InvalidArgumentError, ReplayMismatchError
+from dlkit.bench.report import TORCH_MISSING
+from dlkit.bench.request import BenchRequest
+from dlkit.bench.runner import run_bench
+from dlkit.bench.workloads import sample_order, trace_order, write_row_file
+from dlkit.errors import InvalidArgumentError, ReplayMismatchError
 from dlkit.nextbatch import Cursor, SamplingPlan, load_manifest
 from dlkit.nextbatch.trace import TraceWriter
 from dlkit.prefetch import PrefetchConfig
-from dlkit.prefetch.bench import TORCH_MISSING, BenchRequest, run_bench
-from dlkit.prefetch.workloads import RowFile, sample_order, trace_order, write_row_file
 
 SMALL = dict(steps=12, batch_size=16, rows=3000, row_bytes=64)
 
@@ -75,23 +76,6 @@ def test_madvise_path_runs(tmp_path):
     assert report.identical and report.workload["madvise"] is True
 
 
-def test_row_file_round_trip_and_willneed(tmp_path):
-    write_row_file(tmp_path / "rows.bin", 100, 24)
-    data = RowFile(tmp_path / "rows.bin", 24)
-    assert data.rows.shape == (100, 24)
-    assert data.rows[37, :8].view("<u8")[0] == 37
-    data.willneed(np.array([99, 0, 50], dtype=np.uint64))  # runs clipped to the file's end
-    data.touch_all()
-
-
-def test_a_row_file_must_be_a_regular_file(tmp_path):
-    with pytest.raises(InputFormatError, match="cannot read: is a directory"):
-        RowFile(tmp_path, 24)
-    os.mkfifo(tmp_path / "pipe")  # no writer: a blocking open would never return
-    with pytest.raises(InputFormatError, match="cannot read: is not a regular file"):
-        RowFile(tmp_path / "pipe", 24)
-
-
 def test_a_given_data_file_too_small_for_the_order_is_rejected(tmp_path):
     write_row_file(tmp_path / "rows.bin", 100, 64)
     with pytest.raises(InvalidArgumentError, match="reaches row .* holds only 100 rows"):
@@ -136,21 +120,6 @@ def _cursors(plan, steps):
     for _ in range(steps):
         yield cursor
         cursor = plan.advance(cursor)
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    ({"workload": "video"}, "workload must be gather or synthetic"),
-    ({"trace": "t.cbor"}, "--trace needs --manifest"),
-    ({"workload": "synthetic", "data": "rows.bin"}, "the synthetic workload reads no data"),
-    ({"steps": 0}, "steps must be at least 1"),
-    ({"row_bytes": 4}, "row_bytes must be at least 8"),
-    ({"compute_ms": -1.0}, "compute_ms must be from 0 to 60000 ms, got -1.0"),
-    ({"compute_ms": float("inf")}, "compute_ms must be from 0 to 60000 ms, got inf"),
-    ({"consumer_ms": float("nan")}, "consumer_ms must be from 0 to 60000 ms, got nan"),
-])
-def test_bench_request_validates(kwargs, message):
-    with pytest.raises(InvalidArgumentError, match=message):
-        BenchRequest(**kwargs)
 
 
 # --- the optional torch comparison ------------------------------------------------------------
