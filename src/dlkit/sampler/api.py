@@ -25,10 +25,10 @@ from dlkit.sampler.arguments import integer
 from dlkit.sampler.batch import BatchBuilder, BuiltBatch
 from dlkit.sampler.channel import BatchChannel, build_job
 from dlkit.sampler.config import SamplerConfig
-from dlkit.sampler.database import open_db
+from dlkit.sampler.database import DatabaseSource, open_db
 from dlkit.sampler.evaluation import EvalPass, EvalTask
 from dlkit.sampler.labels import LabelInfo
-from dlkit.sampler.plan import SamplerPlan
+from dlkit.sampler.plan import SamplerPlan, initial_state
 from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, TaskSplits, split_index
 from dlkit.sampler.state import ChannelState
@@ -61,7 +61,8 @@ class Sampler:
     ``sampler.builder.memory_path`` says which path this rank took.
     """
 
-    def __init__(self, db_path: Any, rank: int | None = None, world_size: int | None = None,
+    def __init__(self, db_path: DatabaseSource, rank: int | None = None,
+                 world_size: int | None = None,
                  split_ratios: SplitRatios | Sequence[float] | str = (0.8, 0.1, 0.1),
                  split_seed: int = 0, seed: int = 0, num_prefetch: int = 3,
                  batch_size: int = 32, sequence_length: int = 1024, bfs_child_width: int = 16,
@@ -71,27 +72,20 @@ class Sampler:
                  local_rank: int | None = None, local_world_size: int | None = None):
         self._db, self._owns_db = open_db(db_path)
         try:
-            self._setup(rank, world_size, split_ratios, split_seed, seed, num_prefetch,
-                        batch_size, sequence_length, bfs_child_width, task_weights,
-                        num_threads, max_rows, sampling_mode, huge_pages, local_rank,
-                        local_world_size)
+            self._setup(SamplerConfig.create(
+                [task.name for task in self._db.tasks], rank=rank, world_size=world_size,
+                split_ratios=split_ratios, split_seed=split_seed, seed=seed,
+                num_prefetch=num_prefetch, batch_size=batch_size,
+                sequence_length=sequence_length, max_rows=max_rows,
+                bfs_child_width=bfs_child_width, task_weights=task_weights,
+                num_threads=num_threads, sampling_mode=sampling_mode, huge_pages=huge_pages,
+                local_rank=local_rank, local_world_size=local_world_size))
         except BaseException:
             if self._owns_db:
                 self._db.close()
             raise
 
-    def _setup(self, rank: Any, world_size: Any, split_ratios: Any, split_seed: Any, seed: Any,
-               num_prefetch: Any, batch_size: Any, sequence_length: Any, bfs_child_width: Any,
-               task_weights: Any, num_threads: Any, max_rows: Any,
-               sampling_mode: Any, huge_pages: Any, local_rank: Any,
-               local_world_size: Any) -> None:
-        cfg = SamplerConfig.create(
-            [task.name for task in self._db.tasks], rank=rank, world_size=world_size,
-            split_ratios=split_ratios, split_seed=split_seed, seed=seed,
-            num_prefetch=num_prefetch, batch_size=batch_size, sequence_length=sequence_length,
-            max_rows=max_rows, bfs_child_width=bfs_child_width, task_weights=task_weights,
-            num_threads=num_threads, sampling_mode=sampling_mode, huge_pages=huge_pages,
-            local_rank=local_rank, local_world_size=local_world_size)
+    def _setup(self, cfg: SamplerConfig) -> None:
         plan = SamplerPlan(self._db, cfg.plan)  # a bad split fails before any copy is made
         self.builder = BatchBuilder(self._db, cfg.batch_config, cfg.seed,
                                     local_copies=cfg.local_world_size)
@@ -106,7 +100,7 @@ class Sampler:
         self._eval_streams: dict[str, tuple[SplitStream, ...]] = {}
         self._channels = {"train": BatchChannel(
             "train", self.builder, self._train_schedule,
-            ChannelState.initial("train", [s.key for s in self.train_streams]),
+            initial_state("train", self.train_streams),
             self.config.num_prefetch, self.config.num_threads)}
         self._open_eval_channel("val")  # test opens on first use: most runs never pull it
         self._lookup: TrainSchedule | None = None  # train_batch's schedule
@@ -119,7 +113,7 @@ class Sampler:
             streams = self._eval_streams[split] = self.plan.streams(split, self.builder.tasks)
             self._channels[split] = BatchChannel(
                 split, self.builder, lambda state: self._eval_schedule(split, state),
-                ChannelState.initial(split, [s.key for s in streams]),
+                initial_state(split, streams),
                 self.config.num_prefetch, self.config.num_threads)
         return self._channels[split]
 
@@ -141,9 +135,8 @@ class Sampler:
             raise InvalidArgumentError(
                 f"no task has a full global batch ({self.config.global_batch_size}) of train "
                 "seeds on this rank: lower batch_size or use a larger database")
-        if state is None:
-            state = ChannelState.initial("train", [s.key for s in self.train_streams])
-        return self.plan.train_schedule(self.train_streams, self._train_weights, state)
+        return self.plan.train_schedule(self.train_streams, self._train_weights,
+                                        state or initial_state("train", self.train_streams))
 
     def _eval_schedule(self, split: str, state: ChannelState | None = None) -> ValSchedule:
         streams = self._eval_streams[split]

@@ -23,12 +23,11 @@ from dlkit.files import json_object_at
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
 from dlkit.sampler.channel import build_job
-from dlkit.sampler.database import SamplerDatabase, open_db
+from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.labels import LabelInfo
-from dlkit.sampler.plan import PlanConfig, SamplerPlan
+from dlkit.sampler.plan import PlanConfig, SamplerPlan, initial_state
 from dlkit.sampler.schedule import Job, Schedule
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS, SplitRatios, split_index
-from dlkit.sampler.state import ChannelState
 
 INDEX_FILE = "index.json"
 
@@ -84,7 +83,7 @@ def open_batch_stream(db: SamplerDatabase, request: BatchRequest
     if not streams:
         raise InvalidArgumentError(f"task {view.name!r} has no {request.split} batch on rank "
                                    f"{request.rank} of {request.world_size} (see the warning)")
-    state = ChannelState.initial(request.split, [stream.key for stream in streams])
+    state = initial_state(request.split, streams)
     schedule: Schedule = (plan.train_schedule(streams, [1.0], state) if request.split == "train"
                           else plan.eval_schedule(streams, state))
 
@@ -129,7 +128,7 @@ def _write(root: Path, out: Path, name: str, data: bytes) -> None:
         raise OutputError(f"cannot write {name}: {exc.strerror or exc}", path=out) from None
 
 
-def write_batches(db_path: Any, request: BatchRequest, out_dir: str | Path,
+def write_batches(db_path: DatabaseSource, request: BatchRequest, out_dir: str | Path,
                   on_batch: Callable[[int], None] | None = None,
                   overwrite: bool = False) -> BatchesSummary:
     """Write ``step_NNNNNN.npz`` (exactly the batch keys) per step and ``index.json``

@@ -142,7 +142,11 @@ class InspectableDatabase(SamplerDatabase, Protocol):
     def row_of(self, global_row: int) -> tuple[SamplerTable, int]: ...
 
 
-def open_db(db_path: Any) -> tuple[SamplerDatabase, bool]:
+# What a sampler entry point takes: a database directory, or a database already open.
+DatabaseSource = str | os.PathLike[str] | SamplerDatabase
+
+
+def open_db(db_path: DatabaseSource) -> tuple[SamplerDatabase, bool]:
     """An open database and whether we opened it (``db_path`` may be an open database)."""
     if isinstance(db_path, SamplerDatabase):
         return db_path, False

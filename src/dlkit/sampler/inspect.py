@@ -18,7 +18,7 @@ from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
-from dlkit.sampler.database import InspectableDatabase, SamplerDatabase, open_db
+from dlkit.sampler.database import DatabaseSource, InspectableDatabase, SamplerDatabase, open_db
 from dlkit.sampler.splits import check_seed
 
 NO_TIME = np.iinfo(np.int64).min
@@ -165,7 +165,7 @@ def _key_of(table: Any, local: int) -> str:
         return str(local)
 
 
-def describe_sequence(db_path: Any, task: str, anchor_row: int, *, seed: int = 0,
+def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *, seed: int = 0,
                       epoch: int = 0, sequence_length: int = 1024, max_rows: int = 256,
                       bfs_child_width: int = 16) -> SequenceView:
     """The sequence of task ``task``'s seed at ``anchor_row`` (a local row of its table)."""

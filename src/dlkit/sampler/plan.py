@@ -103,3 +103,8 @@ class SamplerPlan:
     def eval_schedule(streams: Sequence[SplitStream], state: ChannelState) -> ValSchedule:
         """Val or test steps from ``state`` on, every stream in order, round and round."""
         return ValSchedule(streams, state.step, state.current, state.cursors)
+
+
+def initial_state(channel: str, streams: Sequence[SplitStream]) -> ChannelState:
+    """Channel ``channel``'s state before its first batch, over ``streams``."""
+    return ChannelState.initial(channel, [stream.key for stream in streams])

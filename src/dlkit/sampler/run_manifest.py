@@ -10,13 +10,12 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dlkit.atomic import atomic_write_bytes
 from dlkit.db.task_rules import rules_of, timeless_warning
 from dlkit.nextbatch import RunManifest
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.database import SamplerDatabase, open_db
+from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.plan import PlanConfig, SamplerPlan
 from dlkit.sampler.schedule import SamplerWarning
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, train_sampling_mode
@@ -48,8 +47,8 @@ def make_run_manifest(db: SamplerDatabase, *, seed: int, global_batch_size: int,
     return SamplerPlan(db, config).manifest
 
 
-def write_run_manifest(db_path: Any, out: str | Path, *, seed: int, global_batch_size: int,
-                       split_seed: int = 0,
+def write_run_manifest(db_path: DatabaseSource, out: str | Path, *, seed: int,
+                       global_batch_size: int, split_seed: int = 0,
                        split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
                        sampler_block_size: int | None = None,
                        sampling_mode: str = DEFAULT_SAMPLING_MODE,
