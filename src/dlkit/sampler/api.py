@@ -28,7 +28,7 @@ from dlkit.sampler.config import SamplerConfig
 from dlkit.sampler.database import DatabaseSource, open_db
 from dlkit.sampler.evaluation import EvalPass, EvalTask
 from dlkit.sampler.labels import LabelInfo
-from dlkit.sampler.plan import SamplerPlan, initial_state
+from dlkit.sampler.run_plan import RunPlan, initial_state
 from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, TaskSplits, split_index
 from dlkit.sampler.state import ChannelState
@@ -86,11 +86,11 @@ class Sampler:
             raise
 
     def _setup(self, cfg: SamplerConfig) -> None:
-        plan = SamplerPlan(self._db, cfg.plan)  # a bad split fails before any copy is made
+        plan = RunPlan(self._db, cfg.run)  # a bad split fails before any copy is made
         self.builder = BatchBuilder(self._db, cfg.batch_config, cfg.seed,
                                     local_copies=cfg.local_world_size)
         self.config = replace(cfg, huge_pages=self.builder.huge_pages)
-        self.plan = plan
+        self._plan = plan
         self.splits: tuple[TaskSplits, ...] = plan.splits
         self.manifest: RunManifest = plan.manifest
         weights = dict(zip(self.tasks, self.config.task_weights or ()))
@@ -110,7 +110,7 @@ class Sampler:
     def _open_eval_channel(self, split: str) -> BatchChannel:
         """The val or test channel (skipped datasets warn now, as train's do at start)."""
         if split not in self._channels:
-            streams = self._eval_streams[split] = self.plan.streams(split, self.builder.tasks)
+            streams = self._eval_streams[split] = self._plan.streams(split, self.builder.tasks)
             self._channels[split] = BatchChannel(
                 split, self.builder, lambda state: self._eval_schedule(split, state),
                 initial_state(split, streams),
@@ -135,14 +135,14 @@ class Sampler:
             raise InvalidArgumentError(
                 f"no task has a full global batch ({self.config.global_batch_size}) of train "
                 "seeds on this rank: lower batch_size or use a larger database")
-        return self.plan.train_schedule(self.train_streams, self._train_weights,
+        return self._plan.train_schedule(self.train_streams, self._train_weights,
                                         state or initial_state("train", self.train_streams))
 
     def _eval_schedule(self, split: str, state: ChannelState | None = None) -> ValSchedule:
         streams = self._eval_streams[split]
         if not streams:
             raise InvalidArgumentError(f"no task has {split} seeds on this rank")
-        return self.plan.eval_schedule(streams, state or ChannelState(split))
+        return self._plan.eval_schedule(streams, state or ChannelState(split))
 
     # --- batches ----------------------------------------------------------------------------
 

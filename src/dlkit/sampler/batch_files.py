@@ -25,7 +25,7 @@ from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
 from dlkit.sampler.channel import build_job
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.labels import LabelInfo
-from dlkit.sampler.plan import PlanConfig, SamplerPlan, initial_state
+from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
 from dlkit.sampler.schedule import Job, Schedule
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS, SplitRatios, split_index
 
@@ -53,12 +53,12 @@ class BatchRequest:
     def __post_init__(self) -> None:
         split_index(self.split)
         integer(self.steps, "steps", 1, expected="a positive integer")
-        self.plan  # noqa: B018 - validates the seeds, ratios, ranks and the train order
+        self.run  # noqa: B018 - validates the seeds, ratios, ranks and the train order
         self.batch_config  # noqa: B018 - validates S, R and the child width
 
     @property
-    def plan(self) -> PlanConfig:
-        return PlanConfig(seed=self.seed, batch_size=self.batch_size, rank=self.rank,
+    def run(self) -> RunConfig:
+        return RunConfig(seed=self.seed, batch_size=self.batch_size, rank=self.rank,
                           world_size=self.world_size, split_seed=self.split_seed,
                           split_ratios=SplitRatios.parse(self.split_ratios),
                           sampling_mode=self.sampling_mode)
@@ -76,7 +76,7 @@ def iter_batches(db: SamplerDatabase, request: BatchRequest) -> Iterator[tuple[J
 def open_batch_stream(db: SamplerDatabase, request: BatchRequest
                       ) -> tuple[LabelInfo, Iterator[tuple[Job, BuiltBatch]]]:
     """The task's labels and ``iter_batches``' batches (checked before the first is built)."""
-    plan = SamplerPlan(db, request.plan)
+    plan = RunPlan(db, request.run)
     builder = BatchBuilder(db, request.batch_config, request.seed)
     view = builder.task(request.task)
     streams = plan.streams(request.split, [view])

@@ -2,7 +2,7 @@
 
 ``SamplerConfig.create`` resolves the ``Sampler``'s arguments (ranks from the torchrun
 environment, split ratios from text, task weights by name) into one frozen record; its
-``plan`` is the ``PlanConfig`` the streams are assembled from (``dlkit.sampler.plan``).
+``run`` is the ``RunConfig`` the streams are assembled from (``dlkit.sampler.run_plan``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler.arguments import integer, is_number
 from dlkit.sampler.batch import BatchConfig
-from dlkit.sampler.plan import PlanConfig
+from dlkit.sampler.run_plan import RunConfig
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, check_seed
 
 
@@ -81,7 +81,7 @@ class SamplerConfig:
         self.batch_config  # noqa: B018 - validates S, R, the child width and huge_pages
         integer(self.num_prefetch, "num_prefetch")
         integer(self.num_threads, "num_threads", 1)
-        self.plan  # noqa: B018 - validates the seeds, ratios, ranks and the train order
+        self.run  # noqa: B018 - validates the seeds, ratios, ranks and the train order
         if not 1 <= integer(self.local_world_size, "local_world_size") <= self.world_size:
             raise InvalidArgumentError(f"local_world_size {self.local_world_size} is not in "
                                        f"[1, world_size {self.world_size}]")
@@ -128,7 +128,7 @@ class SamplerConfig:
                            self.huge_pages)
 
     @property
-    def plan(self) -> PlanConfig:
-        return PlanConfig(seed=self.seed, batch_size=self.batch_size, rank=self.rank,
+    def run(self) -> RunConfig:
+        return RunConfig(seed=self.seed, batch_size=self.batch_size, rank=self.rank,
                           world_size=self.world_size, split_seed=self.split_seed,
                           split_ratios=self.split_ratios, sampling_mode=self.sampling_mode)

@@ -1,6 +1,6 @@
 """The work behind ``dlkit manifest``: the run manifest of every task and split of a database.
 
-``write_run_manifest`` hash-splits every task (``dlkit.sampler.plan``, as the ``Sampler``
+``write_run_manifest`` hash-splits every task (``dlkit.sampler.run_plan``, as the ``Sampler``
 does) and writes the run manifest ``dlkit sample`` reads, warning of each dataset that can
 never yield a step.
 """
@@ -16,7 +16,7 @@ from dlkit.db.task_rules import rules_of, timeless_warning
 from dlkit.nextbatch import RunManifest
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
-from dlkit.sampler.plan import PlanConfig, SamplerPlan
+from dlkit.sampler.run_plan import RunConfig, RunPlan
 from dlkit.sampler.schedule import SamplerWarning
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, train_sampling_mode
 from dlkit.text import counted
@@ -41,10 +41,10 @@ def make_run_manifest(db: SamplerDatabase, *, seed: int, global_batch_size: int,
     ``sampling_mode``: ``"v3"``, the default, or ``"v2"``): the plan of one rank whose batch
     is the global batch."""
     batch = integer(global_batch_size, "global batch size", 1, expected="a positive integer")
-    config = PlanConfig(seed=seed, batch_size=batch, split_seed=split_seed,
+    config = RunConfig(seed=seed, batch_size=batch, split_seed=split_seed,
                         split_ratios=SplitRatios.parse(split_ratios),
                         sampling_mode=sampling_mode, sampler_block_size=sampler_block_size)
-    return SamplerPlan(db, config).manifest
+    return RunPlan(db, config).manifest
 
 
 def write_run_manifest(db_path: DatabaseSource, out: str | Path, *, seed: int,

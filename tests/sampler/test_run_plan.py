@@ -10,7 +10,7 @@ from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import Sampler, SplitRatios
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from dlkit.sampler.batch_files import BatchRequest, iter_batches
-from dlkit.sampler.plan import PlanConfig, SamplerPlan, initial_state
+from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
 from dlkit.sampler.run_manifest import make_run_manifest
 from dlkit.sampler.schedule import Job
 from tests import naive_sampler as naive
@@ -44,7 +44,7 @@ def test_dlkit_batches_gives_the_samplers_batches_of_one_task(db):
 
 
 def test_train_and_val_schedules_hand_out_one_job_type(db):
-    plan = SamplerPlan(db, PlanConfig(seed=3, batch_size=5))
+    plan = RunPlan(db, RunConfig(seed=3, batch_size=5))
     views = BatchBuilder(db, BatchConfig(**SHAPE), 3).tasks
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every dataset of this database gives rank 0 seeds
@@ -76,7 +76,7 @@ def test_a_plan_config_validates_itself(change, message):
     args = dict(seed=0, batch_size=2, split_ratios=SplitRatios())
     args.update(change)
     with pytest.raises(InvalidArgumentError) as caught:
-        PlanConfig(**args)
+        RunConfig(**args)
     assert message in str(caught.value)
 
 

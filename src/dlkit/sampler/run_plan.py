@@ -1,8 +1,8 @@
 """One way from an open database and a configuration to the seeds of every step.
 
-``PlanConfig`` is what decides which seeds each step takes on one rank: the sampling and
+``RunConfig`` is what decides which seeds each step takes on one rank: the sampling and
 split seeds, the split ratios, the train order and the global batch (``batch_size`` per rank
-times ``world_size``). ``SamplerPlan`` turns a database and a ``PlanConfig`` into the hash
+times ``world_size``). ``RunPlan`` turns a database and a ``RunConfig`` into the hash
 splits, the run manifest, each (task, split) stream of this rank and their schedules. The
 ``Sampler``, ``dlkit batches`` and ``dlkit manifest`` all assemble their streams here (a
 manifest alone is the plan of one rank whose batch is the global batch).
@@ -34,7 +34,7 @@ from dlkit.sampler.state import ChannelState
 
 
 @dataclass(frozen=True)
-class PlanConfig:
+class RunConfig:
     """The run manifest's inputs and this rank's place in the global batch (validated)."""
 
     seed: int
@@ -64,14 +64,14 @@ class PlanConfig:
         return self.batch_size * self.world_size
 
 
-class SamplerPlan:
+class RunPlan:
     """The splits, run manifest, streams and schedules of ``config`` over ``db``.
 
     Splits and the manifest are made on construction (a bad configuration fails here);
     streams and schedules on request, since a run may never open its test stream.
     """
 
-    def __init__(self, db: SamplerDatabase, config: PlanConfig):
+    def __init__(self, db: SamplerDatabase, config: RunConfig):
         self.config = config
         self.database_id = db.database_id
         self.splits: tuple[TaskSplits, ...] = compute_splits(db.tasks, config.split_seed,
