@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import Sampler, SplitRatios
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from dlkit.sampler.batch_files import BatchRequest, iter_batches
-from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
 from dlkit.sampler.run_manifest import make_run_manifest
+from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
 from dlkit.sampler.schedule import Job
 from tests import naive_sampler as naive
 from tests.sampler.test_sampler import SMALL, assert_same_batches
@@ -87,3 +88,12 @@ def test_dlkit_batches_validates_its_request_when_it_is_made():
         BatchRequest(task="t", split="train", steps=1, split_ratios="0.5,0.2,0.2")
     with pytest.raises(InvalidArgumentError, match="bfs_child_width must be an integer in"):
         BatchRequest(task="t", split="val", steps=1, bfs_child_width=-1)
+
+
+def test_the_sampler_config_stores_numpy_integers_as_ints(db):
+    with Sampler(db, np.int64(0), np.int64(1), batch_size=np.int32(4), num_prefetch=np.uint8(0),
+                 num_threads=np.int64(2), **dict(SMALL, seed=np.uint64(11))) as s:
+        values = [s.config.rank, s.config.world_size, s.config.batch_size,
+                  s.config.num_prefetch, s.config.num_threads, s.config.seed]
+        assert [type(v) for v in values] == [int] * 6 and values == [0, 1, 4, 0, 2, 11]
+        assert "np." not in repr(s)

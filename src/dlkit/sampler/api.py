@@ -142,7 +142,7 @@ class Sampler:
         streams = self._eval_streams[split]
         if not streams:
             raise InvalidArgumentError(f"no task has {split} seeds on this rank")
-        return self._plan.eval_schedule(streams, state or ChannelState(split))
+        return self._plan.eval_schedule(streams, state or initial_state(split, streams))
 
     # --- batches ----------------------------------------------------------------------------
 

@@ -79,44 +79,36 @@ class SamplerConfig:
 
     def __post_init__(self) -> None:
         self.batch_config  # noqa: B018 - validates S, R, the child width and huge_pages
-        integer(self.num_prefetch, "num_prefetch")
-        integer(self.num_threads, "num_threads", 1)
-        self.run  # noqa: B018 - validates the seeds, ratios, ranks and the train order
-        if not 1 <= integer(self.local_world_size, "local_world_size") <= self.world_size:
+        # Integers are stored as ``int`` (a NumPy integer would show in repr and manifests).
+        for name, minimum in (("num_prefetch", 0), ("batch_size", 1), ("num_threads", 1),
+                              ("local_rank", 0), ("local_world_size", 0)):
+            object.__setattr__(self, name, integer(getattr(self, name), name, minimum))
+        for name in ("seed", "split_seed"):
+            object.__setattr__(self, name, check_seed(getattr(self, name), name))
+        self.run  # noqa: B018 - validates the ranks, the ratios and the train order
+        if not 1 <= self.local_world_size <= self.world_size:
             raise InvalidArgumentError(f"local_world_size {self.local_world_size} is not in "
                                        f"[1, world_size {self.world_size}]")
-        if not 0 <= integer(self.local_rank, "local_rank") < self.local_world_size:
+        if not 0 <= self.local_rank < self.local_world_size:
             raise InvalidArgumentError(f"local_rank {self.local_rank} is not in [0, "
                                        f"local_world_size {self.local_world_size})")
 
     @classmethod
     def create(cls, tasks: Sequence[str], *, rank: Any, world_size: Any, split_ratios: Any,
-               split_seed: Any, seed: Any, num_prefetch: Any, batch_size: Any,
-               sequence_length: Any, max_rows: Any, bfs_child_width: Any, task_weights: Any,
-               num_threads: Any, sampling_mode: Any, huge_pages: Any, local_rank: Any,
-               local_world_size: Any) -> SamplerConfig:
-        """The configuration of a ``Sampler`` over a database with tasks ``tasks`` (ranks
+               task_weights: Any, local_rank: Any, local_world_size: Any,
+               **arguments: Any) -> SamplerConfig:
+        """The configuration of a ``Sampler`` over a database with tasks ``tasks``: ranks
         left None come from ``$RANK``, ``$WORLD_SIZE``, ``$LOCAL_RANK`` and
-        ``$LOCAL_WORLD_SIZE``)."""
-        return cls(
-            rank=from_env(rank, "RANK", 0, "rank"),
-            world_size=from_env(world_size, "WORLD_SIZE", 1, "world_size"),
-            split_ratios=SplitRatios.parse(split_ratios),
-            split_seed=check_seed(split_seed, "split_seed"),
-            seed=check_seed(seed, "seed"),
-            num_prefetch=integer(num_prefetch, "num_prefetch"),
-            batch_size=integer(batch_size, "batch_size", 1),
-            sequence_length=sequence_length,
-            max_rows=max_rows,
-            bfs_child_width=bfs_child_width,
-            task_weights=task_weights_for(tasks, task_weights),
-            num_threads=integer(num_threads, "num_threads", 1),
-            sampling_mode=sampling_mode,
-            huge_pages=huge_pages,
-            local_rank=from_env(local_rank, "LOCAL_RANK", 0, "local_rank"),
-            local_world_size=from_env(local_world_size, "LOCAL_WORLD_SIZE", 1,
-                                      "local_world_size"),
-        )
+        ``$LOCAL_WORLD_SIZE``, ratios may be text, weights a mapping by task name; the other
+        ``arguments`` are fields as they are."""
+        return cls(rank=from_env(rank, "RANK", 0, "rank"),
+                   world_size=from_env(world_size, "WORLD_SIZE", 1, "world_size"),
+                   split_ratios=SplitRatios.parse(split_ratios),
+                   task_weights=task_weights_for(tasks, task_weights),
+                   local_rank=from_env(local_rank, "LOCAL_RANK", 0, "local_rank"),
+                   local_world_size=from_env(local_world_size, "LOCAL_WORLD_SIZE", 1,
+                                             "local_world_size"),
+                   **arguments)
 
     @property
     def global_batch_size(self) -> int:
