@@ -163,9 +163,9 @@ def test_a_terminated_batches_run_leaves_nothing_beside_its_output(dlkit, db_pat
     import os
     import signal
 
-    from dlkit.sampler import runs
+    from dlkit.sampler import batch_files
 
-    real, calls = runs.npz_bytes, []
+    real, calls = batch_files.npz_bytes, []
 
     def terminated_after_one(arrays):
         calls.append(1)
@@ -176,7 +176,7 @@ def test_a_terminated_batches_run_leaves_nothing_beside_its_output(dlkit, db_pat
     def not_taken(signum, frame):  # without the CLI's handler SIGTERM would end pytest
         raise AssertionError("the CLI did not take SIGTERM")
 
-    monkeypatch.setattr(runs, "npz_bytes", terminated_after_one)
+    monkeypatch.setattr(batch_files, "npz_bytes", terminated_after_one)
     previous = signal.signal(signal.SIGTERM, not_taken)
     try:
         result = _batches(dlkit, db_path, tmp_path / "out", 3)

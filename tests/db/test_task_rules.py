@@ -17,7 +17,7 @@ from dlkit.db.reader import check_database
 from dlkit.db.schema import parse_duration, parse_schema, render_schema
 from dlkit.errors import DatabaseError, SchemaError
 from dlkit.sampler import Sampler, SamplerWarning
-from dlkit.sampler.runs import write_run_manifest
+from dlkit.sampler.run_manifest import write_run_manifest
 from tests.db.test_verify_content import rehash
 
 HOUR = 3_600_000_000

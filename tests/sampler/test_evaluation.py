@@ -15,17 +15,9 @@ from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import BATCH_KEYS, Sampler, SamplerWarning
 from dlkit.sampler.splits import SPLITS
 from tests import naive_sampler as naive
-from tests.sampler.fakedb import random_database
 from tests.sampler.test_sampler import SMALL, assert_same_batches
 
 RATIOS = (0.8, 0.1, 0.1)
-
-
-@pytest.fixture(scope="module")
-def db():
-    db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
-    assert all(t.num_seeds >= 60 for t in db.tasks)
-    return db
 
 
 def quiet_sampler(db, rank, world_size, **kwargs):

@@ -13,6 +13,7 @@ from dlkit.sampler import Sampler
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from tests import naive_sampler as naive
 from tests.sampler.test_batch import assert_matches_reference
+from tests.sampler.test_database import assert_is_a_sampler_database
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
 
@@ -22,6 +23,11 @@ def db_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("example") / "db"
     preprocess(EXAMPLE, path, fsync=False)
     return path
+
+
+def test_the_reader_database_satisfies_the_sampler_protocol(db_path):
+    with open_database(db_path) as db:
+        assert_is_a_sampler_database(db)
 
 
 @pytest.mark.parametrize("width,S,R", [(16, 1024, 256), (2, 40, 9)])

@@ -19,13 +19,6 @@ from tests.sampler.fakedb import random_database
 SMALL = dict(sequence_length=48, max_rows=12, bfs_child_width=3, split_seed=5, seed=11)
 
 
-@pytest.fixture(scope="module")
-def db():
-    db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
-    assert all(t.num_seeds >= 60 for t in db.tasks)
-    return db
-
-
 def take(sampler, split, count):
     pull = sampler.next_train_batch if split == "train" else sampler.next_val_batch
     return [pull() for _ in range(count)]

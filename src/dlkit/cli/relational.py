@@ -93,7 +93,7 @@ def manifest(
         dlkit manifest out/db --seed 42 --global-batch-size 64 --out run.json
         dlkit sample run.json -d DB_ID/review_rating/val --stage eval
     """
-    from dlkit.sampler.runs import write_run_manifest
+    from dlkit.sampler.run_manifest import write_run_manifest
 
     check_output_file(out, overwrite, inside=db, inside_what="the database")
     with _printing_warnings():
@@ -165,7 +165,7 @@ def batches(
 
         dlkit batches out/db --task review_rating --split train --steps 4 --out out/batches
     """
-    from dlkit.sampler.runs import BatchRequest, write_batches
+    from dlkit.sampler.batch_files import BatchRequest, write_batches
 
     check_rank(rank, world_size)
     with _printing_warnings():

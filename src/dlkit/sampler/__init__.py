@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from dlkit._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from dlkit.sampler.api import STATE_FORMAT, Sampler, SamplerConfig
+    from dlkit.sampler.api import STATE_FORMAT, Sampler
     from dlkit.sampler.batch import (
         BATCH_KEYS,
         BATCH_LAYOUT,
@@ -15,6 +15,8 @@ if TYPE_CHECKING:
         BatchConfig,
         BuiltBatch,
     )
+    from dlkit.sampler.config import SamplerConfig
+    from dlkit.sampler.database import SamplerDatabase
     from dlkit.sampler.schedule import SamplerWarning
     from dlkit.sampler.splits import (
         SPLITS,
@@ -26,9 +28,11 @@ if TYPE_CHECKING:
 
 # imported on first use: the sampler's kernels load numba (see dlkit._lazy)
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
-    "dlkit.sampler.api": ("STATE_FORMAT", "Sampler", "SamplerConfig"),
+    "dlkit.sampler.api": ("STATE_FORMAT", "Sampler"),
     "dlkit.sampler.batch": ("BATCH_KEYS", "BATCH_LAYOUT", "BatchBuilder", "BatchConfig",
                             "BuiltBatch"),
+    "dlkit.sampler.config": ("SamplerConfig",),
+    "dlkit.sampler.database": ("SamplerDatabase",),
     "dlkit.sampler.schedule": ("SamplerWarning",),
     "dlkit.sampler.splits": ("SPLITS", "SplitRatios", "build_run_manifest", "compute_splits",
                              "dataset_key"),

@@ -11,137 +11,31 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
 
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
-from dlkit.nextbatch import Cursor, RunManifest, Stage
+from dlkit.nextbatch import RunManifest
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
-from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
+from dlkit.sampler.arguments import integer
+from dlkit.sampler.batch import BatchBuilder, BuiltBatch
+from dlkit.sampler.channel import BatchChannel, build_job
+from dlkit.sampler.config import SamplerConfig
+from dlkit.sampler.database import DatabaseSource, open_db
 from dlkit.sampler.evaluation import EvalPass, EvalTask
 from dlkit.sampler.labels import LabelInfo
-from dlkit.sampler.pipeline import BatchChannel
-from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule, open_streams
-from dlkit.sampler.splits import (
-    DEFAULT_SAMPLING_MODE,
-    SplitRatios,
-    TaskSplits,
-    build_run_manifest,
-    check_seed,
-    compute_splits,
-    dataset_key,
-    split_index,
-    train_sampling_mode,
-)
+from dlkit.sampler.run_plan import RunPlan, initial_state
+from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule
+from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, TaskSplits, split_index
+from dlkit.sampler.state import ChannelState
 
 STATE_FORMAT = "dlkit-sampler-state-v1"
 # Channels of pulled batches: train (shuffled, endless), val and test (in order, round and round).
 CHANNELS = ("train", "val", "test")
-
-
-def _positive(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _from_env(value: int | None, variable: str, default: int, name: str) -> int:
-    if value is not None:
-        return _positive(value, name, 0)
-    text = os.environ.get(variable)
-    if text is None or text == "":
-        return default
-    try:
-        return _positive(int(text), f"{name} (from ${variable})", 0)
-    except ValueError:
-        raise InvalidArgumentError(f"${variable} must be an integer, got {text!r}") from None
-
-
-@dataclass(frozen=True)
-class SamplerConfig:
-    """Everything that decides the batches (and the prefetch knobs that do not)."""
-
-    rank: int
-    world_size: int
-    split_ratios: SplitRatios
-    split_seed: int
-    seed: int
-    num_prefetch: int
-    batch_size: int
-    sequence_length: int
-    max_rows: int
-    bfs_child_width: int
-    task_weights: tuple[float, ...] | None
-    num_threads: int
-    sampling_mode: str = DEFAULT_SAMPLING_MODE
-    huge_pages: bool | None = None
-    local_rank: int = 0
-    local_world_size: int = 1
-
-    def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise InvalidArgumentError(f"world_size must be >= 1, got {self.world_size}")
-        if not 0 <= self.rank < self.world_size:
-            raise InvalidArgumentError(f"rank {self.rank} is not in [0, world_size "
-                                       f"{self.world_size})")
-        if not 1 <= self.local_world_size <= self.world_size:
-            raise InvalidArgumentError(f"local_world_size {self.local_world_size} is not in "
-                                       f"[1, world_size {self.world_size}]")
-        if not 0 <= self.local_rank < self.local_world_size:
-            raise InvalidArgumentError(f"local_rank {self.local_rank} is not in [0, "
-                                       f"local_world_size {self.local_world_size})")
-        train_sampling_mode(self.sampling_mode)
-
-    @property
-    def global_batch_size(self) -> int:
-        return self.batch_size * self.world_size
-
-    @property
-    def batch_config(self) -> BatchConfig:
-        return BatchConfig(self.sequence_length, self.max_rows, self.bfs_child_width,
-                           self.huge_pages)
-
-
-def open_db(db_path: Any) -> tuple[Any, bool]:
-    """An open database and whether we opened it (``db_path`` may be an open database)."""
-    if hasattr(db_path, "graph") and hasattr(db_path, "tables"):
-        return db_path, False
-    from dlkit.db import open_database  # the reader lives in a layer beside ours
-
-    return open_database(Path(db_path)), True
-
-
-def task_weights_for(builder: BatchBuilder, weights: Any) -> tuple[float, ...]:
-    """One non-negative finite weight per task (uniform by default)."""
-    names = [t.name for t in builder.tasks]
-    if weights is None:
-        return tuple(1.0 for _ in names)
-    if isinstance(weights, Mapping):
-        unknown = sorted(set(weights) - set(names))
-        if unknown:
-            raise InvalidArgumentError(f"task_weights name unknown task(s) {unknown} "
-                                       f"(tasks: {', '.join(names)})")
-        values = [weights.get(name, 0.0) for name in names]
-    else:
-        values = list(weights)
-        if len(values) != len(names):
-            raise InvalidArgumentError(f"task_weights has {len(values)} values for "
-                                       f"{len(names)} tasks ({', '.join(names)})")
-    out = []
-    for name, v in zip(names, values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-            raise InvalidArgumentError(f"task weight of {name!r} must be a finite number >= 0, "
-                                       f"got {v!r}")
-        out.append(float(v))
-    if not any(out):
-        raise InvalidArgumentError("task_weights are all zero: no task could be sampled")
-    return tuple(out)
 
 
 class Sampler:
@@ -167,7 +61,8 @@ class Sampler:
     ``sampler.builder.memory_path`` says which path this rank took.
     """
 
-    def __init__(self, db_path: Any, rank: int | None = None, world_size: int | None = None,
+    def __init__(self, db_path: DatabaseSource, rank: int | None = None,
+                 world_size: int | None = None,
                  split_ratios: SplitRatios | Sequence[float] | str = (0.8, 0.1, 0.1),
                  split_seed: int = 0, seed: int = 0, num_prefetch: int = 3,
                  batch_size: int = 32, sequence_length: int = 1024, bfs_child_width: int = 16,
@@ -177,59 +72,36 @@ class Sampler:
                  local_rank: int | None = None, local_world_size: int | None = None):
         self._db, self._owns_db = open_db(db_path)
         try:
-            self._setup(rank, world_size, split_ratios, split_seed, seed, num_prefetch,
-                        batch_size, sequence_length, bfs_child_width, task_weights,
-                        num_threads, max_rows, sampling_mode, huge_pages, local_rank,
-                        local_world_size)
+            self._setup(SamplerConfig.create(
+                [task.name for task in self._db.tasks], rank=rank, world_size=world_size,
+                split_ratios=split_ratios, split_seed=split_seed, seed=seed,
+                num_prefetch=num_prefetch, batch_size=batch_size,
+                sequence_length=sequence_length, max_rows=max_rows,
+                bfs_child_width=bfs_child_width, task_weights=task_weights,
+                num_threads=num_threads, sampling_mode=sampling_mode, huge_pages=huge_pages,
+                local_rank=local_rank, local_world_size=local_world_size))
         except BaseException:
             if self._owns_db:
                 self._db.close()
             raise
 
-    def _setup(self, rank: Any, world_size: Any, split_ratios: Any, split_seed: Any, seed: Any,
-               num_prefetch: Any, batch_size: Any, sequence_length: Any, bfs_child_width: Any,
-               task_weights: Any, num_threads: Any, max_rows: Any,
-               sampling_mode: Any, huge_pages: Any, local_rank: Any,
-               local_world_size: Any) -> None:
-        batch_config = BatchConfig(sequence_length, max_rows, bfs_child_width, huge_pages)
-        local_world_size = _from_env(local_world_size, "LOCAL_WORLD_SIZE", 1, "local_world_size")
-        builder = BatchBuilder(self._db, batch_config, check_seed(seed, "seed"),
-                               local_copies=local_world_size)
-        self.config = SamplerConfig(
-            rank=_from_env(rank, "RANK", 0, "rank"),
-            world_size=_from_env(world_size, "WORLD_SIZE", 1, "world_size"),
-            split_ratios=SplitRatios.parse(split_ratios),
-            split_seed=check_seed(split_seed, "split_seed"),
-            seed=int(seed),
-            num_prefetch=_positive(num_prefetch, "num_prefetch", 0),
-            batch_size=_positive(batch_size, "batch_size"),
-            sequence_length=sequence_length,
-            max_rows=max_rows,
-            bfs_child_width=bfs_child_width,
-            task_weights=task_weights_for(builder, task_weights),
-            num_threads=_positive(num_threads, "num_threads"),
-            sampling_mode=sampling_mode,
-            huge_pages=builder.huge_pages,
-            local_rank=_from_env(local_rank, "LOCAL_RANK", 0, "local_rank"),
-            local_world_size=local_world_size,
-        )
-        cfg = self.config
-        self.builder = builder
-        self.splits: tuple[TaskSplits, ...] = compute_splits(builder.tasks, cfg.split_seed,
-                                                             cfg.split_ratios)
-        self.manifest: RunManifest = build_run_manifest(
-            self._db.database_id, self._db.database_hash, self.splits, seed=cfg.seed,
-            global_batch_size=cfg.global_batch_size, split_seed=cfg.split_seed,
-            ratios=cfg.split_ratios, sampling_mode=cfg.sampling_mode)
-        weights = dict(zip((t.name for t in builder.tasks), cfg.task_weights))
-        train = open_streams(self.manifest, self._datasets("train", weights), cfg.world_size,
-                             cfg.rank, Stage.TRAIN)
-        self.train_streams: tuple[SplitStream, ...] = tuple(train)
-        self._train_weights = [weights[s.task.name] for s in train]
+    def _setup(self, cfg: SamplerConfig) -> None:
+        plan = RunPlan(self._db, cfg.run)  # a bad split fails before any copy is made
+        self.builder = BatchBuilder(self._db, cfg.batch_config, cfg.seed,
+                                    local_copies=cfg.local_world_size)
+        self.config = replace(cfg, huge_pages=self.builder.huge_pages)
+        self._plan = plan
+        self.splits: tuple[TaskSplits, ...] = plan.splits
+        self.manifest: RunManifest = plan.manifest
+        weights = dict(zip(self.tasks, self.config.task_weights or ()))
+        self.train_streams: tuple[SplitStream, ...] = plan.streams("train", self.builder.tasks,
+                                                                   weights)
+        self._train_weights = [weights[s.task.name] for s in self.train_streams]
         self._eval_streams: dict[str, tuple[SplitStream, ...]] = {}
-        self._channels = {"train": BatchChannel("train", builder, self._train_schedule,
-                                                self._initial_state(train), cfg.num_prefetch,
-                                                cfg.num_threads)}
+        self._channels = {"train": BatchChannel(
+            "train", self.builder, self._train_schedule,
+            initial_state("train", self.train_streams),
+            self.config.num_prefetch, self.config.num_threads)}
         self._open_eval_channel("val")  # test opens on first use: most runs never pull it
         self._lookup: TrainSchedule | None = None  # train_batch's schedule
         self._lookup_lock = threading.Lock()
@@ -238,14 +110,11 @@ class Sampler:
     def _open_eval_channel(self, split: str) -> BatchChannel:
         """The val or test channel (skipped datasets warn now, as train's do at start)."""
         if split not in self._channels:
-            cfg = self.config
-            streams = self._eval_streams[split] = tuple(open_streams(
-                self.manifest, self._datasets(split, None), cfg.world_size, cfg.rank,
-                Stage.EVAL))
+            streams = self._eval_streams[split] = self._plan.streams(split, self.builder.tasks)
             self._channels[split] = BatchChannel(
-                split, self.builder, self._eval_schedule(split),
-                {**self._initial_state(streams), "current": streams[0].key if streams else None},
-                cfg.num_prefetch, cfg.num_threads)
+                split, self.builder, lambda state: self._eval_schedule(split, state),
+                initial_state(split, streams),
+                self.config.num_prefetch, self.config.num_threads)
         return self._channels[split]
 
     @property
@@ -261,38 +130,19 @@ class Sampler:
     def local_rank(self) -> int:
         return self.config.local_rank
 
-    def _datasets(self, split: str, weights: dict[str, float] | None) -> list[Any]:
-        out = []
-        for view, task_splits in zip(self.builder.tasks, self.splits):
-            if weights is not None and weights[view.name] == 0:
-                continue  # weight 0: the user excluded the task from training
-            out.append((dataset_key(self._db.database_id, view.name, split), view,
-                        task_splits.of(split)))
-        return out
-
-    @staticmethod
-    def _initial_state(streams: Sequence[SplitStream]) -> dict[str, Any]:
-        return {"step": 0, "cursors": {s.key: Cursor() for s in streams}}
-
-    def _train_schedule(self, state: dict[str, Any] | None) -> TrainSchedule:
+    def _train_schedule(self, state: ChannelState | None = None) -> TrainSchedule:
         if not self.train_streams:
             raise InvalidArgumentError(
                 f"no task has a full global batch ({self.config.global_batch_size}) of train "
                 "seeds on this rank: lower batch_size or use a larger database")
-        if state is None:
-            return TrainSchedule(self.train_streams, self._train_weights, self.config.seed)
-        return TrainSchedule(self.train_streams, self._train_weights, self.config.seed,
-                             state["step"], _cursors(state))
+        return self._plan.train_schedule(self.train_streams, self._train_weights,
+                                        state or initial_state("train", self.train_streams))
 
-    def _eval_schedule(self, split: str) -> Any:
-        def make(state: dict[str, Any] | None) -> ValSchedule:
-            streams = self._eval_streams[split]
-            if not streams:
-                raise InvalidArgumentError(f"no task has {split} seeds on this rank")
-            if state is None:
-                return ValSchedule(streams)
-            return ValSchedule(streams, state["step"], state["current"], _cursors(state))
-        return make
+    def _eval_schedule(self, split: str, state: ChannelState | None = None) -> ValSchedule:
+        streams = self._eval_streams[split]
+        if not streams:
+            raise InvalidArgumentError(f"no task has {split} seeds on this rank")
+        return self._plan.eval_schedule(streams, state or initial_state(split, streams))
 
     # --- batches ----------------------------------------------------------------------------
 
@@ -329,29 +179,25 @@ class Sampler:
         inspection. Finding a step walks the schedule from the last step asked for (from 0
         when going back), so ascending steps cost O(1) each."""
         self._check_open()
-        step = _positive(step, "step", 0)
-        if not self.train_streams:
-            self._train_schedule(None)  # raises the explanation
+        step = integer(step, "step")
         with self._lookup_lock:
             schedule = self._lookup
             if schedule is None or step < schedule.next_step:
-                schedule = self._lookup = self._train_schedule(None)
+                schedule = self._lookup = self._train_schedule()
             job = schedule.job(step)
             schedule.forget_before(step)
-        built = self.builder.build(job.stream.task, job.stream.seed_indices(job.cursor),
-                                   job.cursor.epoch)
-        return built.arrays
+        return build_job(self.builder, job).arrays
 
     def _channel(self, name: str) -> BatchChannel:
         if self._shut:
             raise SamplerShutdown(f"the sampler was shut down: no more {name} batches")
         if name == "train":
             if not self.train_streams:
-                self._train_schedule(None)  # raises the explanation
+                self._train_schedule()  # raises the explanation
             return self._channels[name]
         channel = self._open_eval_channel(name)
         if not self._eval_streams[name]:
-            self._eval_schedule(name)(None)
+            self._eval_schedule(name)  # raises the explanation
         return channel
 
     @property
@@ -451,7 +297,7 @@ class Sampler:
         """
         self._check_open()
         return {"format": STATE_FORMAT, "config": self._fingerprint(),
-                **{name: channel.state() for name, channel in self._channels.items()}}
+                **{name: channel.state().to_json() for name, channel in self._channels.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the batches consumed when ``state`` was taken."""
@@ -467,10 +313,9 @@ class Sampler:
                                   + "; ".join(diffs or ["config is malformed"]))
         restores = []
         for name in CHANNELS:
-            part = state.get(name)
-            if name == "test" and part is None:
+            if name == "test" and state.get(name) is None:
                 continue  # test was never pulled (or a state from before it): starts afresh
-            _check_channel_state(part, name, with_current=name != "train")
+            part = ChannelState.from_json(name, state.get(name))
             channel = self._channels["train"] if name == "train" else \
                 self._open_eval_channel(name)
             streams = self.train_streams if name == "train" else self._eval_streams[name]
@@ -512,29 +357,3 @@ class Sampler:
         return f"Sampler({self._db.path!s}, " + ", ".join(f"{k}={v!r}" for k, v in
                                                          cfg.items()) + ")"
 
-
-def _cursors(state: Mapping[str, Any]) -> dict[str, Cursor]:
-    return {key: Cursor(int(v["epoch"]), int(v["global_index"]))
-            for key, v in state["cursors"].items()}
-
-
-def _check_channel_state(part: Any, name: str, with_current: bool) -> None:
-    def bad(why: str) -> CheckpointError:
-        return CheckpointError(f"sampler state {name!r}: {why}")
-
-    if not isinstance(part, Mapping):
-        raise bad("missing or not a mapping")
-    step = part.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise bad(f"step must be an integer >= 0, got {step!r}")
-    cursors = part.get("cursors")
-    if not isinstance(cursors, Mapping):
-        raise bad("cursors must be a mapping of dataset key to cursor")
-    for key, value in cursors.items():
-        if not isinstance(value, Mapping) or set(value) != {"epoch", "global_index"} or any(
-                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value.values()):
-            raise bad(f"cursor of {key!r} must be {{epoch, global_index}} integers >= 0")
-    if with_current:
-        current = part.get("current")
-        if current is not None and not isinstance(current, str):
-            raise bad(f"current must be a dataset key or null, got {current!r}")

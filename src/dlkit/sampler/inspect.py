@@ -16,9 +16,9 @@ import numpy as np
 
 from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
 from dlkit.errors import DatabaseError, InvalidArgumentError
-from dlkit.sampler.api import open_db
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
+from dlkit.sampler.database import DatabaseSource, InspectableDatabase, SamplerDatabase, open_db
 from dlkit.sampler.splits import check_seed
 
 NO_TIME = np.iinfo(np.int64).min
@@ -99,7 +99,7 @@ def format_time(t: int, compact: bool = False) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def format_value(db: Any, column: Any, local: int) -> str:
+def format_value(db: SamplerDatabase, column: Any, local: int) -> str:
     """A cell's value as the database holds it (not normalised)."""
     if not bool(column.valid[local]):
         return NULL
@@ -119,7 +119,7 @@ def format_value(db: Any, column: Any, local: int) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def typed_value(db: Any, column: Any, local: int) -> Any:
+def typed_value(db: SamplerDatabase, column: Any, local: int) -> Any:
     """A cell's value for JSON: typed, whole, None when null (see ``to_json_value``)."""
     if not bool(column.valid[local]):
         return None
@@ -165,7 +165,7 @@ def _key_of(table: Any, local: int) -> str:
         return str(local)
 
 
-def describe_sequence(db_path: Any, task: str, anchor_row: int, *, seed: int = 0,
+def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *, seed: int = 0,
                       epoch: int = 0, sequence_length: int = 1024, max_rows: int = 256,
                       bfs_child_width: int = 16) -> SequenceView:
     """The sequence of task ``task``'s seed at ``anchor_row`` (a local row of its table)."""
@@ -187,7 +187,7 @@ def describe_sequence(db_path: Any, task: str, anchor_row: int, *, seed: int = 0
             db.close()
 
 
-def _decode(db: Any, builder: BatchBuilder, built: Any) -> SequenceView:
+def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> SequenceView:
     a = built.arrays
     n_rows = int(built.visited_counts[0])
     n_cells = int(built.cell_counts[0])

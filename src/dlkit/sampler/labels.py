@@ -71,4 +71,5 @@ class LabelInfo:
         return {"task": self.task, "task_index": self.task_index, "table": self.table,
                 "column": self.column, "stype": self.stype_name, "dtype": str(self.dtype),
                 "mean": self.mean, "std": self.std,
-                "num_classes": self.num_classes, "categories": list(self.categories) if self.categories is not None else None}
+                "num_classes": self.num_classes,
+                "categories": list(self.categories) if self.categories is not None else None}

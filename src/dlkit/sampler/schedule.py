@@ -1,6 +1,6 @@
 """Which seeds each step of the train and val streams uses, as pure functions of the state.
 
-A *stream* is one (task, split) NextBatch_v2 dataset seen from one rank. The train schedule
+A *stream* is one (task, split) NextBatch dataset seen from one rank. The train schedule
 picks the task of step ``k`` by a weighted Philox draw of ``(seed, k)`` (the same on every
 rank) and advances that task's cursor by one NextBatch call; with ``drop_last`` every train
 step gives every rank a full micro-batch, its contiguous slice of the global batch. The val
@@ -49,12 +49,15 @@ class SplitStream:
 
 @dataclass(frozen=True)
 class Job:
-    """What step ``step`` builds: ``stream``'s micro-batch at ``cursor``."""
+    """What step ``step`` builds: ``stream``'s micro-batch at ``cursor``. Val and test
+    schedules walk their streams one after another: ``current_after`` is the key of the
+    stream current after this step (None from the train schedule)."""
 
     step: int
     stream: SplitStream
     cursor: Cursor
     cursor_after: Cursor
+    current_after: str | None = None
 
 
 def open_streams(manifest: RunManifest, keys: Sequence[tuple[str, TaskView, np.ndarray]],
@@ -77,7 +80,7 @@ def open_streams(manifest: RunManifest, keys: Sequence[tuple[str, TaskView, np.n
                 reason = f"has {n} seeds, none in the slice of rank {rank} of {world_size}"
         if reason is not None:
             warnings.warn(f"task {task.name!r} is skipped on rank {rank}: dataset {key!r} "
-                          f"{reason}", SamplerWarning, stacklevel=4)
+                          f"{reason}", SamplerWarning, stacklevel=5)
             continue
         streams.append(SplitStream(key, task, positions, plan))
     return streams
@@ -154,7 +157,7 @@ class ValSchedule:
             if cursors is not None and stream.key in cursors:
                 stream.plan.check_cursor(cursors[stream.key])
                 self._cursors[stream.key] = cursors[stream.key]
-        self._pending: dict[int, tuple[Job, str]] = {}
+        self._pending: dict[int, Job] = {}
 
     def _advance_one(self) -> None:
         while True:
@@ -165,14 +168,17 @@ class ValSchedule:
             if after.epoch != cursor.epoch:
                 self._current = (self._current + 1) % len(self.streams)
             if stream.plan.slice_of(cursor)[1]:
-                self._pending[self._next_step] = (Job(self._next_step, stream, cursor, after),
-                                                  self.streams[self._current].key)
+                self._pending[self._next_step] = Job(self._next_step, stream, cursor, after,
+                                                     self.streams[self._current].key)
                 self._next_step += 1
                 return
 
-    def job(self, step: int) -> tuple[Job, str]:
-        """The job of ``step`` and the key of the stream current after it."""
+    def job(self, step: int) -> Job:
+        """The job of ``step`` (each step is handed out once)."""
         with self._lock:
             while step >= self._next_step:
                 self._advance_one()
             return self._pending.pop(step)
+
+
+Schedule = TrainSchedule | ValSchedule

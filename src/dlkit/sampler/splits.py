@@ -22,6 +22,7 @@ from dlkit.encoding import UINT64_MAX
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import DataConfig, DatasetEntry, RunManifest
 from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, SAMPLING_MODE_TRAIN_V3
+from dlkit.sampler.arguments import integer, is_probability
 
 SPLITS = ("train", "val", "test")
 SPLIT_VERSION = "hash-split-v1"
@@ -44,8 +45,7 @@ class SplitRatios:
         values = (self.train, self.val, self.test)
         # Each share from 0 to 1, compared before any conversion or sum (1e308 + 1e308
         # overflows fsum, 10**400 a float; NaN fails the comparison).
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
-               for v in values):
+        if not all(is_probability(v) for v in values):
             raise InvalidArgumentError(f"split ratios must be three non-negative numbers of at "
                                        f"most 1 each (summing to 1), got {values!r}")
         if abs(math.fsum(values) - 1.0) > 1e-6:
@@ -79,10 +79,7 @@ class SplitRatios:
 
 
 def check_seed(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-            or not 0 <= int(value) <= UINT64_MAX:
-        raise InvalidArgumentError(f"{name} must be an integer in [0, 2^64-1], got {value!r}")
-    return int(value)
+    return integer(value, name, 0, UINT64_MAX, expected="an integer in [0, 2^64-1]")
 
 
 def split_codes(anchor_rows: np.ndarray, task_idx: int, split_seed: int,
@@ -183,10 +180,7 @@ def build_run_manifest(database_id: str, database_hash: bytes, splits: Sequence[
     """
     mode = train_sampling_mode(sampling_mode)
     check_seed(seed, "seed")
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) \
-            or global_batch_size < 1:
-        raise InvalidArgumentError(f"global batch size must be a positive integer, "
-                                   f"got {global_batch_size!r}")
+    integer(global_batch_size, "global batch size", 1, expected="a positive integer")
     datasets = {}
     for task_splits in splits:
         version = task_splits.version or split_version(split_seed, ratios)

@@ -1,25 +1,23 @@
-"""One bounded batch channel (train or val): a schedule, the prefetch engine, consumer state.
+"""One bounded batch channel (train, val or test): a schedule, the prefetch engine, the
+consumer's state.
 
 Producer threads of ``dlkit.prefetch.MultiIteratorPrefetcher`` build steps ``w, w+T, ...``
 (worker ``w`` of ``T``) and the consumer takes them in strict round-robin order, so the batch
 of step ``k`` is the same whatever the thread count or prefetch depth. The consumer-side state
-(the next step and every stream's cursor after the last *consumed* batch) is what
-``state()`` reports: prefetched but unconsumed batches are rebuilt after a restore.
+(a ``ChannelState``: the next step and every stream's cursor after the last *consumed* batch)
+is what ``state()`` reports: prefetched but unconsumed batches are rebuilt after a restore.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 from dlkit.errors import SamplerShutdown
-from dlkit.nextbatch import Cursor
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
 from dlkit.sampler.batch import BatchBuilder, BuiltBatch
-from dlkit.sampler.schedule import Job, TrainSchedule, ValSchedule
-
-Schedule = TrainSchedule | ValSchedule
+from dlkit.sampler.schedule import Job, Schedule
+from dlkit.sampler.state import ChannelState
 
 
 class BatchChannel:
@@ -29,8 +27,8 @@ class BatchChannel:
     """
 
     def __init__(self, name: str, builder: BatchBuilder,
-                 make_schedule: Callable[[dict[str, Any] | None], Schedule],
-                 initial: dict[str, Any], num_prefetch: int, num_threads: int):
+                 make_schedule: Callable[[ChannelState], Schedule],
+                 initial: ChannelState, num_prefetch: int, num_threads: int):
         self.name = name
         self.builder = builder
         self.make_schedule = make_schedule
@@ -38,31 +36,28 @@ class BatchChannel:
         self.num_threads = num_threads
         self._state = initial
         self._schedule: Schedule | None = None  # made on first use: it may raise
-        self._origin: dict[str, Any] | None = None  # the state the next schedule starts from
+        self._origin = initial  # the state the next schedule starts from
         self._prefetcher: MultiIteratorPrefetcher | None = None
         self._closed = False
 
-    def _job(self, step: int) -> tuple[Job, str | None]:
+    def _job(self, step: int) -> Job:
         schedule = self._schedule
         if schedule is None:
             schedule = self._schedule = self.make_schedule(self._origin)
-        result = schedule.job(step)
-        return result if isinstance(result, tuple) else (result, None)
+        return schedule.job(step)
 
-    def produce(self, step: int) -> tuple[Job, str | None, BuiltBatch]:
+    def produce(self, step: int) -> tuple[Job, BuiltBatch]:
         """Build step ``step`` (runs in a producer thread; kernels release the GIL)."""
-        job, current = self._job(step)
-        built = self.builder.build(job.stream.task, job.stream.seed_indices(job.cursor),
-                                   job.cursor.epoch)
-        return job, current, built
+        job = self._job(step)
+        return job, build_job(self.builder, job)
 
     def next_built(self) -> BuiltBatch:
         if self._closed:
             raise SamplerShutdown(f"the sampler was shut down: no more {self.name} batches")
-        step = self._state["step"]
+        step = self._state.step
         if self.num_prefetch == 0:
             try:
-                job, current, built = self.produce(step)
+                job, built = self.produce(step)
             except BaseException:
                 self._restart_from(self.state())
                 raise
@@ -74,7 +69,7 @@ class BatchChannel:
                     PrefetchConfig(num_workers=self.num_threads, buffer_size=per_worker),
                     name=f"dlkit-{self.name}")
             try:
-                job, current, built = next(self._prefetcher)
+                job, built = next(self._prefetcher)
             except BaseException:
                 if self._closed:
                     raise SamplerShutdown(
@@ -85,34 +80,22 @@ class BatchChannel:
                 raise
         if job.step != step:  # the engine's strict order makes this unreachable
             raise RuntimeError(f"{self.name} channel expected step {step}, got {job.step}")
-        cursors = dict(self._state["cursors"])
-        cursors[job.stream.key] = job.cursor_after
-        self._state = {**self._state, "step": step + 1, "cursors": cursors}
-        if current is not None:
-            self._state["current"] = current
+        self._state = self._state.after(job)
         return built
 
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"step": self._state["step"],
-                               "cursors": {k: c.to_value() for k, c in
-                                           sorted(self._state["cursors"].items())}}
-        if "current" in self._state:
-            out["current"] = self._state["current"]
-        return out
+    def state(self) -> ChannelState:
+        """Where the channel stands after the last consumed batch."""
+        return self._state
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: ChannelState) -> None:
         """Continue after the batch whose state this is (prefetched batches are dropped)."""
         self.make_schedule(state)  # validates before anything changes
         self._restart_from(state)
 
-    def _restart_from(self, state: dict[str, Any]) -> None:
+    def _restart_from(self, state: ChannelState) -> None:
         self._stop()
         self._schedule = None
-        self._origin = state
-        self._state = {"step": state["step"],
-                       "cursors": {k: Cursor(**v) for k, v in state["cursors"].items()}}
-        if "current" in state:
-            self._state["current"] = state["current"]
+        self._origin = self._state = state
 
     def _stop(self) -> None:
         prefetcher, self._prefetcher = self._prefetcher, None
@@ -122,3 +105,8 @@ class BatchChannel:
     def close(self) -> None:
         self._closed = True
         self._stop()
+
+
+def build_job(builder: BatchBuilder, job: Job) -> BuiltBatch:
+    """The batch of ``job``: its stream's micro-batch at its cursor, built at its epoch."""
+    return builder.build(job.stream.task, job.stream.seed_indices(job.cursor), job.cursor.epoch)
