@@ -161,7 +161,7 @@ def compute_splits(tasks: Iterable[Any], split_seed: int,
     out = []
     for task in tasks:
         codes = split_codes_by_rule(task, split_seed, ratios)
-        positions = tuple(np.flatnonzero(codes == k).astype(np.int64) for k in range(3))
+        positions = tuple(np.flatnonzero(codes == k).astype(np.int64, copy=False) for k in range(3))
         for p in positions:
             p.setflags(write=False)
         out.append(TaskSplits(task.name, int(task.index), positions,  # type: ignore[arg-type]
