@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlkit.errors import CheckpointError
 from dlkit.nextbatch import Cursor
-from dlkit.nextbatch.cbor import UINT64_MAX
+from dlkit.encoding import UINT64_MAX
 from dlkit.sampler.arguments import is_integer
 
 if TYPE_CHECKING:
