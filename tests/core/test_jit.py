@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 import dlkit
-from dlkit.core.jit import CACHE_SWITCH, cache_switch, choose_cache_dir, sources_key, user_cache_root
+from dlkit.core.jit import (
+    CACHE_SWITCH,
+    cache_switch,
+    choose_cache_dir,
+    sources_key,
+    user_cache_root,
+)
 from dlkit.errors import InvalidArgumentError
 
 PACKAGE = Path(dlkit.__file__).resolve().parent

@@ -3,8 +3,7 @@
 import json
 from pathlib import Path
 
-from dlkit.nextbatch import Cursor, SamplingPlan, parse_manifest
-from dlkit.nextbatch import tokens
+from dlkit.nextbatch import Cursor, SamplingPlan, parse_manifest, tokens
 from dlkit.nextbatch.sampler import _epoch_plan
 from tests import naive_nextbatch as naive
 
