@@ -15,7 +15,7 @@ is cached in a directory named by a hash of all kernel sources (every ``.py`` fi
 ``dlkit.core``, the only package that defines kernels) and of the Python and Numba versions:
 any change to any kernel file starts a fresh directory. The directory lies under
 ``$XDG_CACHE_HOME/dlkit/numba`` (default ``~/.cache/dlkit/numba``), or under
-``dlkit/core/__pycache__`` when that is not writable; if neither is, kernels compile in every
+``dlkit/core/__pycache__/numba`` when that is not writable; if neither is, kernels compile in every
 process. ``DLKIT_NUMBA_CACHE=0`` turns the on-disk cache off. ``make clean`` removes both
 places.
 """
@@ -26,6 +26,7 @@ import hashlib
 import os
 import platform
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -88,26 +89,26 @@ def choose_cache_dir(key: str, roots: Iterable[Path]) -> Path | None:
 
 
 def _configure() -> tuple[dict[str, Any], Path | None]:
-    if numba.config.DISABLE_JIT or not cache_switch():
-        return {"nogil": True, "cache": False, "error_model": "numpy"}, None
-    key = sources_key()
-    directory = choose_cache_dir(key, [user_cache_root(), KERNEL_PACKAGE / "__pycache__" / "numba"])
-    options = {"nogil": True, "cache": directory is not None, "error_model": "numpy"}
-    return options, directory
+    directory = None
+    if cache_switch() and not numba.config.DISABLE_JIT:
+        roots = [user_cache_root(), KERNEL_PACKAGE / "__pycache__" / "numba"]
+        directory = choose_cache_dir(sources_key(), roots)
+    return {"nogil": True, "cache": directory is not None, "error_model": "numpy"}, directory
 
 
 KERNEL_OPTIONS, CACHE_DIR = _configure()
+_DECORATING = threading.Lock()
 
 
 def kernel(fn: F) -> F:
     """Compile ``fn`` as a dlkit kernel (arrays and scalars in, arrays/scalars out, no I/O)."""
-    if CACHE_DIR is None:
-        return numba.njit(**KERNEL_OPTIONS)(fn)  # type: ignore[no-any-return]
-    # Numba reads CACHE_DIR when the dispatcher is created (its cache locator keeps the path),
-    # so setting it around the decoration directs only dlkit's kernels there.
-    previous = numba.config.CACHE_DIR
-    numba.config.CACHE_DIR = str(CACHE_DIR)
-    try:
-        return numba.njit(**KERNEL_OPTIONS)(fn)  # type: ignore[no-any-return]
-    finally:
-        numba.config.CACHE_DIR = previous
+    # Numba reads its CACHE_DIR when the dispatcher is made (the cache locator keeps the path),
+    # so setting it around the decoration sends dlkit's kernels, and only them, there.
+    with _DECORATING:
+        previous = numba.config.CACHE_DIR
+        if CACHE_DIR is not None:
+            numba.config.CACHE_DIR = str(CACHE_DIR)
+        try:
+            return numba.njit(**KERNEL_OPTIONS)(fn)  # type: ignore[no-any-return]
+        finally:
+            numba.config.CACHE_DIR = previous
