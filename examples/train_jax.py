@@ -61,7 +61,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402  (examples/common.py: command line, metrics, the result line)
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402

@@ -33,11 +33,11 @@ import json
 import os
 import secrets
 import shutil
-import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import BinaryIO
 
 from dlkit.errors import OutputError
@@ -220,7 +220,8 @@ class AtomicFiles:
             _unlock_beside(target, fd)
         self._locks = []
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self._discard()
 
 
@@ -502,7 +503,8 @@ class AtomicDirectory:
             raise
         return self.tmp
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             if not self.committed and self.tmp is not None:
                 shutil.rmtree(self.tmp, ignore_errors=True)

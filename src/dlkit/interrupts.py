@@ -14,6 +14,7 @@ import contextvars
 import signal
 import threading
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 _commit_log: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
@@ -53,7 +54,7 @@ def deferred_interrupts() -> Iterator[None]:
         return
     pending: list[tuple[int, Any]] = []
 
-    def hold(signum, frame):  # noqa: ARG001
+    def hold(signum: int, frame: FrameType | None) -> None:
         pending.append((signum, frame))
 
     previous = {}

@@ -92,7 +92,7 @@ def make_sampler(db: Any, *, batch_size: int | None = None,
     if (batch_size is None) == (global_batch_size is None):
         raise InvalidArgumentError("give exactly one of batch_size (per process) and "
                                    "global_batch_size")
-    if global_batch_size is not None:
+    if batch_size is None:  # then global_batch_size was given
         if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) \
                 or global_batch_size < 1 or global_batch_size % world:
             raise InvalidArgumentError(f"global_batch_size must be a positive multiple of the "
@@ -111,7 +111,7 @@ def batch_mesh(devices: Sequence[Any] | None = None) -> Mesh:
 
 
 def _x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # not in the stubs
 
 
 def _selected(batch: Mapping[str, np.ndarray], keys: Iterable[str] | None) -> list[str]:

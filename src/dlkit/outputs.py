@@ -18,7 +18,7 @@ from typing import Any
 
 from dlkit.errors import OutputError
 
-_OWN_DESCRIPTORS = re.compile(r"^/(?:dev/fd|proc/self/fd|proc/%d/fd)/(\d+)$" % os.getpid())
+_OWN_DESCRIPTORS = re.compile(rf"^/(?:dev/fd|proc/self/fd|proc/{os.getpid()}/fd)/(\d+)$")
 
 
 def _descriptor_name(path: str | os.PathLike[str]) -> tuple[bool, int | None]:
@@ -114,9 +114,9 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
                                            os.path.basename(absolute))]
         if (key := _identity(path, follow=False)) is not None:
             keys.append(key)
-        for key in keys:
-            if key in seen:
-                raise InvalidArgumentError(f"{name} {path} is the same file as {seen[key]}; "
+        for known in keys:
+            if known in seen:
+                raise InvalidArgumentError(f"{name} {path} is the same file as {seen[known]}; "
                                            "give each output its own file")
-        for key in keys:
-            seen[key] = f"{name} ({path})"
+        for known in keys:
+            seen[known] = f"{name} ({path})"

@@ -18,7 +18,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
 
 def test_a_short_flag_means_one_thing_in_every_command():
     meanings = defaultdict(set)
-    for name, command in commands():
+    for _name, command in commands():
         for param in command.params:
             longs = [o for o in param.opts if o.startswith("--")]
             for short in (o for o in param.opts if not o.startswith("--")):

@@ -59,7 +59,8 @@ def test_both_slot_widths_resolve_alike(row_dtype, dense_pk, sparse_pk, fk):
 
 @pytest.mark.parametrize("keys", [list(range(10)), [10**15, 3, -7, 2**62]])
 def test_int_duplicate_named(keys):
-    with pytest.raises(DataError, match=r"duplicate primary key 3 \(rows 1 and 4\)|duplicate primary key 1 \(rows 1 and 4\)"):
+    with pytest.raises(DataError, match=r"duplicate primary key 3 \(rows 1 and 4\)|"
+                                        r"duplicate primary key 1 \(rows 1 and 4\)"):
         k = list(keys)
         k.insert(4, k[1])
         KeyIndex.build_int(np.array(k, dtype=np.int64), "t")

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from dlkit.core.philox import philox4x32_10
 from dlkit.core.streams import (
     assign_splits,
-    pick_tasks,
     new_stream,
+    pick_tasks,
     sequence_key,
     split_buckets,
     task_draws,

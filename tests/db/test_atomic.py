@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dlkit.db import preprocess, verify_database
 from dlkit.atomic import AtomicDirectory, TargetKind
+from dlkit.db import preprocess, verify_database
 from dlkit.db.output import DATABASE
 from dlkit.errors import OutputError
 

@@ -31,7 +31,7 @@ def schemas(draw):
         times = draw(st.lists(st.one_of(st.none(), st.integers(-5, 5)), min_size=n, max_size=n))
         tables.append({"name": f"t{t}", "n": n, "kind": key_kind, "keys": list(keys),
                        "time": times if has_time else None, "fks": []})
-    for t, table in enumerate(tables):
+    for table in tables:
         for k in range(draw(st.integers(0, 3))):
             parent = draw(st.integers(0, num_tables - 1))
             pkeys = tables[parent]["keys"]

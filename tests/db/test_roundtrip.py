@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dlkit.db import HashedNgramEmbedder, NO_TIME, open_database, preprocess, verify_database
+from dlkit.db import NO_TIME, HashedNgramEmbedder, open_database, preprocess, verify_database
 from dlkit.db import format as fmt
 
 from .conftest import EXAMPLE, write_db
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 N = 23
 
 

@@ -128,9 +128,8 @@ def test_a_listed_file_that_is_not_a_regular_file_is_named_not_read(copy_db, rel
 
 def test_structure_checks_without_hashes(copy_db):
     """A consistent-looking corruption (manifest rewritten to match) is caught by structure."""
-    from dlkit.db.manifest import database_hash, hash_files, render_manifest
-
     from dlkit.db import format as fmt
+    from dlkit.db.manifest import database_hash, hash_files, render_manifest
 
     db = copy_db()
     meta = json.loads((db / "metadata.json").read_text())

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dlkit.db import preprocess, verify_database
-from dlkit.db import reader
+from dlkit.db import preprocess, reader, verify_database
 from dlkit.db.embed import load_embedder
 from dlkit.errors import DatabaseError
 

@@ -37,6 +37,7 @@ def test_an_installed_wheel_verifies_every_bundled_golden_from_anywhere(tmp_path
     wheel, = wheels.glob("dlkit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(Path(n).name for n in names if "/goldens/" in n) == BUNDLED
+    assert "dlkit/py.typed" in names  # and the annotations (PEP 561)
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(target), str(wheel)], check=True, timeout=600, capture_output=True)

@@ -3,8 +3,7 @@
 import json
 from pathlib import Path
 
-from dlkit.nextbatch import Cursor, SamplingPlan, parse_manifest
-from dlkit.nextbatch import tokens
+from dlkit.nextbatch import Cursor, SamplingPlan, parse_manifest, tokens
 from tests import naive_nextbatch as naive
 
 VECTORS = json.loads((Path(__file__).parents[2] / "fixtures/spec/nextbatch_v2_vectors.json").read_text())

@@ -8,8 +8,7 @@ import pytest
 
 from dlkit.core.feistel import FEISTEL_MAX_N
 from dlkit.errors import ContractViolationError, ManifestError, NextBatchError
-from dlkit.nextbatch import Cursor, DataConfig, SamplingPlan, next_batch, parse_manifest
-from dlkit.nextbatch import tokens
+from dlkit.nextbatch import Cursor, DataConfig, SamplingPlan, next_batch, parse_manifest, tokens
 from tests import naive_feistel as naive
 from tests import naive_nextbatch as naive_v2
 from tests.nextbatch.helpers import manifest_dict, manifest_of

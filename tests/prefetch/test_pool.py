@@ -78,7 +78,7 @@ def test_buffers_are_never_handed_out_twice_while_in_use(seed, length, workers, 
                 assert id(lease.buffer) not in ledger.held
                 ledger.held.add(id(lease.buffer))
             held.append(lease)
-            assert len({id(l.buffer) for l in held}) == len(held)
+            assert len({id(h.buffer) for h in held}) == len(held)
             delay(rng)
             # keep a random number of leases, never more than allowed
             while held and (len(held) == max_held or rng.random() < 0.3):
@@ -132,7 +132,7 @@ def test_no_buffer_leaks_after_early_break_failure_or_restore(policy):
     assert pool.in_use == 0
     # an early break with a lease still held
     prefetcher.restore(state)
-    for lease in prefetcher:
+    for lease in prefetcher:  # noqa: B007  (the lease taken is released below)
         break
     assert prefetch_threads() == [] and pool.in_use == 1
     lease.release()

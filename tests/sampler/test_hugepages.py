@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from dlkit.errors import InvalidArgumentError
-from dlkit.sampler import BATCH_KEYS, BatchBuilder, BatchConfig, Sampler
+from dlkit.sampler import BATCH_KEYS, BatchBuilder, BatchConfig, Sampler, hugepages
 from dlkit.sampler import batch as batch_module
 from dlkit.sampler import catalog as catalog_module
-from dlkit.sampler import hugepages
 from dlkit.sampler.catalog import RowRecords, build_catalog
 from tests.sampler.fakedb import random_database
 

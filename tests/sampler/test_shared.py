@@ -175,7 +175,7 @@ def test_a_member_that_maps_the_segment_holds_no_private_copy(tmp_path):
         for p in procs:
             p.stdin.close()
             p.wait(timeout=60)
-    for filled, total, anon, shmem in lines:
+    for _filled, total, anon, shmem in lines:
         assert int(total) == 64 << 20
         # 64 MiB read through the mapping: shared pages, not this process's anonymous memory
         assert int(anon) < 16 << 20, anon

@@ -22,7 +22,7 @@ from dlkit.cli.console import print_error, print_note
 try:  # typer >= 0.16 carries its own copy of click
     from typer._click import exceptions as click_exceptions
 except ImportError:  # pragma: no cover - older typer depends on click itself
-    from click import exceptions as click_exceptions
+    from click import exceptions as click_exceptions  # type: ignore[no-redef,import-not-found]
 
 
 # A command whose standard output's reader left before the end (`dlkit sample | head`)
@@ -133,8 +133,7 @@ def exit_code_for(error: errors.DlkitError) -> int:
 
 def _register_commands() -> None:
     # Importing a command module registers its commands on ``app``.
-    from dlkit.cli import bench, db, sample  # noqa: F401
-    from dlkit.cli import relational  # noqa: F401
+    from dlkit.cli import bench, db, relational, sample  # noqa: F401
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
@@ -72,7 +73,7 @@ class RichProgress:
             console=err_console,
             transient=False,
         )
-        self.task = None
+        self.task: TaskID | None = None
         self.started = False
 
     def __enter__(self) -> RichProgress:
@@ -115,16 +116,23 @@ def preprocess(
     schema: Path = typer.Option(None, "--schema", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically)."),
     on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
-                                    help="Foreign keys pointing to a missing parent: drop (keep the row, drop the edge, report) or error."),
+                                    help="Foreign keys pointing to a missing parent: drop (keep "
+                                         "the row, drop the edge, report) or error."),
     # = dlkit.db.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
     # every command, --help included.
     batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
                                    help="Rows per record batch read from Parquet (the output does not depend on it)."),
     embedder: str = typer.Option("hashed", "--embedder",
-                                 help="Text embedder: 'hashed' (built in, no download) or 'package.module:factory' (see dlkit.db.embed)."),
+                                 help="Text embedder: 'hashed' (built in, no download) or "
+                                      "'package.module:factory' (see dlkit.db.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     memory_budget: str = typer.Option(None, "--memory-budget",
-                                      help="Memory for the build's working arrays (row times, primary keys, key indexes, category ids, both CSRs), e.g. 2G or 512M; beyond it they spill to scratch files in the build directory. The database is the same for any budget. Default: half the available memory."),
+                                      help="Memory for the build's working arrays (row times, "
+                                           "primary keys, key indexes, category ids, both "
+                                           "CSRs), e.g. 2G or 512M; beyond it they spill to "
+                                           "scratch files in the build directory. The database "
+                                           "is the same for any budget. Default: half the "
+                                           "available memory."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary on stderr."),
@@ -151,7 +159,8 @@ def preprocess(
         with RichProgress() as sink:
             report = run(input_dir, output, schema=schema, overwrite=overwrite,
                          on_dangling=on_dangling, batch_rows=batch_rows, embedder=emb,
-                         progress=sink, fsync=not no_fsync, memory_budget=budget)
+                         progress=sink,  # type: ignore[arg-type]  # db Progress: a class
+                         fsync=not no_fsync, memory_budget=budget)
     else:
         report = run(input_dir, output, schema=schema, overwrite=overwrite,
                      on_dangling=on_dangling, batch_rows=batch_rows, embedder=emb,
@@ -199,7 +208,8 @@ def preprocess(
 def verify(
     database: Path = typer.Argument(..., help="Database directory made by `dlkit preprocess`."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr (the exit code and error line still tell)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="No summary on stderr (the exit code and error line still tell)."),
 ) -> None:
     """Check every file of a database against manifest.json, then its structure.
 
@@ -243,9 +253,14 @@ def schema_infer(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables."),
     out: Path = typer.Option(None, "--out", "-o", help="Write the draft here (default: stdout)."),
     name: str = typer.Option(None, "--name", help="Database id (default: the directory's name)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file (a symbolic link is replaced itself, never the file it names)."),
-    task: list[str] = typer.Option(None, "--task", metavar="<name>", help="RelBench datasets only: a task to take (repeat for several; default: every task)."),
-    as_json: bool = typer.Option(False, "--json", help="Print {output, schema} as JSON on stdout instead of the draft itself."),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace an existing --out file (a symbolic link is "
+                                        "replaced itself, never the file it names)."),
+    task: list[str] = typer.Option(None, "--task", metavar="<name>",
+                                   help="RelBench datasets only: a task to take (repeat for "
+                                        "several; default: every task)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {output, schema} as JSON on stdout "
+                                                       "instead of the draft itself."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
 ) -> None:
     """Draft a dlkit.toml from the Parquet schemas (keys, time columns, types) to review.
@@ -299,14 +314,25 @@ app.add_typer(import_app, name="import", rich_help_panel=PANEL)
 
 @import_app.command("relbench")
 def import_relbench(
-    source: Path = typer.Argument(..., help="A RelBench dataset directory as RelBench caches it: db/TABLE.parquet and tasks/TASK/{train,val,test}.parquet."),
+    source: Path = typer.Argument(..., help="A RelBench dataset directory as RelBench caches it: "
+                                            "db/TABLE.parquet and "
+                                            "tasks/TASK/{train,val,test}.parquet."),
     output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
-    task: list[str] = typer.Option(None, "--task", metavar="<name>", help="A task to import (repeat for several; default: every task dlkit supports, with a warning naming those left out). Link-prediction tasks are refused."),
+    task: list[str] = typer.Option(None, "--task", metavar="<name>",
+                                   help="A task to import (repeat for several; default: every task "
+                                        "dlkit supports, with a warning naming those left out). "
+                                        "Link-prediction tasks are refused."),
     name: str = typer.Option(None, "--name", help="Database id (default: the dataset directory's name)."),
-    schema_out: Path = typer.Option(None, "--schema-out", help="Also write the dlkit.toml this builds from (`dlkit preprocess SOURCE OUT --schema FILE` builds the same database)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically) and an existing --schema-out file."),
+    schema_out: Path = typer.Option(None, "--schema-out",
+                                    help="Also write the dlkit.toml this builds from (`dlkit "
+                                         "preprocess SOURCE OUT --schema FILE` builds the same "
+                                         "database)."),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace an existing database at OUTPUT (atomically) and "
+                                        "an existing --schema-out file."),
     embedder: str = typer.Option("hashed", "--embedder",
-                                 help="Text embedder: 'hashed' (built in, no download) or 'package.module:factory' (see dlkit.db.embed)."),
+                                 help="Text embedder: 'hashed' (built in, no download) or "
+                                      "'package.module:factory' (see dlkit.db.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -336,5 +362,7 @@ def import_relbench(
         atomic_write_bytes(schema_out, text.encode("utf-8"), overwrite=overwrite)
     preprocess(input_dir=source, output=output, schema=schema, overwrite=overwrite,  # type: ignore[arg-type]
                on_dangling="drop", batch_rows=1 << 18, embedder=embedder,
-               embedding_dim=embedding_dim, memory_budget=None, no_fsync=no_fsync,
+               embedding_dim=embedding_dim,
+               memory_budget=None,  # type: ignore[arg-type]  # typer declares it str
+               no_fsync=no_fsync,
                as_json=as_json, quiet=quiet)

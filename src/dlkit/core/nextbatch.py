@@ -102,7 +102,7 @@ def resolve_shuffled(block_order, seed_words, n, block_size, starts, lengths, ou
 @kernel
 def resolve_sequential(starts, lengths, out):
     """Eval/infer order: position ``p`` is index ``p`` (slices written back to back)."""
-    written = 0
+    written: int | np.uint64 = 0  # (a local's annotation is not compiled: Numba never sees it)
     for s in range(starts.shape[0]):
         start = np.uint64(starts[s])
         for k in range(np.uint64(lengths[s])):

@@ -31,7 +31,7 @@ def _decode_utf8(data, start, end, out):
     i = start
     while i < end:
         b0 = np.int64(data[i])
-        cp = 0xFFFD
+        cp: int | np.int64 = 0xFFFD  # (not compiled: Numba types it from the assignments)
         width = 1
         if b0 < 0x80:
             cp = b0
