@@ -117,8 +117,8 @@ def test_the_default_workload_is_the_relational_sampler_feeding_a_step():
 
 
 def test_a_given_database_and_step_time(capsys, tmp_path):
-    from dlkit.db import preprocess
     from dlkit.bench.relational import EXAMPLE_DB
+    from dlkit.db import preprocess
 
     preprocess(EXAMPLE_DB, tmp_path / "db", fsync=False)
     code, out, err = run(["bench", "--db", str(tmp_path / "db"), "--steps", "4", "-b", "2",

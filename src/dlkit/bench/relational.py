@@ -167,7 +167,7 @@ def _sampler_dataloader(db: str, request: BenchRequest, steps: int, consumer_ite
                             multiprocessing_context="fork")
         batches = iter(loader)
         try:
-            return _train_loop("torch DataLoader", lambda: next(batches), request.batch_size,
+            return _train_loop("torch DataLoader", batches.__next__, request.batch_size,
                                steps, consumer_iterations, progress, count_cpu=False)
         finally:
-            del batches  # stops the worker processes
+            del batches  # stops the worker processes (the bound method went with the loop)

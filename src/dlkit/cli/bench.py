@@ -9,9 +9,9 @@ import typer
 from rich import box
 from rich.table import Table
 
+from dlkit.bench.request import WorkloadKind
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, progress
-from dlkit.bench.request import WorkloadKind
 from dlkit.cli.params import check_rank
 from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode
 

@@ -18,7 +18,6 @@ from dlkit.db.report import Progress
 from dlkit.db.scratch import Arrays
 from dlkit.errors import DataError
 
-
 Allocate = Callable[[np.dtype, int], np.ndarray]  # ``empty(dtype, n)``
 
 

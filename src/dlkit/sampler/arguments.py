@@ -9,18 +9,19 @@ bound rather than overflowing a float.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from dlkit.errors import DlkitError, InvalidArgumentError
 
 
-def is_integer(value: Any, minimum: int | None = None, maximum: int | None = None) -> bool:
+def is_integer(value: Any, minimum: int | None = None,
+               maximum: int | None = None) -> TypeGuard[int | np.integer]:
     """Whether ``value`` is an integer (not a bool) in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         return False
-    return (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    return bool((minimum is None or value >= minimum) and (maximum is None or value <= maximum))
 
 
 def integer(value: Any, name: str, minimum: int = 0, maximum: int | None = None, *,

@@ -181,6 +181,10 @@ def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *, se
                 f"task {view.name!r} (its target is null or the row does not exist; seeds are "
                 f"rows {', '.join(str(int(a)) for a in view.anchor_row[:5])}...)")
         built = builder.build(view, matches[:1], check_seed(epoch, "epoch"))
+        if not isinstance(db, InspectableDatabase):
+            raise InvalidArgumentError("describing a sequence needs a database that maps global "
+                                       "rows to their tables (row_of): open it with "
+                                       "dlkit.db.open_database")
         return _decode(db, builder, built)
     finally:
         if owned:

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dlkit.encoding import UINT64_MAX
 from dlkit.errors import CheckpointError
 from dlkit.nextbatch import Cursor
-from dlkit.encoding import UINT64_MAX
 from dlkit.sampler.arguments import is_integer
 
 if TYPE_CHECKING:
