@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.jit import kernel
-from dlkit.core.keys import bytes_equal
+from dlkit.core.keys import bytes_equal, mix64
 
 # Exponent bits of IEEE binary16 and binary64: all set means NaN or infinity.
 F16_EXPONENT = np.uint16(0x7C00)
@@ -125,3 +125,173 @@ def first_parent_misorder(parent_offsets, parent_ids, first, last, key_lo, key_h
             counts[k] += 1
             k += 1
     return -1
+
+
+# --- the edge screen: both CSR directions hold the same (parent, child, child time) edges ----
+
+
+@kernel
+def _edge_mix(p_mixed, c_mixed):
+    """One edge's word from its keyed parent and (child, time) words."""
+    return mix64(p_mixed ^ c_mixed)
+
+
+@kernel
+def _parent_word(p, key):
+    return mix64(np.uint64(p) ^ key)
+
+
+@kernel
+def _child_word(c, t, key):
+    return mix64(mix64(np.uint64(c) ^ key) ^ np.uint64(t))
+
+
+@kernel
+def parent_side_sums(parent_offsets, parent_ids, row_times, first, last, keys):
+    """``(s1, s2)``: the sums mod 2^64 of both edge hashes over the parent lists of rows
+    ``[first, last)``: row ``v``'s edges ``(parent_ids[e], v, row_times[v])``.
+
+    ``keys`` is ``uint64[4]`` (parent key and child key of each hash). Offsets and ids must
+    already be checked (monotone, in range).
+    """
+    s1 = np.uint64(0)
+    s2 = np.uint64(0)
+    for v in range(first, last):
+        t = row_times[v]
+        c1 = _child_word(v, t, keys[1])
+        c2 = _child_word(v, t, keys[3])
+        for e in range(parent_offsets[v], parent_offsets[v + 1]):
+            p = parent_ids[e]
+            s1 += _edge_mix(_parent_word(p, keys[0]), c1)
+            s2 += _edge_mix(_parent_word(p, keys[2]), c2)
+    return s1, s2
+
+
+@kernel
+def child_side_sums(child_offsets, child_ids, child_times, first, last, keys):
+    """``(s1, s2)``: as :func:`parent_side_sums`, over the child lists of parents
+    ``[first, last)``: parent ``p``'s edges ``(p, child_ids[i], child_times[i])``."""
+    s1 = np.uint64(0)
+    s2 = np.uint64(0)
+    for p in range(first, last):
+        p1 = _parent_word(p, keys[0])
+        p2 = _parent_word(p, keys[2])
+        for i in range(child_offsets[p], child_offsets[p + 1]):
+            c = child_ids[i]
+            t = child_times[i]
+            s1 += _edge_mix(p1, _child_word(c, t, keys[1]))
+            s2 += _edge_mix(p2, _child_word(c, t, keys[3]))
+    return s1, s2
+
+
+# Bytes of random key per screen: a parent and a child key for each of the two hashes.
+EDGE_KEY_BYTES = 32
+
+
+def edges_agree(parent_offsets, parent_ids, row_times, child_offsets, child_ids, child_times,
+                keys) -> bool:
+    """Whether the child CSR holds exactly the parent CSR's edges, each with its child's row
+    time: the multisets of ``(parent, child, time)`` of both sides have equal hash sums.
+
+    Offsets and ids must already be checked. ``keys`` is ``uint64[4]``, drawn at random for
+    each run (see the module doc for why this is as strong as the exact checks it screens).
+    """
+    if parent_ids.shape[0] != child_ids.shape[0]:
+        return False
+    rows = parent_offsets.shape[0] - 1
+    return (parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
+            == child_side_sums(child_offsets, child_ids, child_times, 0, rows, keys))
+
+
+# --- columns, row times and tasks: one pass each over a bitmap and its values ---------------
+
+
+@kernel
+def _bit(bitmap, r):
+    return (bitmap[r >> 3] >> (r & 7)) & 1
+
+
+@kernel
+def null_cells(values, bitmap):
+    """``(valid rows, first null row whose cell is not 0, or -1)`` of a column: ``values[r]``
+    is valid when bit ``r`` of ``bitmap`` (little-endian bit order) is set."""
+    valid = 0
+    first = -1
+    for r in range(values.shape[0]):
+        if _bit(bitmap, r):
+            valid += 1
+        elif first < 0 and values[r] != 0:
+            first = r
+    return valid, first
+
+
+@kernel
+def first_time_mismatch(row_times, values, bitmap, no_time):
+    """First row whose time is not the time column's value (``no_time`` for a null), or -1.
+    An empty ``values`` means no time column: every row's time is ``no_time``."""
+    for r in range(row_times.shape[0]):
+        if values.shape[0] == 0 or not _bit(bitmap, r):
+            expected = no_time
+        else:
+            expected = values[r]
+        if row_times[r] != expected:
+            return r
+    return -1
+
+
+@kernel
+def first_table_mismatch(row_table, table_offsets):
+    """First row whose table index disagrees with ``table_offsets``, or -1."""
+    if table_offsets[0] != 0:
+        return 0
+    for t in range(table_offsets.shape[0] - 1):
+        for r in range(max(table_offsets[t], 0), min(table_offsets[t + 1], row_table.shape[0])):
+            if row_table[r] != t:
+                return r
+    if table_offsets[-1] != row_table.shape[0]:
+        return min(table_offsets[-1], row_table.shape[0])
+    return -1
+
+
+@kernel
+def task_agreement(anchor, bitmap, num_rows, values, target, target_valid, obs_time,
+                   row_times, row_offset):
+    """What a task's arrays agree with: ``(ascending, seeds, targets, target_valid, obs_time)``.
+
+    Anchor rows strictly ascending; exactly the rows with a valid target (bit set in
+    ``bitmap``); targets the column's values as float64; ``target_valid`` all 1; observation
+    times the anchor rows' ``row_times[row_offset + row]`` (an empty ``row_times``: not
+    checked). Anchor rows must already be checked in ``[0, num_rows)``.
+    """
+    n = anchor.shape[0]
+    ascending = True
+    for i in range(1, n):
+        if anchor[i] <= anchor[i - 1]:
+            ascending = False
+            break
+    seeds = True
+    k = 0
+    for r in range(num_rows):
+        if _bit(bitmap, r):
+            if k >= n or anchor[k] != r:
+                seeds = False
+                break
+            k += 1
+    seeds = seeds and k == n
+    targets = True
+    for i in range(n):
+        if target[i] != np.float64(values[anchor[i]]):
+            targets = False
+            break
+    all_valid = True
+    for i in range(n):
+        if target_valid[i] != 1:
+            all_valid = False
+            break
+    times = True
+    if row_times.shape[0] > 0:
+        for i in range(n):
+            if obs_time[i] != row_times[row_offset + anchor[i]]:
+                times = False
+                break
+    return ascending, seeds, targets, all_valid, times

@@ -50,8 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlkit.db.format import MANIFEST_FILE
-from dlkit.db.manifest import list_files
-from dlkit.db.reader import Failure, check_database
+from dlkit.db.reader import Failure, inspect_database
 from dlkit.errors import DatabaseError
 
 ATTEMPTS = 5  # versions read before giving up on a database that keeps being replaced
@@ -115,31 +114,20 @@ def _replaced(root: Path, fd: int) -> bool:
 
 
 def _verify_once(root: Path, shown: Path, started: float) -> VerifyReport:
-    failures = check_database(root, verify_hashes=True)
-    files = list_files(root)
-    if (root / MANIFEST_FILE).exists():
-        files.append(MANIFEST_FILE)  # counted with the rest, as preprocess counts it
+    found = inspect_database(root, verify_hashes=True)
     total = 0
-    for rel in files:
+    for rel in found.files:
         try:
             info = (root / rel).lstat()
         except OSError:
             continue  # named among the failures
         if stat.S_ISREG(info.st_mode):
             total += info.st_size
-    recorded = None
-    if not failures:
-        from dlkit.db.manifest import parse_manifest
-
-        try:
-            data = (root / MANIFEST_FILE).read_bytes()
-        except OSError as exc:  # the version held was removed meanwhile: the caller retries
-            failures = [Failure(MANIFEST_FILE, "file.unreadable", str(exc.strerror or exc))]
-        else:
-            recorded = parse_manifest(data)[1].hex()
+    failures = found.failures
+    recorded = found.database_hash.hex() if not failures and found.database_hash else None
     return VerifyReport(path=str(shown), ok=not failures, database_hash=recorded,
-                        files=len(files), bytes=total, seconds=time.perf_counter() - started,
-                        failures=failures)
+                        files=len(found.files), bytes=total,
+                        seconds=time.perf_counter() - started, failures=failures)
 
 
 def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
