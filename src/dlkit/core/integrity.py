@@ -12,9 +12,52 @@ it; none allocates more than a hash table, and all run without the GIL.
   with the exponent mask, the first NaN or infinity (float16 has no numba type, its bits do).
 - :func:`first_parent_misorder`: a row whose parents are not in its foreign keys' order and
   tables (id ranges); counts the edges of each foreign key on the way.
+- :func:`null_cells`, :func:`first_time_mismatch`, :func:`first_table_mismatch`,
+  :func:`task_agreement`: a column's bitmap and values, a table's row times, ``row_table``
+  and a task's arrays, each in one pass without a temporary array.
+- :func:`edges_agree` (:func:`parent_side_sums`, :func:`child_side_sums`): the edge screen.
+
+**The edge screen.** ``graph.bin`` stores each edge twice: in the parent lists (row ``v``'s
+edge to ``parent_ids[e]``) and in the child lists (parent ``p``'s edge to ``child_ids[i]``,
+with ``child_times[i]``). Compare the multisets of triples ``(parent, child, time)`` of both
+sides, where the parent side takes each child's row time ``row_times[v]``. They are equal
+exactly when the child lists are the transpose of the parent lists, edge for edge with
+multiplicity (the ``graph.transpose`` check), and every ``child_times[i]`` is the row time of
+``child_ids[i]`` (``graph.child_times``): each parent-side triple carries its child's row
+time, and equal multisets carry it to every child-side triple. Equal in-degrees
+(``diff(child_offsets)`` against the counts of ``parent_ids``) follow too.
+
+The screen compares two hash sums instead of the multisets: ``H_j = sum of F_j(p, c, t) mod
+2^64`` for ``j = 1, 2``, with ``F_j(p, c, t) = mix(P_j(p) ^ C_j(c, t))``, ``P_j(p) = mix(p ^
+a_j)``, ``C_j(c, t) = mix(mix(c ^ b_j) ^ t)``, ``mix`` the splitmix64 finaliser (a bijection
+of 64-bit words) and the keys ``a_j, b_j`` drawn at random by the caller for each run. Each
+side is one sequential pass (two ``mix`` per row, three per edge), split at any row
+boundary: sums do not depend on the order.
+
+- *Honest data* always passes: equal multisets give equal sums, whatever the order.
+- *Random corruption* changes the multiset (else today's checks pass too). Treating ``mix``
+  under random keys as a random function, one sum misses the change only when a differing
+  triple's input to the outer ``mix`` collides with another's, or the differing words cancel;
+  over the keys that has a chance of at most about ``(m + 2E) / 2^64`` (``m`` differing
+  triples, ``E`` edges; a multiplicity difference ``d`` raises the cancelling chance by at
+  most ``d <= 2E``). The two sums use independent keys, so both miss with at most the square:
+  below ``2^-62`` for any graph with int32 offsets (``E < 2^31``), about ``2^-76`` for ten
+  million rows. The exact checks are no stronger in practice.
+- *Crafted corruption*: someone who rewrites files and re-hashes ``manifest.json`` (the
+  SHA-256 checks, the primary guard, then pass) and aims at this check. Against a fixed,
+  public hash they could search for a colliding multiset (sums of public 64-bit words yield
+  to generalised-birthday and lattice searches); the keys are drawn when verify runs, after
+  the files were written, and are never stored, so there is nothing to aim at short of
+  reading the verifying process's memory.
+
+When the sums differ, the caller runs the exact checks (``check_child_times``, a random
+access per edge, and ``transpose_matches``, a scatter into ``O(E)`` scratch) to name the
+failure as before; on an intact database they never run.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -151,7 +194,7 @@ def parent_side_sums(parent_offsets, parent_ids, row_times, first, last, keys):
     """``(s1, s2)``: the sums mod 2^64 of both edge hashes over the parent lists of rows
     ``[first, last)``: row ``v``'s edges ``(parent_ids[e], v, row_times[v])``.
 
-    ``keys`` is ``uint64[4]`` (parent key and child key of each hash). Offsets and ids must
+    ``keys`` is ``uint64[4]``: ``a_1, b_1, a_2, b_2`` of the module doc. Offsets and ids must
     already be checked (monotone, in range).
     """
     s1 = np.uint64(0)
@@ -193,14 +236,18 @@ def edges_agree(parent_offsets, parent_ids, row_times, child_offsets, child_ids,
     """Whether the child CSR holds exactly the parent CSR's edges, each with its child's row
     time: the multisets of ``(parent, child, time)`` of both sides have equal hash sums.
 
-    Offsets and ids must already be checked. ``keys`` is ``uint64[4]``, drawn at random for
-    each run (see the module doc for why this is as strong as the exact checks it screens).
+    Offsets and ids must already be checked. ``keys`` is ``uint64[4]`` (``a_1, b_1, a_2,
+    b_2``), drawn at random for each run: the module doc says why this is as strong as the
+    exact checks it screens. The two sides run on two threads.
     """
     if parent_ids.shape[0] != child_ids.shape[0]:
         return False
     rows = parent_offsets.shape[0] - 1
-    return (parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
-            == child_side_sums(child_offsets, child_ids, child_times, 0, rows, keys))
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the two sides at once (nogil kernels)
+        child = pool.submit(child_side_sums, child_offsets, child_ids, child_times, 0, rows,
+                            keys)
+        parent = parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
+        return parent == child.result()
 
 
 # --- columns, row times and tasks: one pass each over a bitmap and its values ---------------
