@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlkit.db import check_database, reader, verify_database
+from dlkit.db import check_database, file_checks, reader, verify_database
 from dlkit.db import format as fmt
 from dlkit.db.checks import Checks, Stop
 from dlkit.db.manifest import (
@@ -90,7 +90,7 @@ def test_the_failures_name_the_corrupt_file(db):
 def test_an_unreadable_file_stops_every_later_check(db, monkeypatch):
     """As when the hashes ran first: the structure checks' failures are not reported."""
     _flip(db / "tables/orders/1.values", 3)
-    real = reader.start_hashing
+    real = file_checks.start_hashing
 
     def then_vanish(root, listing):
         job = real(root, listing)
@@ -98,7 +98,7 @@ def test_an_unreadable_file_stops_every_later_check(db, monkeypatch):
         (db / "graph.bin").unlink()
         return real(root, listing)
 
-    monkeypatch.setattr(reader, "start_hashing", then_vanish)
+    monkeypatch.setattr(file_checks, "start_hashing", then_vanish)
     failures = check_database(db)
     assert [(f.file, f.check) for f in failures] == [("graph.bin", "file.unreadable")]
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlkit.db import format as fmt
-from dlkit.db.checks import Checks
-from dlkit.db.manifest import HashJob, database_hash, parse_manifest
+from dlkit.db.checks import Checks, Stop
+from dlkit.db.manifest import HashJob, database_hash, list_files, parse_manifest
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular
 
@@ -98,3 +98,31 @@ def require_directory(root: Path, checks: Checks) -> None:
     if not root.is_dir():
         checks.fail(".", "database.missing",
                     "not a directory" if root.exists() else "no such directory", fatal=True)
+
+
+@dataclass
+class FilesChecked:
+    """The checks of :func:`begin_checks`: what failed so far (collected), the files present,
+    the manifest (``None`` when a fatal failure stopped the checks) and the hashing under way."""
+
+    checks: Checks
+    present: list[str]
+    listing: Listing | None
+    hashing: HashJob | None
+
+
+def begin_checks(root: Path, verify_hashes: bool) -> FilesChecked:
+    """The directory and its files against the manifest, collecting every failure, then the
+    hashes started on a thread pool (numpy and the standard library only: nothing here loads
+    numba, so the files hash while the structure checks' kernels load)."""
+    checks = Checks(collect=True, root=root)
+    present: list[str] = []
+    listing = None
+    try:
+        require_directory(root, checks)
+        present = list_files(root)
+        listing = check_files(root, checks, True, present)
+    except Stop:
+        return FilesChecked(checks, present, None, None)
+    return FilesChecked(checks, present, listing,
+                        start_hashing(root, listing) if verify_hashes else None)

@@ -36,7 +36,9 @@ from dlkit.db.checks import (
     load_json,
 )
 from dlkit.db.file_checks import (
+    FilesChecked,
     Listing,
+    begin_checks,
     check_files,
     check_hashes,
     require_directory,
@@ -498,23 +500,21 @@ class CheckReport:
     files: list[str]
 
 
-def inspect_database(path: str | os.PathLike[str], verify_hashes: bool = True) -> CheckReport:
+def inspect_database(path: str | os.PathLike[str], verify_hashes: bool = True,
+                     begun: FilesChecked | None = None) -> CheckReport:
     """Every check of a database, as :func:`check_database`, and what verify reports of it.
 
     The files are hashed on a thread pool (every core) while the structure checks run; the
     failures come in the order of a sequential run (the manifest's, the hashes', the
     structure's), and a file that cannot be read stops everything after the manifest's
-    checks, as it would there.
+    checks, as it would there. ``begun``: the files' checks already begun
+    (:func:`begin_checks` of this path).
     """
     root = Path(path)
-    checks = Checks(collect=True, root=root)
-    present: list[str] = []
-    listing = None
-    try:
-        require_directory(root, checks)
-        present = list_files(root)
-        listing = check_files(root, checks, True, present)
-        job = start_hashing(root, listing) if verify_hashes else None
+    begun = begun or begin_checks(root, verify_hashes)
+    checks, listing, job = begun.checks, begun.listing, begun.hashing
+    present = list(begun.present)
+    if listing is not None:
         structure = Checks(collect=True, root=root)
         try:
             db = _open_checked(root, structure, True, listing)
@@ -526,11 +526,12 @@ def inspect_database(path: str | os.PathLike[str], verify_hashes: bool = True) -
             raise
         if db is not None:
             db.close()
-        if job is not None:
-            check_hashes(root, checks, listing, job)
-        checks.failures.extend(structure.failures)
-    except Stop:
-        pass
+        try:
+            if job is not None:
+                check_hashes(root, checks, listing, job)
+            checks.failures.extend(structure.failures)
+        except Stop:
+            pass
     if os.path.lexists(root / fmt.MANIFEST_FILE):
         present.append(fmt.MANIFEST_FILE)  # counted with the rest, as preprocess counts it
     return CheckReport(checks.failures, None if listing is None else listing.recorded, present)

@@ -49,8 +49,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlkit.db.checks import Failure
+from dlkit.db.file_checks import begin_checks
 from dlkit.db.format import MANIFEST_FILE
-from dlkit.db.reader import Failure, inspect_database
 from dlkit.errors import DatabaseError
 
 ATTEMPTS = 5  # versions read before giving up on a database that keeps being replaced
@@ -114,7 +115,10 @@ def _replaced(root: Path, fd: int) -> bool:
 
 
 def _verify_once(root: Path, shown: Path, started: float) -> VerifyReport:
-    found = inspect_database(root, verify_hashes=True)
+    begun = begin_checks(root, verify_hashes=True)
+    from dlkit.db.reader import inspect_database  # loads numba while the files hash
+
+    found = inspect_database(root, begun=begun)
     total = 0
     for rel in found.files:
         try:
