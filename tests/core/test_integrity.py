@@ -265,3 +265,9 @@ def test_task_agreement(seed, n, corrupt, with_graph):
         not with_graph or bool(np.array_equal(obs_time, row_times[offset + anchor])),
     )
     assert tuple(map(bool, got)) == expected
+
+
+@given(values=st.lists(st.integers(-5, 5), max_size=12))
+def test_strictly_ascending(values):
+    arr = np.array(values, dtype=np.int64)
+    assert integrity.strictly_ascending(arr) == bool(np.all(np.diff(arr) > 0))

@@ -8,6 +8,8 @@ it; none allocates more than a hash table, and all run without the GIL.
   U+10FFFF, no sequence cut at the string's end).
 - :func:`first_duplicate_string`: two equal strings (a hash table of row numbers over the
   strings' :func:`dlkit.core.keys.hash_strings` hashes; a hit is confirmed byte by byte).
+- :func:`strictly_ascending`: values that ascend strictly, so are distinct (keys exported in
+  order need no hash table to be proven unique).
 - :func:`first_all_bits`: a word with every bit of a mask set; on the bits of IEEE floats
   with the exponent mask, the first NaN or infinity (float16 has no numba type, its bits do).
 - :func:`first_parent_misorder`: a row whose parents are not in its foreign keys' order and
@@ -145,6 +147,16 @@ def first_all_bits(words, mask):
         if words[i] & mask == mask:
             return i
     return -1
+
+
+@kernel
+def strictly_ascending(values):
+    """Whether every value is greater than the one before (so all are distinct): one pass
+    without branches."""
+    descending = False
+    for i in range(1, values.shape[0]):
+        descending |= values[i] <= values[i - 1]
+    return not descending
 
 
 @kernel
