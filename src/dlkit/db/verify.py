@@ -28,6 +28,14 @@ nogil kernel of :mod:`dlkit.core.integrity` / :mod:`dlkit.core.csr`), linear in 
 
 Every failure names the file and the check; open_database runs none of the full checks.
 
+**Speed.** ``manifest.json`` is read once; the files' hashes start on a thread pool (one
+thread per core, largest file first) before the structure checks' kernels load numba, and
+run beside those checks (:func:`dlkit.db.file_checks.begin_checks`,
+:func:`dlkit.db.reader.inspect_database`); the failures still come in the order of a
+sequential run. The transpose and child times are screened by a keyed hash of both CSR
+directions' edges (:mod:`dlkit.core.integrity`); the exact checks run only to name a
+difference. No check copies a file into anonymous memory.
+
 **One version.** The directory is opened once and every file is read through that handle
 (``/proc/self/fd/N/...``), so a concurrent ``preprocess --overwrite``, which swaps a new
 directory in at the same path, never makes verify read the manifest of one version and a file
