@@ -317,7 +317,7 @@ def _bits_set(bitmap, num_rows):
     """How many of the first ``num_rows`` bits of ``bitmap`` are set."""
     count = 0
     for r in range(num_rows):
-        count += (bitmap[r >> 3] >> (r & 7)) & 1
+        count += _bit(bitmap, r)
     return count
 
 
@@ -343,7 +343,7 @@ def task_agreement(anchor, bitmap, num_rows, values, target, target_valid, obs_t
     times_differ = False
     for i in range(n):
         r = anchor[i]
-        unset |= ((bitmap[r >> 3] >> (r & 7)) & 1) == 0
+        unset |= _bit(bitmap, r) == 0
         targets_differ |= target[i] != np.float64(values[r])
         invalid |= target_valid[i] != 1
     for i in range(1, n):
@@ -353,120 +353,3 @@ def task_agreement(anchor, bitmap, num_rows, values, target, target_valid, obs_t
             times_differ |= obs_time[i] != row_times[row_offset + anchor[i]]
     seeds = not descending and not unset and _bits_set(bitmap, num_rows) == n
     return not descending, seeds, not targets_differ, not invalid, not times_differ
-
-
-# Bytes of random key per screen: a parent and a child key for each of the two hashes.
-EDGE_KEY_BYTES = 32
-
-
-def edges_agree(parent_offsets, parent_ids, row_times, child_offsets, child_ids, child_times,
-                keys) -> bool:
-    """Whether the child CSR holds exactly the parent CSR's edges, each with its child's row
-    time: the multisets of ``(parent, child, time)`` of both sides have equal hash sums.
-
-    Offsets and ids must already be checked. ``keys`` is ``uint64[4]`` (``a_1, b_1, a_2,
-    b_2``), drawn at random for each run: the module doc says why this is as strong as the
-    exact checks it screens. The two sides run on two threads.
-    """
-    if parent_ids.shape[0] != child_ids.shape[0]:
-        return False
-    rows = parent_offsets.shape[0] - 1
-    with ThreadPoolExecutor(max_workers=1) as pool:  # the two sides at once (nogil kernels)
-        child = pool.submit(child_side_sums, child_offsets, child_ids, child_times, 0, rows,
-                            keys)
-        parent = parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
-        return parent == child.result()
-
-
-# --- columns, row times and tasks: one pass each over a bitmap and its values ---------------
-
-
-@kernel
-def _bit(bitmap, r):
-    return (bitmap[r >> 3] >> (r & 7)) & 1
-
-
-@kernel
-def null_cells(values, bitmap):
-    """``(valid rows, first null row whose cell is not 0, or -1)`` of a column: ``values[r]``
-    is valid when bit ``r`` of ``bitmap`` (little-endian bit order) is set."""
-    valid = 0
-    first = -1
-    for r in range(values.shape[0]):
-        if _bit(bitmap, r):
-            valid += 1
-        elif first < 0 and values[r] != 0:
-            first = r
-    return valid, first
-
-
-@kernel
-def first_time_mismatch(row_times, values, bitmap, no_time):
-    """First row whose time is not the time column's value (``no_time`` for a null), or -1.
-    An empty ``values`` means no time column: every row's time is ``no_time``."""
-    for r in range(row_times.shape[0]):
-        if values.shape[0] == 0 or not _bit(bitmap, r):
-            expected = no_time
-        else:
-            expected = values[r]
-        if row_times[r] != expected:
-            return r
-    return -1
-
-
-@kernel
-def first_table_mismatch(row_table, table_offsets):
-    """First row whose table index disagrees with ``table_offsets``, or -1."""
-    if table_offsets[0] != 0:
-        return 0
-    for t in range(table_offsets.shape[0] - 1):
-        for r in range(max(table_offsets[t], 0), min(table_offsets[t + 1], row_table.shape[0])):
-            if row_table[r] != t:
-                return r
-    if table_offsets[-1] != row_table.shape[0]:
-        return min(table_offsets[-1], row_table.shape[0])
-    return -1
-
-
-@kernel
-def task_agreement(anchor, bitmap, num_rows, values, target, target_valid, obs_time,
-                   row_times, row_offset):
-    """What a task's arrays agree with: ``(ascending, seeds, targets, target_valid, obs_time)``.
-
-    Anchor rows strictly ascending; exactly the rows with a valid target (bit set in
-    ``bitmap``); targets the column's values as float64; ``target_valid`` all 1; observation
-    times the anchor rows' ``row_times[row_offset + row]`` (an empty ``row_times``: not
-    checked). Anchor rows must already be checked in ``[0, num_rows)``.
-    """
-    n = anchor.shape[0]
-    ascending = True
-    for i in range(1, n):
-        if anchor[i] <= anchor[i - 1]:
-            ascending = False
-            break
-    seeds = True
-    k = 0
-    for r in range(num_rows):
-        if _bit(bitmap, r):
-            if k >= n or anchor[k] != r:
-                seeds = False
-                break
-            k += 1
-    seeds = seeds and k == n
-    targets = True
-    for i in range(n):
-        if target[i] != np.float64(values[anchor[i]]):
-            targets = False
-            break
-    all_valid = True
-    for i in range(n):
-        if target_valid[i] != 1:
-            all_valid = False
-            break
-    times = True
-    if row_times.shape[0] > 0:
-        for i in range(n):
-            if obs_time[i] != row_times[row_offset + anchor[i]]:
-                times = False
-                break
-    return ascending, seeds, targets, all_valid, times
