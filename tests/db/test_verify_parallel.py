@@ -14,13 +14,8 @@ import pytest
 from dlkit.db import check_database, file_checks, reader, verify_database
 from dlkit.db import format as fmt
 from dlkit.db.checks import Checks, Stop
-from dlkit.db.manifest import (
-    HashJob,
-    database_hash,
-    hash_files,
-    list_files,
-    render_manifest,
-)
+from dlkit.db.manifest import HashJob
+from tests.db.test_verify_content import rehash
 
 
 @pytest.fixture
@@ -41,11 +36,6 @@ def sequential_failures(root: Path) -> list:
     except Stop:
         pass
     return checks.failures
-
-
-def rehash(root: Path) -> None:
-    file_map = hash_files(root, list_files(root))
-    (root / "manifest.json").write_bytes(render_manifest(file_map, database_hash(file_map)))
 
 
 def _flip(path: Path, pos: int) -> None:
