@@ -16,6 +16,7 @@ validation in :mod:`dlkit.db.checks`; both are re-exported here.
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,20 +82,24 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
     maps = FileMaps(root, checks, sizes)
     failures_before = len(checks.failures)
     ok = True
+    release = _Release(maps, full)
     try:
         graph = _open_graph(meta, maps, checks, full)
     except Stop:
         ok, graph = False, None
+    release()
     tables = []
     for t in meta["tables"]:
         try:
             tables.append(_open_table(t, meta, maps, checks, full, graph))
         except Stop:
             ok = False
+        release()
     try:
         texts = _open_texts(meta, maps, checks, full)
     except Stop:
         ok, texts = False, None
+    release()
     embeddings = {}
     for key, rel, count in (("text", fmt.TEXT_EMBEDDINGS_FILE, meta["num_texts"]),
                             ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta["num_columns"]),
@@ -120,11 +125,28 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
                                         meta["tables"]))
             except Stop:
                 ok = False
+            release()
     if not ok or len(checks.failures) > failures_before and checks.collect:
         maps.close()
         return None
     return Database(root, meta, file_map, listing.recorded, maps, tuple(tables), graph, tuple(tasks),
                     embeddings, texts)
+
+
+class _Release:
+    """With the full checks (verify): after each part of the database, drop the pages of the
+    files it mapped from this process (the page cache keeps them; a later check that reads
+    one maps it again), so the resident set holds about one part at a time, not the whole
+    database."""
+
+    def __init__(self, maps: FileMaps, full: bool):
+        self.maps, self.full, self.done = maps, full, 0
+
+    def __call__(self) -> None:
+        if self.full:
+            for mm in self.maps.mmaps[self.done:]:
+                mm.madvise(mmap.MADV_DONTNEED)
+        self.done = len(self.maps.mmaps)
 
 
 def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph:
