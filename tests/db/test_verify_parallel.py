@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlkit.db import check_database, file_checks, reader, verify_database
+from dlkit.db import check_database, file_checks, graph_checks, reader, verify_database
 from dlkit.db import format as fmt
 from dlkit.db.checks import Checks, Stop
 from dlkit.db.manifest import HashJob
@@ -25,16 +25,31 @@ def db(example_db, tmp_path) -> Path:
     return dst
 
 
+class InlineGraphChecks:
+    """The graph's full checks run in place, before the tables' (as verify ran them before
+    they had a thread of their own)."""
+
+    def __init__(self, meta, graph, raw, layout, checks):
+        graph_checks.check_graph_zeros(raw, layout, checks)
+        graph_checks.full_graph_checks(meta, graph, checks)
+
+    def join(self) -> None:
+        pass
+
+
 def sequential_failures(root: Path) -> list:
     """The failures of the checks run one after the other: every file's hash is known before
-    the first structure check starts (what verify did before it hashed in parallel)."""
+    the first structure check starts, and the graph's checks end before the tables' start
+    (what verify did before it ran them side by side)."""
     checks = Checks(collect=True, root=root)
-    try:
-        got = reader._open(root, checks, full=True, verify_hashes=True)
-        if got is not None:
-            got.close()
-    except Stop:
-        pass
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reader, "GraphChecks", InlineGraphChecks)
+        try:
+            got = reader._open(root, checks, full=True, verify_hashes=True)
+            if got is not None:
+                got.close()
+        except Stop:
+            pass
     return checks.failures
 
 
@@ -55,7 +70,22 @@ CORRUPTIONS = {
     "missing file": lambda db: (db / "texts.data").unlink(),
     "two files corrupt": lambda db: (_flip(db / "texts.offsets", 0),
                                      _flip(db / "text_embeddings.bin", 100)),
+    "graph and table content, re-hashed": lambda db: _graph_and_table_content(db),
 }
+
+
+def _graph_and_table_content(db: Path) -> None:
+    """Failures of the graph's full checks and of a table's, behind a re-hashed manifest."""
+    times, off = _graph_section(db, "child_times")
+    times[-1] += 1
+    raw = bytearray((db / "graph.bin").read_bytes())
+    raw[off:off + times.nbytes] = times.tobytes()
+    raw[fmt.GRAPH_HEADER_SIZE - 1] = 1  # a reserved header byte
+    (db / "graph.bin").write_bytes(bytes(raw))
+    keys = np.fromfile(db / fmt.key_values_file("products"), dtype="<i8")
+    keys[3] = keys[2]
+    keys.tofile(db / fmt.key_values_file("products"))
+    rehash(db)
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
@@ -63,6 +93,9 @@ def test_parallel_hashing_reports_what_the_sequential_order_reports(db, name):
     CORRUPTIONS[name](db)
     expected = sequential_failures(db)
     assert expected  # every corruption here is caught
+    if name.startswith("graph and table"):
+        assert [f.check for f in expected] == ["graph.header", "graph.child_times",
+                                               "key.unique"]
     assert check_database(db) == expected
     assert verify_database(db).failures == expected
 

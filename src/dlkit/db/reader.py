@@ -45,6 +45,7 @@ from dlkit.db.file_checks import (
     require_directory,
     start_hashing,
 )
+from dlkit.db.graph_checks import GraphChecks
 from dlkit.db.keys import check_unique_ints
 from dlkit.db.manifest import list_files
 from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
@@ -83,23 +84,29 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
     failures_before = len(checks.failures)
     ok = True
     release = _Release(maps, full)
+    graph_checks = None
     try:
-        graph = _open_graph(meta, maps, checks, full)
+        graph, graph_checks = _open_graph(meta, maps, checks, full)
     except Stop:
         ok, graph = False, None
-    release()
-    tables = []
-    for t in meta["tables"]:
-        try:
-            tables.append(_open_table(t, meta, maps, checks, full, graph))
-        except Stop:
-            ok = False
-        release()
+    graph_maps = release.take()
     try:
-        texts = _open_texts(meta, maps, checks, full)
-    except Stop:
-        ok, texts = False, None
-    release()
+        tables = []
+        for t in meta["tables"]:
+            try:
+                tables.append(_open_table(t, meta, maps, checks, full, graph))
+            except Stop:
+                ok = False
+            release.drop()
+        try:
+            texts = _open_texts(meta, maps, checks, full)
+        except Stop:
+            ok, texts = False, None
+        release.drop()
+    finally:
+        if graph_checks is not None:
+            graph_checks.join()
+    release.drop(graph_maps)
     embeddings = {}
     for key, rel, count in (("text", fmt.TEXT_EMBEDDINGS_FILE, meta["num_texts"]),
                             ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta["num_columns"]),
@@ -125,7 +132,7 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
                                         meta["tables"]))
             except Stop:
                 ok = False
-            release()
+            release.drop()
     if not ok or len(checks.failures) > failures_before and checks.collect:
         maps.close()
         return None
@@ -142,14 +149,22 @@ class _Release:
     def __init__(self, maps: FileMaps, full: bool):
         self.maps, self.full, self.done = maps, full, 0
 
-    def __call__(self) -> None:
-        if self.full:
-            for mm in self.maps.mmaps[self.done:]:
-                mm.madvise(mmap.MADV_DONTNEED)
+    def take(self) -> list[mmap.mmap]:
+        """The files mapped since the last call (or :meth:`drop`)."""
+        new = self.maps.mmaps[self.done:]
         self.done = len(self.maps.mmaps)
+        return new
+
+    def drop(self, mms: list[mmap.mmap] | None = None) -> None:
+        """Drop the pages of ``mms`` (default: the files mapped since the last call)."""
+        for mm in self.take() if mms is None else mms:
+            if self.full:
+                mm.madvise(mmap.MADV_DONTNEED)
 
 
-def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph:
+def _open_graph(meta: dict, maps: FileMaps, checks: Checks,
+                full: bool) -> tuple[Graph, GraphChecks | None]:
+    """The graph after its cheap checks, and its full checks (``full``) started."""
     G = fmt.GRAPH_FILE
     V, E, T = meta["num_rows"], meta["num_edges"], meta["num_tables"]
     mm = maps.raw(G)
@@ -201,92 +216,9 @@ def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph
     if bad:
         raise Stop()
     graph = Graph(**a)
-    if full:
-        _check_graph_zeros(np.frombuffer(mm, dtype=np.uint8), layout, checks)
-        _full_graph_checks(meta, graph, checks)
-    return graph
-
-
-# The header's last 16 bytes (offset 48) are zero.
-GRAPH_RESERVED = slice(fmt.GRAPH_HEADER_SIZE - 16, fmt.GRAPH_HEADER_SIZE)
-
-
-def _check_graph_zeros(raw: np.ndarray, layout: dict, checks: Checks) -> None:
-    """The header's reserved bytes and the padding around the page-aligned sections are 0."""
-    G = fmt.GRAPH_FILE
-    if raw[GRAPH_RESERVED].any():
-        checks.fail(G, "graph.header", f"reserved header bytes {GRAPH_RESERVED.start}.."
-                    f"{GRAPH_RESERVED.stop - 1} are not zero")
-    pos, gaps = fmt.GRAPH_HEADER_SIZE, []
-    for name, (off, dtype, count) in layout.items():  # in file order
-        gaps.append((pos, off, f"before {name}"))
-        pos = off + count * dtype.itemsize
-    gaps.append((pos, raw.size, "after the last section"))
-    for a, b, what in gaps:
-        if raw[a:b].any():
-            at = a + int(np.flatnonzero(raw[a:b])[0])
-            checks.fail(G, "graph.padding", f"padding {what} (bytes {a}..{b - 1}) is not zero "
-                        f"(byte {at})")
-
-
-def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
-    G = fmt.GRAPH_FILE
-    offsets = np.asarray(meta["table_offsets"], dtype=np.int64)
-    if integrity.first_table_mismatch(g.row_table, offsets) >= 0:
-        checks.fail(G, "graph.row_table", "row_table disagrees with table_offsets")
-    i = csr.check_child_order(g.child_offsets, g.child_ids, g.child_times)
-    if i >= 0:
-        checks.fail(G, "graph.child_order", f"children not sorted by (time, id) at edge {i}")
-    keys = np.frombuffer(os.urandom(integrity.EDGE_KEY_BYTES), dtype=np.uint64)
-    if not integrity.edges_agree(g.parent_offsets, g.parent_ids, g.row_times, g.child_offsets,
-                                 g.child_ids, g.child_times, keys):
-        # something differs: the exact checks (a random access per edge) say what
-        i = csr.check_child_times(g.child_ids, g.child_times, g.row_times)
-        if i >= 0:
-            checks.fail(G, "graph.child_times", f"child_times[{i}] is not the child's row time")
-        if not csr.transpose_matches(g.parent_offsets, g.parent_ids, g.child_offsets,
-                                     g.child_ids):
-            checks.fail(G, "graph.transpose", "the child lists are not the transpose of the "
-                        "parent lists")
-    name_to_index = {t["name"]: t["index"] for t in meta["tables"]}
-    for t in meta["tables"]:
-        a, b = offsets[t["index"]], offsets[t["index"] + 1]
-        lo, hi = g.parent_offsets[a], g.parent_offsets[b]
-        fks = t["foreign_keys"]
-        listed = sum(fk["num_edges"] for fk in fks)
-        if hi - lo != listed:
-            checks.fail(G, "graph.parent_ids", f"table {t['name']!r} has {hi - lo} parent edges, "
-                        f"metadata says {listed}")
-            continue
-        _check_parent_order(t, g, offsets, [name_to_index[fk["parent_table"]] for fk in fks],
-                            checks)
-
-
-def _check_parent_order(t: dict, g: Graph, offsets: np.ndarray, fk_tables: list[int],
-                        checks: Checks) -> None:
-    """Each row's parents in foreign-key order, each in its key's table; edges per key as in
-    the metadata (per parent table when two keys point at the same table: the graph does not
-    say which key gave such an edge)."""
-    G = fmt.GRAPH_FILE
-    a, b = int(offsets[t["index"]]), int(offsets[t["index"] + 1])
-    keys = np.asarray(fk_tables, dtype=np.intp)
-    counts = np.zeros(keys.size, dtype=np.int64)
-    v = integrity.first_parent_misorder(g.parent_offsets, g.parent_ids, a, b, offsets[keys],
-                                        offsets[keys + 1], counts)
-    if v >= 0:
-        tables = np.searchsorted(offsets, g.parents(v), side="right") - 1
-        checks.fail(G, "graph.parent_order", f"row {v - a} of table {t['name']!r} has parents "
-                    f"in tables {tables.tolist()}, not one per foreign key in the order of its "
-                    f"keys' tables {fk_tables}")
-        return
-    for table in sorted(set(fk_tables)):
-        ks = [k for k, p in enumerate(fk_tables) if p == table]
-        counted = int(sum(counts[k] for k in ks))
-        recorded = sum(t["foreign_keys"][k]["num_edges"] for k in ks)
-        if counted != recorded:
-            keys = ", ".join(t["foreign_keys"][k]["column"] for k in ks)
-            checks.fail(G, "graph.foreign_key_edges", f"table {t['name']!r}, foreign key(s) "
-                        f"{keys}: {counted} edges, metadata says {recorded}")
+    if not full:
+        return graph, None
+    return graph, GraphChecks(meta, graph, np.frombuffer(mm, dtype=np.uint8), layout, checks)
 
 
 def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
