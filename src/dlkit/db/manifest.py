@@ -78,15 +78,22 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+# Hashing threads at most (each holds a HASH_BLOCK buffer: 64 MiB in all; memory bandwidth
+# caps the speed well before).
+MAX_HASH_THREADS = 16
+
+
 class HashJob:
     """SHA-256 of files on a thread pool, started at once and collected later, so the caller
     works meanwhile (hashlib releases the GIL for each block). ``sizes`` maps each path
     (relative to ``root``) to its expected size: the largest files start first, so one large
-    file (``graph.bin``) is not left to hash alone at the end."""
+    file (``graph.bin``) is not left to hash alone at the end. ``threads``: one per core the
+    process may use (at most ``MAX_HASH_THREADS``) unless given."""
 
     def __init__(self, root: Path, sizes: dict[str, int], threads: int | None = None):
         self.paths = sorted(sizes)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads or available_cores()),
+        threads = threads or min(available_cores(), MAX_HASH_THREADS)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads),
                                         thread_name_prefix="dlkit-hash")
         order = sorted(self.paths, key=lambda rel: -sizes[rel])
         self._futures = {rel: self._pool.submit(sha256_file, root / rel) for rel in order}
