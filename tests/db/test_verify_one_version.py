@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dlkit.db import preprocess, reader, verify_database
+from dlkit.db import file_checks, preprocess, verify_database
 from dlkit.db.embed import load_embedder
 from dlkit.errors import DatabaseError
 
@@ -29,31 +29,31 @@ def test_a_swap_after_the_manifest_was_read_is_not_reported_as_corruption(tmp_pa
     manifest: reading files by path would hash the new ones against the old manifest."""
     db = tmp_path / "db"
     _build(db, 16)
-    real, swaps = reader.hash_files, []
+    real, swaps = file_checks.start_hashing, []
 
-    def swap_then_hash(root, paths, *args, **kwargs):
+    def swap_then_hash(*args, **kwargs):
         if not swaps:
             swaps.append(1)
             _build(db, 24, overwrite=True)
-        return real(root, paths, *args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(reader, "hash_files", swap_then_hash)
+    monkeypatch.setattr(file_checks, "start_hashing", swap_then_hash)
     report = verify_database(db)
     assert swaps and report.ok, report.failures
-    monkeypatch.setattr(reader, "hash_files", real)
+    monkeypatch.setattr(file_checks, "start_hashing", real)
     assert report.database_hash == verify_database(db).database_hash  # the new version's
 
 
 def test_a_database_replaced_under_every_attempt_is_busy_not_corrupt(tmp_path, monkeypatch):
     db = tmp_path / "db"
     _build(db, 16)
-    real, dims = reader.hash_files, iter([24, 16] * 10)
+    real, dims = file_checks.start_hashing, iter([24, 16] * 10)
 
-    def swap_every_time(root, paths, *args, **kwargs):
+    def swap_every_time(*args, **kwargs):
         _build(db, next(dims), overwrite=True)
-        return real(root, paths, *args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(reader, "hash_files", swap_every_time)
+    monkeypatch.setattr(file_checks, "start_hashing", swap_every_time)
     with pytest.raises(DatabaseError, match="replaced while being verified") as caught:
         verify_database(db)
     assert caught.value.code == "DATABASE_BUSY"

@@ -8,18 +8,63 @@ it; none allocates more than a hash table, and all run without the GIL.
   U+10FFFF, no sequence cut at the string's end).
 - :func:`first_duplicate_string`: two equal strings (a hash table of row numbers over the
   strings' :func:`dlkit.core.keys.hash_strings` hashes; a hit is confirmed byte by byte).
+- :func:`strictly_ascending`: values that ascend strictly, so are distinct (keys exported in
+  order need no hash table to be proven unique).
 - :func:`first_all_bits`: a word with every bit of a mask set; on the bits of IEEE floats
   with the exponent mask, the first NaN or infinity (float16 has no numba type, its bits do).
 - :func:`first_parent_misorder`: a row whose parents are not in its foreign keys' order and
   tables (id ranges); counts the edges of each foreign key on the way.
+- :func:`null_cells`, :func:`first_time_mismatch`, :func:`first_table_mismatch`,
+  :func:`task_agreement`: a column's bitmap and values, a table's row times, ``row_table``
+  and a task's arrays, each in one pass without a temporary array.
+- :func:`edges_agree` (:func:`parent_side_sums`, :func:`child_side_sums`): the edge screen.
+
+**The edge screen.** ``graph.bin`` stores each edge twice: in the parent lists (row ``v``'s
+edge to ``parent_ids[e]``) and in the child lists (parent ``p``'s edge to ``child_ids[i]``,
+with ``child_times[i]``). Compare the multisets of triples ``(parent, child, time)`` of both
+sides, where the parent side takes each child's row time ``row_times[v]``. They are equal
+exactly when the child lists are the transpose of the parent lists, edge for edge with
+multiplicity (the ``graph.transpose`` check), and every ``child_times[i]`` is the row time of
+``child_ids[i]`` (``graph.child_times``): each parent-side triple carries its child's row
+time, and equal multisets carry it to every child-side triple. Equal in-degrees
+(``diff(child_offsets)`` against the counts of ``parent_ids``) follow too.
+
+The screen compares two hash sums instead of the multisets: ``H_j = sum of F_j(p, c, t) mod
+2^64`` for ``j = 1, 2``, with ``F_j(p, c, t) = mix(P_j(p) ^ C_j(c, t))``, ``P_j(p) = mix(p ^
+a_j)``, ``C_j(c, t) = mix(mix(c ^ b_j) ^ t)``, ``mix`` the splitmix64 finaliser (a bijection
+of 64-bit words) and the keys ``a_j, b_j`` drawn at random by the caller for each run. Each
+side is one sequential pass (two ``mix`` per row, three per edge), split at any row
+boundary: sums do not depend on the order.
+
+- *Honest data* always passes: equal multisets give equal sums, whatever the order.
+- *Random corruption* changes the multiset (else today's checks pass too). Treating ``mix``
+  under random keys as a random function, one sum misses the change only when a differing
+  triple's input to the outer ``mix`` collides with another's, or the differing words cancel;
+  over the keys that has a chance of at most about ``(m + 2E) / 2^64`` (``m`` differing
+  triples, ``E`` edges; a multiplicity difference ``d`` raises the cancelling chance by at
+  most ``d <= 2E``). The two sums use independent keys, so both miss with at most the square:
+  below ``2^-62`` for any graph with int32 offsets (``E < 2^31``), about ``2^-76`` for ten
+  million rows. The exact checks are no stronger in practice.
+- *Crafted corruption*: someone who rewrites files and re-hashes ``manifest.json`` (the
+  SHA-256 checks, the primary guard, then pass) and aims at this check. Against a fixed,
+  public hash they could search for a colliding multiset (sums of public 64-bit words yield
+  to generalised-birthday and lattice searches); the keys are drawn when verify runs, after
+  the files were written, and are never stored, so there is nothing to aim at short of
+  reading the verifying process's memory.
+
+When the sums differ, the caller runs the exact checks (``check_child_times``, a random
+access per edge, and ``transpose_matches``, a scatter into ``O(E)`` scratch) to name the
+failure as before; on an intact database they never run.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from dlkit.core.jit import kernel
-from dlkit.core.keys import bytes_equal
+from dlkit.core.keys import bytes_equal, mix64
 
 # Exponent bits of IEEE binary16 and binary64: all set means NaN or infinity.
 F16_EXPONENT = np.uint16(0x7C00)
@@ -105,6 +150,16 @@ def first_all_bits(words, mask):
 
 
 @kernel
+def strictly_ascending(values):
+    """Whether every value is greater than the one before (so all are distinct): one pass
+    without branches."""
+    descending = False
+    for i in range(1, values.shape[0]):
+        descending |= values[i] <= values[i - 1]
+    return not descending
+
+
+@kernel
 def first_parent_misorder(parent_offsets, parent_ids, first, last, key_lo, key_hi, counts):
     """First row in ``[first, last)`` whose parent list is not in foreign-key order, or -1.
 
@@ -125,3 +180,176 @@ def first_parent_misorder(parent_offsets, parent_ids, first, last, key_lo, key_h
             counts[k] += 1
             k += 1
     return -1
+
+
+# --- the edge screen: both CSR directions hold the same (parent, child, child time) edges ----
+
+
+@kernel
+def _edge_mix(p_mixed, c_mixed):
+    """One edge's word from its keyed parent and (child, time) words."""
+    return mix64(p_mixed ^ c_mixed)
+
+
+@kernel
+def _parent_word(p, key):
+    return mix64(np.uint64(p) ^ key)
+
+
+@kernel
+def _child_word(c, t, key):
+    return mix64(mix64(np.uint64(c) ^ key) ^ np.uint64(t))
+
+
+@kernel
+def parent_side_sums(parent_offsets, parent_ids, row_times, first, last, keys):
+    """``(s1, s2)``: the sums mod 2^64 of both edge hashes over the parent lists of rows
+    ``[first, last)``: row ``v``'s edges ``(parent_ids[e], v, row_times[v])``.
+
+    ``keys`` is ``uint64[4]``: ``a_1, b_1, a_2, b_2`` of the module doc. Offsets and ids must
+    already be checked (monotone, in range).
+    """
+    s1 = np.uint64(0)
+    s2 = np.uint64(0)
+    for v in range(first, last):
+        t = row_times[v]
+        c1 = _child_word(v, t, keys[1])
+        c2 = _child_word(v, t, keys[3])
+        for e in range(parent_offsets[v], parent_offsets[v + 1]):
+            p = parent_ids[e]
+            s1 += _edge_mix(_parent_word(p, keys[0]), c1)
+            s2 += _edge_mix(_parent_word(p, keys[2]), c2)
+    return s1, s2
+
+
+@kernel
+def child_side_sums(child_offsets, child_ids, child_times, first, last, keys):
+    """``(s1, s2)``: as :func:`parent_side_sums`, over the child lists of parents
+    ``[first, last)``: parent ``p``'s edges ``(p, child_ids[i], child_times[i])``."""
+    s1 = np.uint64(0)
+    s2 = np.uint64(0)
+    for p in range(first, last):
+        p1 = _parent_word(p, keys[0])
+        p2 = _parent_word(p, keys[2])
+        for i in range(child_offsets[p], child_offsets[p + 1]):
+            c = child_ids[i]
+            t = child_times[i]
+            s1 += _edge_mix(p1, _child_word(c, t, keys[1]))
+            s2 += _edge_mix(p2, _child_word(c, t, keys[3]))
+    return s1, s2
+
+
+# Bytes of random key per screen: a parent and a child key for each of the two hashes.
+EDGE_KEY_BYTES = 32
+
+
+def edges_agree(parent_offsets, parent_ids, row_times, child_offsets, child_ids, child_times,
+                keys) -> bool:
+    """Whether the child CSR holds exactly the parent CSR's edges, each with its child's row
+    time: the multisets of ``(parent, child, time)`` of both sides have equal hash sums.
+
+    Offsets and ids must already be checked. ``keys`` is ``uint64[4]`` (``a_1, b_1, a_2,
+    b_2``), drawn at random for each run: the module doc says why this is as strong as the
+    exact checks it screens. The two sides run on two threads.
+    """
+    if parent_ids.shape[0] != child_ids.shape[0]:
+        return False
+    rows = parent_offsets.shape[0] - 1
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the two sides at once (nogil kernels)
+        child = pool.submit(child_side_sums, child_offsets, child_ids, child_times, 0, rows,
+                            keys)
+        parent = parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
+        return parent == child.result()
+
+
+# --- columns, row times and tasks: one pass each over a bitmap and its values ---------------
+
+
+@kernel
+def _bit(bitmap, r):
+    return (bitmap[r >> 3] >> (r & 7)) & 1
+
+
+@kernel
+def null_cells(values, bitmap):
+    """``(valid rows, first null row whose cell is not 0, or -1)`` of a column: ``values[r]``
+    is valid when bit ``r`` of ``bitmap`` (little-endian bit order) is set."""
+    valid = 0
+    first = -1
+    for r in range(values.shape[0]):
+        if _bit(bitmap, r):
+            valid += 1
+        elif first < 0 and values[r] != 0:
+            first = r
+    return valid, first
+
+
+@kernel
+def first_time_mismatch(row_times, values, bitmap, no_time):
+    """First row whose time is not the time column's value (``no_time`` for a null), or -1.
+    An empty ``values`` means no time column: every row's time is ``no_time``."""
+    for r in range(row_times.shape[0]):
+        if values.shape[0] == 0 or not _bit(bitmap, r):
+            expected = no_time
+        else:
+            expected = values[r]
+        if row_times[r] != expected:
+            return r
+    return -1
+
+
+@kernel
+def first_table_mismatch(row_table, table_offsets):
+    """First row whose table index disagrees with ``table_offsets``, or -1."""
+    if table_offsets[0] != 0:
+        return 0
+    for t in range(table_offsets.shape[0] - 1):
+        for r in range(max(table_offsets[t], 0), min(table_offsets[t + 1], row_table.shape[0])):
+            if row_table[r] != t:
+                return r
+    if table_offsets[-1] != row_table.shape[0]:
+        return min(table_offsets[-1], row_table.shape[0])
+    return -1
+
+
+@kernel
+def _bits_set(bitmap, num_rows):
+    """How many of the first ``num_rows`` bits of ``bitmap`` are set."""
+    count = 0
+    for r in range(num_rows):
+        count += _bit(bitmap, r)
+    return count
+
+
+@kernel
+def task_agreement(anchor, bitmap, num_rows, values, target, target_valid, obs_time,
+                   row_times, row_offset):
+    """What a task's arrays agree with: ``(ascending, seeds, targets, target_valid, obs_time)``.
+
+    Anchor rows strictly ascending; exactly the rows with a valid target (bit set in
+    ``bitmap``); targets the column's values as float64; ``target_valid`` all 1; observation
+    times the anchor rows' ``row_times[row_offset + row]`` (an empty ``row_times``: not
+    checked). Anchor rows must already be checked in ``[0, num_rows)``.
+
+    One pass without branches (no early exit: an intact task is read whole anyway). The
+    anchor rows are the valid rows exactly when they ascend strictly, each has its bit set,
+    and there are as many as bits set.
+    """
+    n = anchor.shape[0]
+    descending = False
+    unset = False
+    targets_differ = False
+    invalid = False
+    times_differ = False
+    for i in range(n):
+        r = anchor[i]
+        unset |= _bit(bitmap, r) == 0
+        targets_differ |= target[i] != np.float64(values[r])
+        invalid |= target_valid[i] != 1
+    for i in range(1, n):
+        descending |= anchor[i] <= anchor[i - 1]
+    if row_times.shape[0] > 0:
+        for i in range(n):
+            times_differ |= obs_time[i] != row_times[row_offset + anchor[i]]
+    seeds = not descending and not unset and _bits_set(bitmap, num_rows) == n
+    return not descending, seeds, not targets_differ, not invalid, not times_differ

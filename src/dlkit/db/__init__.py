@@ -1,27 +1,38 @@
 """The preprocessed relational database: build (``preprocess``), open, verify.
 
-See ``docs/database_format.md`` for the on-disk contract and the reader API.
+See ``docs/database_format.md`` for the on-disk contract and the reader API. The public
+names are imported on first use (:mod:`dlkit._lazy`): ``dlkit verify`` starts hashing the
+files before the reader's kernels load numba.
 """
 
-from dlkit.db.embed import Embedder, HashedNgramEmbedder, load_embedder
-from dlkit.db.format import NO_TIME, STYPE_NAMES
-from dlkit.db.reader import (
-    ColumnData,
-    Database,
-    Failure,
-    Graph,
-    TableData,
-    TaskData,
-    check_database,
-    open_database,
-)
-from dlkit.db.schema import Schema, load_schema, parse_schema
-from dlkit.db.verify import VerifyReport, verify_database
-from dlkit.db.writer import PreprocessReport, Progress, preprocess
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "NO_TIME", "STYPE_NAMES", "ColumnData", "Database", "Embedder", "Failure", "Graph",
-    "HashedNgramEmbedder", "PreprocessReport", "Progress", "Schema", "TableData", "TaskData",
-    "VerifyReport", "check_database", "load_embedder", "load_schema", "open_database",
-    "parse_schema", "preprocess", "verify_database",
-]
+from dlkit._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from dlkit.db.embed import Embedder, HashedNgramEmbedder, load_embedder
+    from dlkit.db.format import NO_TIME, STYPE_NAMES
+    from dlkit.db.reader import (
+        ColumnData,
+        Database,
+        Failure,
+        Graph,
+        TableData,
+        TaskData,
+        check_database,
+        open_database,
+    )
+    from dlkit.db.schema import Schema, load_schema, parse_schema
+    from dlkit.db.verify import VerifyReport, verify_database
+    from dlkit.db.writer import PreprocessReport, Progress, preprocess
+
+# imported on first use: the reader's and writer's kernels load numba (see dlkit._lazy)
+__getattr__, __dir__, __all__ = lazy_attributes(__name__, {
+    "dlkit.db.embed": ("Embedder", "HashedNgramEmbedder", "load_embedder"),
+    "dlkit.db.format": ("NO_TIME", "STYPE_NAMES"),
+    "dlkit.db.reader": ("ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
+                        "check_database", "open_database"),
+    "dlkit.db.schema": ("Schema", "load_schema", "parse_schema"),
+    "dlkit.db.verify": ("VerifyReport", "verify_database"),
+    "dlkit.db.writer": ("PreprocessReport", "Progress", "preprocess"),
+})

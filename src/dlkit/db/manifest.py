@@ -70,6 +70,51 @@ def hash_files(root: Path, paths: list[str], progress=None, threads: int = 2) ->
     return {rel: {"size": size, "sha256": digest} for rel, (size, digest) in zip(paths, results)}
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# Hashing threads at most (each holds a HASH_BLOCK buffer: 64 MiB in all; memory bandwidth
+# caps the speed well before).
+MAX_HASH_THREADS = 16
+
+
+class HashJob:
+    """SHA-256 of files on a thread pool, started at once and collected later, so the caller
+    works meanwhile (hashlib releases the GIL for each block). ``sizes`` maps each path
+    (relative to ``root``) to its expected size: the largest files start first, so one large
+    file (``graph.bin``) is not left to hash alone at the end. ``threads``: one per core the
+    process may use (at most ``MAX_HASH_THREADS``) unless given."""
+
+    def __init__(self, root: Path, sizes: dict[str, int], threads: int | None = None):
+        self.paths = sorted(sizes)
+        threads = threads or min(available_cores(), MAX_HASH_THREADS)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads),
+                                        thread_name_prefix="dlkit-hash")
+        order = sorted(self.paths, key=lambda rel: -sizes[rel])
+        self._futures = {rel: self._pool.submit(sha256_file, root / rel) for rel in order}
+
+    def result(self) -> dict[str, dict[str, Any]]:
+        """The file map of every path (waits). A file that cannot be read raises its
+        ``OSError``: the first such in path order, as :func:`hash_files` would."""
+        try:
+            out = {}
+            for rel in self.paths:
+                size, digest = self._futures[rel].result()
+                out[rel] = {"size": size, "sha256": digest}
+            return out
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop: files not started are not read; the ones being hashed finish first."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def database_hash(file_map: dict[str, dict[str, Any]]) -> bytes:
     return cbor_sha256({rel: {"size": e["size"], "sha256": e["sha256"]} for rel, e in file_map.items()})
 

@@ -16,8 +16,9 @@ validation in :mod:`dlkit.db.checks`; both are re-exported here.
 
 from __future__ import annotations
 
+import mmap
 import os
-import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,84 +36,39 @@ from dlkit.db.checks import (
     expected_files,
     load_json,
 )
+from dlkit.db.file_checks import (
+    FilesChecked,
+    Listing,
+    begin_checks,
+    check_files,
+    check_hashes,
+    require_directory,
+    start_hashing,
+)
+from dlkit.db.graph_checks import GraphChecks
 from dlkit.db.keys import check_unique_ints
-from dlkit.db.manifest import database_hash, hash_files, list_files, parse_manifest
+from dlkit.db.manifest import list_files
 from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
 from dlkit.db.task_rules import TaskRules
-from dlkit.errors import DataError, DatabaseError
-from dlkit.files import read_regular
+from dlkit.errors import DataError
 
-__all__ = ["ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
-           "check_database", "open_database"]
-
-
-def _check_manifest(root: Path, checks: Checks, full: bool,
-                    verify_hashes: bool) -> tuple[dict[str, dict], bytes]:
-    """``(file map, recorded database hash)``; every file checked against the manifest."""
-    try:
-        raw_manifest = read_regular(root / fmt.MANIFEST_FILE)
-    except FileNotFoundError:
-        # the usual cause: a directory that is no database (yet), such as the Parquet input
-        checks.fail(fmt.MANIFEST_FILE, "file.missing", "no such file: not a dlkit database? "
-                    "(`dlkit preprocess` makes one)", fatal=True)
-    except OSError as exc:
-        checks.fail(fmt.MANIFEST_FILE, "file.missing", f"cannot read: {exc.strerror or exc}",
-                    fatal=True)
-    try:
-        file_map, recorded = parse_manifest(raw_manifest, root / fmt.MANIFEST_FILE)
-    except DatabaseError as exc:
-        checks.fail(fmt.MANIFEST_FILE, "manifest.parse", exc.message, fatal=True)
-    if database_hash(file_map) != recorded:
-        checks.fail(fmt.MANIFEST_FILE, "manifest.database_hash", "the recorded database hash is "
-                    "not SHA-256(CBOR_CANONICAL(file map))")
-    present = set(list_files(root))
-    for rel in sorted(set(file_map) - present):
-        checks.fail(rel, "file.missing", "listed in manifest.json but absent")
-    if full:
-        for rel in sorted(present - set(file_map)):
-            checks.fail(rel, "file.unexpected", "present but not listed in manifest.json")
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                p = Path(dirpath) / name
-                if p.is_symlink():
-                    checks.fail(str(p.relative_to(root)), "file.symlink", "symbolic links are "
-                                "not allowed in a database")
-    sized = []
-    for rel in sorted(set(file_map) & present):
-        try:
-            info = (root / rel).stat()
-        except OSError as exc:  # a dangling symlink
-            checks.fail(rel, "file.type", f"cannot stat: {exc.strerror or exc}")
-            continue
-        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the hash, a device never end
-            checks.fail(rel, "file.type", "not a regular file")
-            continue
-        size = info.st_size
-        if size != file_map[rel]["size"]:
-            checks.fail(rel, "file.size", f"{size} bytes, manifest says {file_map[rel]['size']}")
-        else:
-            sized.append(rel)
-    if verify_hashes:
-        try:
-            actual = hash_files(root, sized)
-        except OSError as exc:  # unreadable (permissions), or replaced since it was listed
-            where = os.path.relpath(exc.filename, root) if exc.filename else fmt.MANIFEST_FILE
-            checks.fail(where, "file.unreadable", f"cannot read: {exc.strerror or exc}",
-                        fatal=True)
-        for rel in sized:
-            if actual[rel]["sha256"] != file_map[rel]["sha256"]:
-                checks.fail(rel, "file.sha256", "content differs from manifest.json "
-                            f"(sha256 {actual[rel]['sha256'].hex()[:16]}..., manifest "
-                            f"{file_map[rel]['sha256'].hex()[:16]}...)")
-    return file_map, recorded
+__all__ = ["CheckReport", "ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
+           "check_database", "inspect_database", "open_database"]
 
 
 def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Database | None:
+    """Every check in turn: the manifest, the hashes (all files at once), the structure."""
     root = Path(root)
-    if not root.is_dir():
-        checks.fail(".", "database.missing",
-                    "not a directory" if root.exists() else "no such directory", fatal=True)
-    file_map, recorded = _check_manifest(root, checks, full, verify_hashes)
+    require_directory(root, checks)
+    listing = check_files(root, checks, full, list_files(root))
+    if verify_hashes:
+        check_hashes(root, checks, listing, start_hashing(root, listing))
+    return _open_checked(root, checks, full, listing)
+
+
+def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> Database | None:
+    """The structure checks (the manifest's own already done) and the database's objects."""
+    file_map = listing.file_map
     meta = load_json(root, fmt.METADATA_FILE, checks)
     check_metadata(meta, checks)
     expected = expected_files(meta)
@@ -127,20 +83,30 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
     maps = FileMaps(root, checks, sizes)
     failures_before = len(checks.failures)
     ok = True
+    release = _Release(maps, full)
+    graph_checks = None
     try:
-        graph = _open_graph(meta, maps, checks, full)
+        graph, graph_checks = _open_graph(meta, maps, checks, full)
     except Stop:
         ok, graph = False, None
-    tables = []
-    for t in meta["tables"]:
-        try:
-            tables.append(_open_table(t, meta, maps, checks, full, graph))
-        except Stop:
-            ok = False
+    graph_maps = release.take()
     try:
-        texts = _open_texts(meta, maps, checks, full)
-    except Stop:
-        ok, texts = False, None
+        tables = []
+        for t in meta["tables"]:
+            try:
+                tables.append(_open_table(t, meta, maps, checks, full, graph))
+            except Stop:
+                ok = False
+            release.drop()
+        try:
+            texts = _open_texts(meta, maps, checks, full)
+        except Stop:
+            ok, texts = False, None
+        release.drop()
+    finally:
+        if graph_checks is not None:
+            graph_checks.join()
+    release.drop(graph_maps)
     embeddings = {}
     for key, rel, count in (("text", fmt.TEXT_EMBEDDINGS_FILE, meta["num_texts"]),
                             ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta["num_columns"]),
@@ -166,14 +132,39 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
                                         meta["tables"]))
             except Stop:
                 ok = False
+            release.drop()
     if not ok or len(checks.failures) > failures_before and checks.collect:
         maps.close()
         return None
-    return Database(root, meta, file_map, recorded, maps, tuple(tables), graph, tuple(tasks),
+    return Database(root, meta, file_map, listing.recorded, maps, tuple(tables), graph, tuple(tasks),
                     embeddings, texts)
 
 
-def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph:
+class _Release:
+    """With the full checks (verify): after each part of the database, drop the pages of the
+    files it mapped from this process (the page cache keeps them; a later check that reads
+    one maps it again), so the resident set holds about one part at a time, not the whole
+    database."""
+
+    def __init__(self, maps: FileMaps, full: bool):
+        self.maps, self.full, self.done = maps, full, 0
+
+    def take(self) -> list[mmap.mmap]:
+        """The files mapped since the last call (or :meth:`drop`)."""
+        new = self.maps.mmaps[self.done:]
+        self.done = len(self.maps.mmaps)
+        return new
+
+    def drop(self, mms: list[mmap.mmap] | None = None) -> None:
+        """Drop the pages of ``mms`` (default: the files mapped since the last call)."""
+        for mm in self.take() if mms is None else mms:
+            if self.full:
+                mm.madvise(mmap.MADV_DONTNEED)
+
+
+def _open_graph(meta: dict, maps: FileMaps, checks: Checks,
+                full: bool) -> tuple[Graph, GraphChecks | None]:
+    """The graph after its cheap checks, and its full checks (``full``) started."""
     G = fmt.GRAPH_FILE
     V, E, T = meta["num_rows"], meta["num_edges"], meta["num_tables"]
     mm = maps.raw(G)
@@ -225,88 +216,9 @@ def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph
     if bad:
         raise Stop()
     graph = Graph(**a)
-    if full:
-        _check_graph_zeros(np.frombuffer(mm, dtype=np.uint8), layout, checks)
-        _full_graph_checks(meta, graph, checks)
-    return graph
-
-
-# The header's last 16 bytes (offset 48) are zero.
-GRAPH_RESERVED = slice(fmt.GRAPH_HEADER_SIZE - 16, fmt.GRAPH_HEADER_SIZE)
-
-
-def _check_graph_zeros(raw: np.ndarray, layout: dict, checks: Checks) -> None:
-    """The header's reserved bytes and the padding around the page-aligned sections are 0."""
-    G = fmt.GRAPH_FILE
-    if raw[GRAPH_RESERVED].any():
-        checks.fail(G, "graph.header", f"reserved header bytes {GRAPH_RESERVED.start}.."
-                    f"{GRAPH_RESERVED.stop - 1} are not zero")
-    pos, gaps = fmt.GRAPH_HEADER_SIZE, []
-    for name, (off, dtype, count) in layout.items():  # in file order
-        gaps.append((pos, off, f"before {name}"))
-        pos = off + count * dtype.itemsize
-    gaps.append((pos, raw.size, "after the last section"))
-    for a, b, what in gaps:
-        if raw[a:b].any():
-            at = a + int(np.flatnonzero(raw[a:b])[0])
-            checks.fail(G, "graph.padding", f"padding {what} (bytes {a}..{b - 1}) is not zero "
-                        f"(byte {at})")
-
-
-def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
-    G = fmt.GRAPH_FILE
-    offsets = np.asarray(meta["table_offsets"], dtype=np.int64)
-    expected_table = np.repeat(np.arange(len(meta["tables"]), dtype=np.int32), np.diff(offsets))
-    if not np.array_equal(g.row_table, expected_table):
-        checks.fail(G, "graph.row_table", "row_table disagrees with table_offsets")
-    i = csr.check_child_order(g.child_offsets, g.child_ids, g.child_times)
-    if i >= 0:
-        checks.fail(G, "graph.child_order", f"children not sorted by (time, id) at edge {i}")
-    i = csr.check_child_times(g.child_ids, g.child_times, g.row_times)
-    if i >= 0:
-        checks.fail(G, "graph.child_times", f"child_times[{i}] is not the child's row time")
-    if not csr.transpose_matches(g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids):
-        checks.fail(G, "graph.transpose", "the child lists are not the transpose of the parent "
-                    "lists")
-    name_to_index = {t["name"]: t["index"] for t in meta["tables"]}
-    for t in meta["tables"]:
-        a, b = offsets[t["index"]], offsets[t["index"] + 1]
-        lo, hi = g.parent_offsets[a], g.parent_offsets[b]
-        fks = t["foreign_keys"]
-        listed = sum(fk["num_edges"] for fk in fks)
-        if hi - lo != listed:
-            checks.fail(G, "graph.parent_ids", f"table {t['name']!r} has {hi - lo} parent edges, "
-                        f"metadata says {listed}")
-            continue
-        _check_parent_order(t, g, offsets, [name_to_index[fk["parent_table"]] for fk in fks],
-                            checks)
-
-
-def _check_parent_order(t: dict, g: Graph, offsets: np.ndarray, fk_tables: list[int],
-                        checks: Checks) -> None:
-    """Each row's parents in foreign-key order, each in its key's table; edges per key as in
-    the metadata (per parent table when two keys point at the same table: the graph does not
-    say which key gave such an edge)."""
-    G = fmt.GRAPH_FILE
-    a, b = int(offsets[t["index"]]), int(offsets[t["index"] + 1])
-    keys = np.asarray(fk_tables, dtype=np.intp)
-    counts = np.zeros(keys.size, dtype=np.int64)
-    v = integrity.first_parent_misorder(g.parent_offsets, g.parent_ids, a, b, offsets[keys],
-                                        offsets[keys + 1], counts)
-    if v >= 0:
-        tables = np.searchsorted(offsets, g.parents(v), side="right") - 1
-        checks.fail(G, "graph.parent_order", f"row {v - a} of table {t['name']!r} has parents "
-                    f"in tables {tables.tolist()}, not one per foreign key in the order of its "
-                    f"keys' tables {fk_tables}")
-        return
-    for table in sorted(set(fk_tables)):
-        ks = [k for k, p in enumerate(fk_tables) if p == table]
-        counted = int(sum(counts[k] for k in ks))
-        recorded = sum(t["foreign_keys"][k]["num_edges"] for k in ks)
-        if counted != recorded:
-            keys = ", ".join(t["foreign_keys"][k]["column"] for k in ks)
-            checks.fail(G, "graph.foreign_key_edges", f"table {t['name']!r}, foreign key(s) "
-                        f"{keys}: {counted} edges, metadata says {recorded}")
+    if not full:
+        return graph, None
+    return graph, GraphChecks(meta, graph, np.frombuffer(mm, dtype=np.uint8), layout, checks)
 
 
 def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
@@ -370,20 +282,14 @@ def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
     return table
 
 
-def _first(mask: np.ndarray) -> int:
-    """Index of the first True of ``mask``, or -1."""
-    i = int(np.argmax(mask)) if mask.size else 0
-    return i if mask.size and mask[i] else -1
-
-
 def _check_keys(values: np.ndarray, offsets: np.ndarray | None, rel: str,
                 checks: Checks) -> None:
     """Primary keys are unique; string keys valid UTF-8 each."""
     if offsets is not None:
         _check_strings(values, offsets, rel, "key", "key of row", checks)
         return
-    if values.shape[0] < 2:
-        return
+    if values.shape[0] < 2 or integrity.strictly_ascending(values):
+        return  # distinct (keys exported in order): no table to build
     try:  # the build's own check
         check_unique_ints(values, "primary keys", (int(values.min()), int(values.max())))
     except DataError as exc:
@@ -416,14 +322,15 @@ def _check_row_times(table: TableData, graph: Graph, checks: Checks) -> None:
     NO_TIME throughout for a table without a time column."""
     times = graph.row_times[table.row_offset:table.row_offset + table.num_rows]
     if table.time_column is None:
-        i = _first(times != fmt.NO_TIME)
+        values, bitmap = np.zeros(0, np.int64), np.zeros(0, np.uint8)
         source = "the table has no time column"
     else:
         col = next((c for c in table.columns if c.name == table.time_column), None)
         if col is None or col.stype != fmt.TIMESTAMP:
             return  # a metadata failure already
-        i = _first(times != np.where(col.valid, col.values, fmt.NO_TIME))
+        values, bitmap = col.values, col.valid_bitmap
         source = f"time column {table.time_column!r} (NO_TIME for a null)"
+    i = integrity.first_time_mismatch(times, values, bitmap, fmt.NO_TIME)
     if i >= 0:
         checks.fail(fmt.GRAPH_FILE, "graph.row_times", f"row_times of row {i} of table "
                     f"{table.name!r} is {int(times[i])}, not as {source} says")
@@ -432,11 +339,11 @@ def _check_row_times(table: TableData, graph: Graph, checks: Checks) -> None:
 def _full_column_checks(col: ColumnData, n: int, vrel: str, brel: str, checks: Checks) -> None:
     if n % 8 and col.valid_bitmap.size and col.valid_bitmap[-1] >> (n % 8):
         checks.fail(brel, "column.bitmap_padding", "padding bits after the last row are not 0")
-    valid = col.valid
-    if int(valid.sum()) != col.num_valid:
-        checks.fail(brel, "column.num_valid", f"{int(valid.sum())} valid rows, metadata says "
+    num_valid, null_value = integrity.null_cells(col.values, col.valid_bitmap)
+    if num_valid != col.num_valid:
+        checks.fail(brel, "column.num_valid", f"{num_valid} valid rows, metadata says "
                     f"{col.num_valid}")
-    if np.any(col.values[~valid] != 0):
+    if null_value >= 0:
         checks.fail(vrel, "column.null_values", "a null cell holds a value other than 0")
     if col.stype == fmt.NUMERIC:
         i = int(integrity.first_all_bits(col.values.view(np.uint64), integrity.F64_EXPONENT))
@@ -445,7 +352,7 @@ def _full_column_checks(col: ColumnData, n: int, vrel: str, brel: str, checks: C
                         "infinities are stored as nulls)")
             return
     if col.stype in (fmt.NUMERIC, fmt.TIMESTAMP):
-        _check_stats(col, valid, vrel, checks)
+        _check_stats(col, vrel, checks)
 
 
 # Relative tolerance of a column's mean and std against a recount (the same Welford update
@@ -453,11 +360,21 @@ def _full_column_checks(col: ColumnData, n: int, vrel: str, brel: str, checks: C
 STATS_RTOL = 1e-9
 
 
-def _check_stats(col: ColumnData, valid: np.ndarray, vrel: str, checks: Checks) -> None:
+# Rows per step of the statistics' recount: the validity bits unpacked a step at a time
+# (a multiple of 8: whole bitmap bytes).
+STATS_STEP_ROWS = 1 << 20
+
+
+def _check_stats(col: ColumnData, vrel: str, checks: Checks) -> None:
     """The metadata's mean and std are those of the column's non-null values (std 1.0 when
     it would be 0, and mean 0.0 when there are no values)."""
     state = welford_state()
-    welford_update(col.values, valid, state)
+    n = col.values.shape[0]
+    for a in range(0, n, STATS_STEP_ROWS):  # the same updates in the same order as one call
+        b = min(a + STATS_STEP_ROWS, n)
+        valid = np.unpackbits(col.valid_bitmap[a // 8:(b + 7) // 8], count=b - a,
+                              bitorder="little").view(bool)
+        welford_update(col.values[a:b], valid, state)
     mean, std = column_stats(state)
     scale = abs(mean) + std
     if not (abs(float(col.mean) - mean) <= STATS_RTOL * scale
@@ -488,20 +405,22 @@ def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, ful
         checks.fail(anchor_rel, "task.anchor_row", f"row {int(arrays['anchor_row'][i])} at seed {i} "
                     f"is not in [0, {table.num_rows})", fatal=True)
     if full:
-        a = arrays["anchor_row"]
-        if n > 1 and not np.all(a[1:] > a[:-1]):
-            checks.fail(anchor_rel, "task.order", "anchor rows are not strictly ascending")
         col = table.column(task["target_column"])
-        if not np.array_equal(a, np.flatnonzero(col.valid)):
+        ascending, seeds, targets, target_valid, times = integrity.task_agreement(
+            arrays["anchor_row"], col.valid_bitmap, table.num_rows, col.values, arrays["target"],
+            arrays["target_valid"], arrays["obs_time"],
+            np.zeros(0, np.int64) if graph is None else graph.row_times, table.row_offset)
+        if not ascending:
+            checks.fail(anchor_rel, "task.order", "anchor rows are not strictly ascending")
+        if not seeds:
             checks.fail(anchor_rel, "task.seeds", "seeds are not the rows with a non-null target")
-        elif not np.array_equal(arrays["target"], col.values[a].astype(np.float64)):
+        elif not targets:
             checks.fail(fmt.task_file(name, "target"), "task.target", "targets differ from the "
                         "target column's values")
-        if not np.all(arrays["target_valid"] == 1):
+        if not target_valid:
             checks.fail(fmt.task_file(name, "target_valid"), "task.target_valid",
                         "target_valid is not 1 for every seed")
-        if graph is not None and not np.array_equal(
-                arrays["obs_time"], graph.row_times[table.row_offset + a]):
+        if not times:
             checks.fail(fmt.task_file(name, "obs_time"), "task.obs_time", "observation times "
                         "differ from the anchor rows' times")
     target_valid = arrays["target_valid"].view(bool)
@@ -524,13 +443,54 @@ def open_database(path: str | os.PathLike[str], verify_hashes: bool = False) -> 
     return db
 
 
+@dataclass(frozen=True)
+class CheckReport:
+    """What :func:`inspect_database` found: every failure, the database hash manifest.json
+    records (``None`` when it could not be read) and every file present, manifest.json
+    included (what ``dlkit verify`` counts)."""
+
+    failures: list[Failure]
+    database_hash: bytes | None
+    files: list[str]
+
+
+def inspect_database(path: str | os.PathLike[str], verify_hashes: bool = True,
+                     begun: FilesChecked | None = None) -> CheckReport:
+    """Every check of a database, as :func:`check_database`, and what verify reports of it.
+
+    The files are hashed on a thread pool (every core) while the structure checks run; the
+    failures come in the order of a sequential run (the manifest's, the hashes', the
+    structure's), and a file that cannot be read stops everything after the manifest's
+    checks, as it would there. ``begun``: the files' checks already begun
+    (:func:`begin_checks` of this path).
+    """
+    root = Path(path)
+    begun = begun or begin_checks(root, verify_hashes)
+    checks, listing, job = begun.checks, begun.listing, begun.hashing
+    present = list(begun.present)
+    if listing is not None:
+        structure = Checks(collect=True, root=root)
+        try:
+            db = _open_checked(root, structure, True, listing)
+        except Stop:
+            db = None
+        except BaseException:
+            if job is not None:
+                job.cancel()
+            raise
+        if db is not None:
+            db.close()
+        try:
+            if job is not None:
+                check_hashes(root, checks, listing, job)
+            checks.failures.extend(structure.failures)
+        except Stop:
+            pass
+    if os.path.lexists(root / fmt.MANIFEST_FILE):
+        present.append(fmt.MANIFEST_FILE)  # counted with the rest, as preprocess counts it
+    return CheckReport(checks.failures, None if listing is None else listing.recorded, present)
+
+
 def check_database(path: str | os.PathLike[str], verify_hashes: bool = True) -> list[Failure]:
     """Every failed check of a database (empty when it is intact): hashes and full structure."""
-    checks = Checks(collect=True, root=Path(path))
-    try:
-        db = _open(Path(path), checks, full=True, verify_hashes=verify_hashes)
-    except Stop:
-        db = None
-    if db is not None:
-        db.close()
-    return checks.failures
+    return inspect_database(path, verify_hashes).failures

@@ -28,6 +28,14 @@ nogil kernel of :mod:`dlkit.core.integrity` / :mod:`dlkit.core.csr`), linear in 
 
 Every failure names the file and the check; open_database runs none of the full checks.
 
+**Speed.** ``manifest.json`` is read once; the files' hashes start on a thread pool (one
+thread per core, largest file first) before the structure checks' kernels load numba, and
+run beside those checks (:func:`dlkit.db.file_checks.begin_checks`,
+:func:`dlkit.db.reader.inspect_database`); the failures still come in the order of a
+sequential run. The transpose and child times are screened by a keyed hash of both CSR
+directions' edges (:mod:`dlkit.core.integrity`); the exact checks run only to name a
+difference. No check copies a file into anonymous memory.
+
 **One version.** The directory is opened once and every file is read through that handle
 (``/proc/self/fd/N/...``), so a concurrent ``preprocess --overwrite``, which swaps a new
 directory in at the same path, never makes verify read the manifest of one version and a file
@@ -49,9 +57,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlkit.db.checks import Failure
+from dlkit.db.file_checks import begin_checks
 from dlkit.db.format import MANIFEST_FILE
-from dlkit.db.manifest import list_files
-from dlkit.db.reader import Failure, check_database
 from dlkit.errors import DatabaseError
 
 ATTEMPTS = 5  # versions read before giving up on a database that keeps being replaced
@@ -115,31 +123,23 @@ def _replaced(root: Path, fd: int) -> bool:
 
 
 def _verify_once(root: Path, shown: Path, started: float) -> VerifyReport:
-    failures = check_database(root, verify_hashes=True)
-    files = list_files(root)
-    if (root / MANIFEST_FILE).exists():
-        files.append(MANIFEST_FILE)  # counted with the rest, as preprocess counts it
+    begun = begin_checks(root, verify_hashes=True)
+    from dlkit.db.reader import inspect_database  # loads numba while the files hash
+
+    found = inspect_database(root, begun=begun)
     total = 0
-    for rel in files:
+    for rel in found.files:
         try:
             info = (root / rel).lstat()
         except OSError:
             continue  # named among the failures
         if stat.S_ISREG(info.st_mode):
             total += info.st_size
-    recorded = None
-    if not failures:
-        from dlkit.db.manifest import parse_manifest
-
-        try:
-            data = (root / MANIFEST_FILE).read_bytes()
-        except OSError as exc:  # the version held was removed meanwhile: the caller retries
-            failures = [Failure(MANIFEST_FILE, "file.unreadable", str(exc.strerror or exc))]
-        else:
-            recorded = parse_manifest(data)[1].hex()
+    failures = found.failures
+    recorded = found.database_hash.hex() if not failures and found.database_hash else None
     return VerifyReport(path=str(shown), ok=not failures, database_hash=recorded,
-                        files=len(files), bytes=total, seconds=time.perf_counter() - started,
-                        failures=failures)
+                        files=len(found.files), bytes=total,
+                        seconds=time.perf_counter() - started, failures=failures)
 
 
 def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
