@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_sampler import ensure_database
+from bench_sampler import ensure_database  # noqa: E402
 
 BLOCK = 1 << 22
 

@@ -259,7 +259,7 @@ def edges_agree(parent_offsets, parent_ids, row_times, child_offsets, child_ids,
         child = pool.submit(child_side_sums, child_offsets, child_ids, child_times, 0, rows,
                             keys)
         parent = parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
-        return parent == child.result()
+        return bool(parent == child.result())
 
 
 # --- columns, row times and tasks: one pass each over a bitmap and its values ---------------

@@ -44,11 +44,11 @@ def check_files(root: Path, checks: Checks, full: bool, present: list[str]) -> L
     if database_hash(file_map) != recorded:
         checks.fail(fmt.MANIFEST_FILE, "manifest.database_hash", "the recorded database hash is "
                     "not SHA-256(CBOR_CANONICAL(file map))")
-    present = set(present)
-    for rel in sorted(set(file_map) - present):
+    on_disk = set(present)
+    for rel in sorted(set(file_map) - on_disk):
         checks.fail(rel, "file.missing", "listed in manifest.json but absent")
     if full:
-        for rel in sorted(present - set(file_map)):
+        for rel in sorted(on_disk - set(file_map)):
             checks.fail(rel, "file.unexpected", "present but not listed in manifest.json")
         for dirpath, dirnames, filenames in os.walk(root):
             for name in dirnames + filenames:
@@ -57,7 +57,7 @@ def check_files(root: Path, checks: Checks, full: bool, present: list[str]) -> L
                     checks.fail(str(p.relative_to(root)), "file.symlink", "symbolic links are "
                                 "not allowed in a database")
     sized = []
-    for rel in sorted(set(file_map) & present):
+    for rel in sorted(set(file_map) & on_disk):
         try:
             info = (root / rel).stat()
         except OSError as exc:  # a dangling symlink

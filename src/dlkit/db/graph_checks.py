@@ -118,6 +118,6 @@ def _check_parent_order(t: dict, g: Graph, offsets: np.ndarray, fk_tables: list[
         counted = int(sum(counts[k] for k in ks))
         recorded = sum(t["foreign_keys"][k]["num_edges"] for k in ks)
         if counted != recorded:
-            keys = ", ".join(t["foreign_keys"][k]["column"] for k in ks)
+            columns = ", ".join(t["foreign_keys"][k]["column"] for k in ks)
             checks.fail(G, "graph.foreign_key_edges", f"table {t['name']!r}, foreign key(s) "
-                        f"{keys}: {counted} edges, metadata says {recorded}")
+                        f"{columns}: {counted} edges, metadata says {recorded}")
