@@ -30,15 +30,13 @@ from dlkit.db.checks import (
     Checks,
     Failure,
     Stop,
-    check_metadata,
     check_metadata_rules,
-    expected_files,
     load_json,
 )
 from dlkit.db.keys import check_unique_ints
 from dlkit.db.manifest import database_hash, hash_files, list_files, parse_manifest
 from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
-from dlkit.db.task_rules import TaskRules
+from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
 from dlkit.errors import DataError, DatabaseError
 from dlkit.files import read_regular
 
@@ -113,13 +111,13 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
         checks.fail(".", "database.missing",
                     "not a directory" if root.exists() else "no such directory", fatal=True)
     file_map, recorded = _check_manifest(root, checks, full, verify_hashes)
-    meta = load_json(root, fmt.METADATA_FILE, checks)
-    check_metadata(meta, checks)
-    expected = expected_files(meta)
+    doc = load_json(root, fmt.METADATA_FILE, checks)
+    meta = DatabaseMetadata.from_json(doc, checks)
+    expected = meta.expected_files()
     for rel in sorted(expected - set(file_map)):
         checks.fail(rel, "file.unlisted", "required by metadata.json but not in manifest.json")
     if full:
-        check_metadata_rules(meta, checks)
+        check_metadata_rules(doc, checks)
         for rel in sorted(set(file_map) - expected):
             checks.fail(rel, "file.unexpected", "listed in manifest.json but not a file of the "
                         "format (metadata.json implies no such file)")
@@ -132,7 +130,7 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
     except Stop:
         ok, graph = False, None
     tables = []
-    for t in meta["tables"]:
+    for t in meta.tables:
         try:
             tables.append(_open_table(t, meta, maps, checks, full, graph))
         except Stop:
@@ -142,10 +140,12 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
     except Stop:
         ok, texts = False, None
     embeddings = {}
-    for key, rel, count in (("text", fmt.TEXT_EMBEDDINGS_FILE, meta["num_texts"]),
-                            ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta["num_columns"]),
-                            ("categorical", fmt.CATEGORICAL_EMBEDDINGS_FILE, meta["num_categories"])):
-        dim = meta["embeddings"][f"{key}_dim"]
+    emb = meta.embeddings
+    for key, rel, count, dim in (
+            ("text", fmt.TEXT_EMBEDDINGS_FILE, meta.num_texts, emb.text_dim),
+            ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta.num_columns, emb.column_dim),
+            ("categorical", fmt.CATEGORICAL_EMBEDDINGS_FILE, meta.num_categories,
+             emb.categorical_dim)):
         try:
             embeddings[key] = maps.array(rel, "<f2", count * dim, (count, dim))
         except Stop:
@@ -160,10 +160,9 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
     tasks = []
     if ok:
         by_name = {t.name: t for t in tables}
-        for task in meta["tasks"]:
+        for task in meta.tasks:
             try:
-                tasks.append(_open_task(task, by_name[task["table"]], maps, checks, full, graph,
-                                        meta["tables"]))
+                tasks.append(_open_task(task, by_name[task.table], maps, checks, full, graph))
             except Stop:
                 ok = False
     if not ok or len(checks.failures) > failures_before and checks.collect:
@@ -173,9 +172,9 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
                     embeddings, texts)
 
 
-def _open_graph(meta: dict, maps: FileMaps, checks: Checks, full: bool) -> Graph:
+def _open_graph(meta: DatabaseMetadata, maps: FileMaps, checks: Checks, full: bool) -> Graph:
     G = fmt.GRAPH_FILE
-    V, E, T = meta["num_rows"], meta["num_edges"], meta["num_tables"]
+    V, E, T = meta.num_rows, meta.num_edges, meta.num_tables
     mm = maps.raw(G)
     size = 0 if mm is None else len(mm)
     if size < fmt.GRAPH_HEADER_SIZE:
@@ -253,10 +252,10 @@ def _check_graph_zeros(raw: np.ndarray, layout: dict, checks: Checks) -> None:
                         f"(byte {at})")
 
 
-def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
+def _full_graph_checks(meta: DatabaseMetadata, g: Graph, checks: Checks) -> None:
     G = fmt.GRAPH_FILE
-    offsets = np.asarray(meta["table_offsets"], dtype=np.int64)
-    expected_table = np.repeat(np.arange(len(meta["tables"]), dtype=np.int32), np.diff(offsets))
+    offsets = np.asarray(meta.table_offsets, dtype=np.int64)
+    expected_table = np.repeat(np.arange(meta.num_tables, dtype=np.int32), np.diff(offsets))
     if not np.array_equal(g.row_table, expected_table):
         checks.fail(G, "graph.row_table", "row_table disagrees with table_offsets")
     i = csr.check_child_order(g.child_offsets, g.child_ids, g.child_times)
@@ -268,53 +267,53 @@ def _full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
     if not csr.transpose_matches(g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids):
         checks.fail(G, "graph.transpose", "the child lists are not the transpose of the parent "
                     "lists")
-    name_to_index = {t["name"]: t["index"] for t in meta["tables"]}
-    for t in meta["tables"]:
-        a, b = offsets[t["index"]], offsets[t["index"] + 1]
+    name_to_index = {t.name: t.index for t in meta.tables}
+    for t in meta.tables:
+        a, b = offsets[t.index], offsets[t.index + 1]
         lo, hi = g.parent_offsets[a], g.parent_offsets[b]
-        fks = t["foreign_keys"]
-        listed = sum(fk["num_edges"] for fk in fks)
+        fks = t.foreign_keys
+        listed = sum(fk.num_edges for fk in fks)
         if hi - lo != listed:
-            checks.fail(G, "graph.parent_ids", f"table {t['name']!r} has {hi - lo} parent edges, "
+            checks.fail(G, "graph.parent_ids", f"table {t.name!r} has {hi - lo} parent edges, "
                         f"metadata says {listed}")
             continue
-        _check_parent_order(t, g, offsets, [name_to_index[fk["parent_table"]] for fk in fks],
+        _check_parent_order(t, g, offsets, [name_to_index[fk.parent_table] for fk in fks],
                             checks)
 
 
-def _check_parent_order(t: dict, g: Graph, offsets: np.ndarray, fk_tables: list[int],
+def _check_parent_order(t: TableMetadata, g: Graph, offsets: np.ndarray, fk_tables: list[int],
                         checks: Checks) -> None:
     """Each row's parents in foreign-key order, each in its key's table; edges per key as in
     the metadata (per parent table when two keys point at the same table: the graph does not
     say which key gave such an edge)."""
     G = fmt.GRAPH_FILE
-    a, b = int(offsets[t["index"]]), int(offsets[t["index"] + 1])
+    a, b = int(offsets[t.index]), int(offsets[t.index + 1])
     keys = np.asarray(fk_tables, dtype=np.intp)
     counts = np.zeros(keys.size, dtype=np.int64)
     v = integrity.first_parent_misorder(g.parent_offsets, g.parent_ids, a, b, offsets[keys],
                                         offsets[keys + 1], counts)
     if v >= 0:
         tables = np.searchsorted(offsets, g.parents(v), side="right") - 1
-        checks.fail(G, "graph.parent_order", f"row {v - a} of table {t['name']!r} has parents "
+        checks.fail(G, "graph.parent_order", f"row {v - a} of table {t.name!r} has parents "
                     f"in tables {tables.tolist()}, not one per foreign key in the order of its "
                     f"keys' tables {fk_tables}")
         return
     for table in sorted(set(fk_tables)):
         ks = [k for k, p in enumerate(fk_tables) if p == table]
         counted = int(sum(counts[k] for k in ks))
-        recorded = sum(t["foreign_keys"][k]["num_edges"] for k in ks)
+        recorded = sum(t.foreign_keys[k].num_edges for k in ks)
         if counted != recorded:
-            keys = ", ".join(t["foreign_keys"][k]["column"] for k in ks)
-            checks.fail(G, "graph.foreign_key_edges", f"table {t['name']!r}, foreign key(s) "
+            keys = ", ".join(t.foreign_keys[k].column for k in ks)
+            checks.fail(G, "graph.foreign_key_edges", f"table {t.name!r}, foreign key(s) "
                         f"{keys}: {counted} edges, metadata says {recorded}")
 
 
-def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
-                graph: Graph | None) -> TableData:
-    name, n = t["name"], t["num_rows"]
+def _open_table(t: TableMetadata, meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
+                full: bool, graph: Graph | None) -> TableData:
+    name, n = t.name, t.num_rows
     key_values = key_offsets = None
-    if t.get("primary_key") is not None:
-        if t["primary_key_type"] == "integer":
+    if t.primary_key is not None:
+        if t.primary_key_type == "integer":
             key_values = maps.array(fmt.key_values_file(name), "<i8", n)
         else:
             rel = fmt.key_offsets_file(name)
@@ -330,17 +329,17 @@ def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
         if full:
             _check_keys(key_values, key_offsets, fmt.key_values_file(name), checks)
     columns = []
-    for c in t["columns"]:
-        stype = c["stype"]
-        vrel = fmt.column_values_file(name, c["index"])
-        brel = fmt.column_valid_file(name, c["index"])
+    for c in t.columns:
+        stype = c.stype
+        vrel = fmt.column_values_file(name, c.index)
+        brel = fmt.column_valid_file(name, c.index)
         values = maps.array(vrel, fmt.VALUE_DTYPES[stype], n)
         bitmap = maps.array(brel, np.uint8, fmt.bitmap_bytes(n))
         limit = None
         if stype == fmt.CATEGORICAL:
-            limit = c["cat_emb_count"]
+            limit = c.cat_emb_count
         elif stype == fmt.TEXT:
-            limit = meta["num_texts"]
+            limit = meta.num_texts
         if limit is not None:
             # Null cells hold 0, so the whole array must lie in [0, max(limit, 1)).
             i = csr.check_ids(values, 0, max(limit, 1))
@@ -350,20 +349,18 @@ def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
         if stype == fmt.BOOLEAN and n and values.max() > 1:
             checks.fail(vrel, "column.boolean_range", "a boolean value other than 0 or 1")
         col = ColumnData(
-            name=c["name"], table=name, index=c["index"], column_id=c["column_id"], stype=stype,
-            values=values, valid_bitmap=bitmap, num_valid=c["num_valid"],
-            mean=c.get("mean"), std=c.get("std"),
-            cat_emb_start=c.get("cat_emb_start", 0), cat_emb_count=c.get("cat_emb_count", 0),
-            categories=tuple(c["categories"]) if stype == fmt.CATEGORICAL else None,
-            arrow_type=str(c.get("arrow_type", "")))
+            name=c.name, table=name, index=c.index, column_id=c.column_id, stype=stype,
+            values=values, valid_bitmap=bitmap, num_valid=c.num_valid, mean=c.mean, std=c.std,
+            cat_emb_start=c.cat_emb_start, cat_emb_count=c.cat_emb_count,
+            categories=c.categories, arrow_type=str(c.arrow_type))
         if full:
             _full_column_checks(col, n, vrel, brel, checks)
         columns.append(col)
     table = TableData(
-        name=name, index=t["index"], num_rows=n, row_offset=t["row_offset"],
-        primary_key=t.get("primary_key"), primary_key_type=t.get("primary_key_type"),
-        time_column=t.get("time_column"),
-        foreign_keys=tuple((fk["column"], fk["parent_table"]) for fk in t["foreign_keys"]),
+        name=name, index=t.index, num_rows=n, row_offset=t.row_offset,
+        primary_key=t.primary_key, primary_key_type=t.primary_key_type,
+        time_column=t.time_column,
+        foreign_keys=tuple((fk.column, fk.parent_table) for fk in t.foreign_keys),
         columns=tuple(columns), key_values=key_values, key_offsets=key_offsets)
     if full and graph is not None:
         _check_row_times(table, graph, checks)
@@ -466,8 +463,8 @@ def _check_stats(col: ColumnData, valid: np.ndarray, vrel: str, checks: Checks) 
                     f"the values give {mean!r}, {std!r}")
 
 
-def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
-    offsets = maps.array(fmt.TEXT_OFFSETS_FILE, "<i8", meta["num_texts"] + 1)
+def _open_texts(meta: DatabaseMetadata, maps: FileMaps, checks: Checks, full: bool):
+    offsets = maps.array(fmt.TEXT_OFFSETS_FILE, "<i8", meta.num_texts + 1)
     mm = maps.raw(fmt.TEXT_DATA_FILE)
     data = np.zeros(0, np.uint8) if mm is None else np.frombuffer(mm, dtype=np.uint8)
     if csr.check_offsets(offsets, data.size) >= 0:
@@ -478,9 +475,9 @@ def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
     return offsets, data
 
 
-def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, full: bool,
-               graph: Graph | None, meta_tables: list[dict]) -> TaskData:
-    name, n = task["name"], task["num_seeds"]
+def _open_task(task: TaskMetadata, table: TableData, maps: FileMaps, checks: Checks, full: bool,
+               graph: Graph | None) -> TaskData:
+    name, n = task.name, task.num_seeds
     arrays = {stem: maps.array(fmt.task_file(name, stem), dtype, n) for stem, dtype in fmt.TASK_ARRAYS}
     anchor_rel = fmt.task_file(name, "anchor_row")
     i = csr.check_ids(arrays["anchor_row"], 0, table.num_rows)
@@ -491,7 +488,7 @@ def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, ful
         a = arrays["anchor_row"]
         if n > 1 and not np.all(a[1:] > a[:-1]):
             checks.fail(anchor_rel, "task.order", "anchor rows are not strictly ascending")
-        col = table.column(task["target_column"])
+        col = table.column(task.target_column)
         if not np.array_equal(a, np.flatnonzero(col.valid)):
             checks.fail(anchor_rel, "task.seeds", "seeds are not the rows with a non-null target")
         elif not np.array_equal(arrays["target"], col.values[a].astype(np.float64)):
@@ -505,15 +502,10 @@ def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, ful
             checks.fail(fmt.task_file(name, "obs_time"), "task.obs_time", "observation times "
                         "differ from the anchor rows' times")
     target_valid = arrays["target_valid"].view(bool)
-    table_meta = next(t for t in meta_tables if t["name"] == task["table"])
-    try:
-        rules = TaskRules.from_metadata(task, table_meta)
-    except ValueError as exc:
-        checks.fail(fmt.METADATA_FILE, "metadata.schema", f"task {name!r}: {exc}", fatal=True)
-    return TaskData(name=name, index=task["index"], table=task["table"],
-                    target_column=task["target_column"], target_stype=task["target_stype"],
+    return TaskData(name=name, index=task.index, table=task.table,
+                    target_column=task.target_column, target_stype=task.target_stype,
                     anchor_row=arrays["anchor_row"], obs_time=arrays["obs_time"],
-                    target=arrays["target"], target_valid=target_valid, rules=rules)
+                    target=arrays["target"], target_valid=target_valid, rules=task.rules)
 
 
 def open_database(path: str | os.PathLike[str], verify_hashes: bool = False) -> Database:
