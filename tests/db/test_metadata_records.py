@@ -75,6 +75,8 @@ def assert_round_trip(root: Path) -> DatabaseMetadata:
     """The records of ``root``'s metadata.json give back its bytes; the reader opens them."""
     raw = (root / fmt.METADATA_FILE).read_bytes()
     doc = json.loads(raw)
+    # the documented serialization, restated here: UTF-8 (not \u escapes), indent 2, newline
+    assert raw == (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
     meta = DatabaseMetadata.from_json(doc)
     assert metadata_bytes(meta) == raw
     assert meta.to_json() == doc
@@ -109,7 +111,7 @@ def test_the_relbench_fixture_round_trips(tmp_path):
 
 
 def _iso(us: int) -> str:
-    return dt.datetime.fromtimestamp(us / 1e6, tz=dt.timezone.utc).isoformat()
+    return dt.datetime.fromtimestamp(us / 1e6, tz=dt.UTC).isoformat()
 
 
 @st.composite
@@ -143,8 +145,8 @@ def databases(draw):
             elif column == "flag":
                 cols[column] = pa.array(rng.random(n) < 0.5, mask=mask)
             elif column == "kind":  # string categories, some beyond ASCII
-                cols[column] = pa.array(rng.choice(["a", "ü", "日本", "z"], n).tolist(), pa.string(),
-                                        mask=mask)
+                cols[column] = pa.array(rng.choice(["a", "ü", "日本", "z"], n).tolist(),
+                                        pa.string(), mask=mask)
                 types[column] = "categorical"
             elif column == "code":  # integer categories
                 cols[column] = pa.array(rng.integers(-3, 4, n), mask=mask)
@@ -215,8 +217,8 @@ def databases(draw):
             parquet[f"given/{split}"] = parts[split]
         lines += ["[tasks.given_task]", f'entity_table = "t{p}"', 'entity_column = "entity"',
                   'time_column = "at"', 'target = "label"', 'split = "given"',
-                  'path = { train = "given/train.parquet", val = "given/val.parquet", '
-                  'test = "given/test.parquet" }']
+                  ('path = { train = "given/train.parquet", val = "given/val.parquet", '
+                   'test = "given/test.parquet" }')]
     return parquet, "\n".join(lines) + "\n"
 
 
@@ -243,8 +245,8 @@ def _example_doc(example_db: Path) -> dict:
 
 
 @pytest.mark.parametrize("edit,check,message", [
-    (lambda m: m.update(format_version=2), "metadata.schema", "format_version 2; this dlkit "
-     "reads version 3"),
+    (lambda m: m.update(format_version=2), "metadata.schema",
+     "format_version 2; this dlkit reads version 3"),
     (lambda m: m.update(num_rows=m["num_rows"] + 1), "metadata.consistency",
      "num_rows disagrees with the tables"),
     (lambda m: m["tables"][0].pop("columns"), "metadata.schema", "tables[0]: missing 'columns'"),

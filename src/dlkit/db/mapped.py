@@ -24,7 +24,6 @@ from dlkit.db.task_rules import TaskRules
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
 
-
 # --- the data classes of the reader API ----------------------------------------------------
 
 

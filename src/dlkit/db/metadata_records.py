@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,11 @@ from dlkit.db.checks import Checks, check_metadata
 from dlkit.db.task_rules import TaskRules
 
 _STATS = (fmt.NUMERIC, fmt.TIMESTAMP)  # the stypes whose columns have a mean and a std
+
+
+def _unchecked(obj: dict[str, Any], key: str, default: Any = None) -> Any:
+    """A key only ``dlkit verify`` checks (``check_metadata_rules``), as the file has it."""
+    return obj.get(key, default)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ class ColumnMetadata:
         stats = stype in _STATS
         categorical = stype == fmt.CATEGORICAL
         return cls(name=obj["name"], index=obj["index"], column_id=obj["column_id"], stype=stype,
-                   arrow_type=obj.get("arrow_type", ""), inferred=obj.get("inferred"),
+                   arrow_type=_unchecked(obj, "arrow_type", ""),
+                   inferred=_unchecked(obj, "inferred"),
                    num_valid=obj["num_valid"], mean=obj["mean"] if stats else None,
                    std=obj["std"] if stats else None,
                    cat_emb_start=obj["cat_emb_start"] if categorical else 0,
@@ -102,8 +108,8 @@ class ForeignKeyMetadata:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ForeignKeyMetadata:
         return cls(column=obj["column"], parent_table=obj["parent_table"],
-                   num_edges=obj["num_edges"], num_null=obj.get("num_null"),
-                   num_dangling=obj.get("num_dangling"))
+                   num_edges=obj["num_edges"], num_null=_unchecked(obj, "num_null"),
+                   num_dangling=_unchecked(obj, "num_dangling"))
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,7 @@ class TableMetadata:
                    row_offset=obj["row_offset"], primary_key=obj.get("primary_key"),
                    primary_key_type=obj.get("primary_key_type"),
                    time_column=obj.get("time_column"),
-                   num_null_times=obj.get("num_null_times"),
+                   num_null_times=_unchecked(obj, "num_null_times"),
                    foreign_keys=tuple(ForeignKeyMetadata.from_json(fk)
                                       for fk in obj["foreign_keys"]),
                    columns=tuple(ColumnMetadata.from_json(c) for c in obj["columns"]))
@@ -156,7 +162,8 @@ class TaskMetadata:
     target_stype: int
     target_column_id: int
     num_seeds: int
-    rules: TaskRules = TaskRules()  # its optional keys (written only when not the default)
+    # its optional keys (label_lag_us, boundary, static, split), each only when not the default
+    rules: TaskRules = field(default_factory=TaskRules)
 
     @property
     def target_stype_name(self) -> str:
@@ -175,7 +182,7 @@ class TaskMetadata:
         :meth:`TaskRules.from_metadata`) when its rules break the format."""
         return cls(name=obj["name"], index=obj["index"], table=obj["table"],
                    target_column=obj["target_column"], target_stype=obj["target_stype"],
-                   target_column_id=obj.get("target_column_id"), num_seeds=obj["num_seeds"],
+                   target_column_id=_unchecked(obj, "target_column_id"), num_seeds=obj["num_seeds"],
                    rules=TaskRules.from_metadata(obj, table))
 
 
@@ -196,7 +203,7 @@ class EmbeddingsMetadata:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> EmbeddingsMetadata:
-        return cls(embedder=obj.get("embedder"), config=obj.get("config"),
+        return cls(embedder=_unchecked(obj, "embedder"), config=_unchecked(obj, "config"),
                    text_dim=obj["text_dim"], column_dim=obj["column_dim"],
                    categorical_dim=obj["categorical_dim"])
 
@@ -306,7 +313,8 @@ class DatabaseMetadata:
         return cls(database_id=doc["database_id"], num_texts=doc["num_texts"],
                    tables=tuple(TableMetadata.from_json(t) for t in doc["tables"]),
                    tasks=tuple(tasks), embeddings=EmbeddingsMetadata.from_json(doc["embeddings"]),
-                   on_dangling=options.get("on_dangling") if isinstance(options, dict) else None)
+                   on_dangling=_unchecked(options if isinstance(options, dict) else {},
+                                          "on_dangling"))
 
 
 def metadata_bytes(meta: DatabaseMetadata) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+
 import numpy as np
 
 from dlkit.core.stats import gather_seeds, remap_ids
