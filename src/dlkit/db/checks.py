@@ -6,7 +6,8 @@ of the same part meaningless stops that part (:class:`Stop`). :func:`check_metad
 the types and internal consistency of ``metadata.json`` before anything is sized from it;
 :func:`check_metadata_rules` (``dlkit verify`` only) the rest of what the format says of it:
 exactly the documented keys, names, category lists, statistics' types, the counts that must
-add up.
+add up. Both read the parsed JSON as it is; :mod:`dlkit.db.metadata_records` makes records of
+it once :func:`check_metadata` has passed.
 """
 
 from __future__ import annotations
@@ -417,20 +418,3 @@ def load_json(root: Path, rel: str, checks: Checks) -> Any:
             pending.extend(value)
     return doc
 
-
-def expected_files(meta: dict[str, Any]) -> set[str]:
-    files = {fmt.GRAPH_FILE, fmt.METADATA_FILE, fmt.TEXT_EMBEDDINGS_FILE,
-             fmt.COLUMN_EMBEDDINGS_FILE, fmt.CATEGORICAL_EMBEDDINGS_FILE, fmt.TEXT_OFFSETS_FILE,
-             fmt.TEXT_DATA_FILE}
-    for t in meta["tables"]:
-        if t.get("primary_key") is not None:
-            files.add(fmt.key_values_file(t["name"]))
-            if t.get("primary_key_type") == "string":
-                files.add(fmt.key_offsets_file(t["name"]))
-        for c in t["columns"]:
-            files.add(fmt.column_values_file(t["name"], c["index"]))
-            files.add(fmt.column_valid_file(t["name"], c["index"]))
-    for task in meta["tasks"]:
-        for stem, _ in fmt.TASK_ARRAYS:
-            files.add(fmt.task_file(task["name"], stem))
-    return files

@@ -15,6 +15,7 @@ from dlkit.core import csr, integrity
 from dlkit.db import format as fmt
 from dlkit.db.checks import Checks
 from dlkit.db.mapped import Graph
+from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata
 
 
 class GraphChecks:
@@ -23,13 +24,13 @@ class GraphChecks:
     :meth:`join`, where a sequential run would have put them: right after the graph's
     cheap checks."""
 
-    def __init__(self, meta: dict, graph: Graph, raw: np.ndarray, layout: dict, checks: Checks):
+    def __init__(self, meta: DatabaseMetadata, graph: Graph, raw: np.ndarray, layout: dict, checks: Checks):
         self.checks, self.position = checks, len(checks.failures)
         self.found = Checks(collect=True, root=checks.root)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlkit-graph")
         self._done = self._pool.submit(self._run, meta, graph, raw, layout)
 
-    def _run(self, meta: dict, graph: Graph, raw: np.ndarray, layout: dict) -> None:
+    def _run(self, meta: DatabaseMetadata, graph: Graph, raw: np.ndarray, layout: dict) -> None:
         check_graph_zeros(raw, layout, self.found)
         full_graph_checks(meta, graph, self.found)
 
@@ -63,9 +64,9 @@ def check_graph_zeros(raw: np.ndarray, layout: dict, checks: Checks) -> None:
                         f"(byte {at})")
 
 
-def full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
+def full_graph_checks(meta: DatabaseMetadata, g: Graph, checks: Checks) -> None:
     G = fmt.GRAPH_FILE
-    offsets = np.asarray(meta["table_offsets"], dtype=np.int64)
+    offsets = np.asarray(meta.table_offsets, dtype=np.int64)
     if integrity.first_table_mismatch(g.row_table, offsets) >= 0:
         checks.fail(G, "graph.row_table", "row_table disagrees with table_offsets")
     i = csr.check_child_order(g.child_offsets, g.child_ids, g.child_times)
@@ -82,42 +83,42 @@ def full_graph_checks(meta: dict, g: Graph, checks: Checks) -> None:
                                      g.child_ids):
             checks.fail(G, "graph.transpose", "the child lists are not the transpose of the "
                         "parent lists")
-    name_to_index = {t["name"]: t["index"] for t in meta["tables"]}
-    for t in meta["tables"]:
-        a, b = offsets[t["index"]], offsets[t["index"] + 1]
+    name_to_index = {t.name: t.index for t in meta.tables}
+    for t in meta.tables:
+        a, b = offsets[t.index], offsets[t.index + 1]
         lo, hi = g.parent_offsets[a], g.parent_offsets[b]
-        fks = t["foreign_keys"]
-        listed = sum(fk["num_edges"] for fk in fks)
+        fks = t.foreign_keys
+        listed = sum(fk.num_edges for fk in fks)
         if hi - lo != listed:
-            checks.fail(G, "graph.parent_ids", f"table {t['name']!r} has {hi - lo} parent edges, "
+            checks.fail(G, "graph.parent_ids", f"table {t.name!r} has {hi - lo} parent edges, "
                         f"metadata says {listed}")
             continue
-        _check_parent_order(t, g, offsets, [name_to_index[fk["parent_table"]] for fk in fks],
+        _check_parent_order(t, g, offsets, [name_to_index[fk.parent_table] for fk in fks],
                             checks)
 
 
-def _check_parent_order(t: dict, g: Graph, offsets: np.ndarray, fk_tables: list[int],
+def _check_parent_order(t: TableMetadata, g: Graph, offsets: np.ndarray, fk_tables: list[int],
                         checks: Checks) -> None:
     """Each row's parents in foreign-key order, each in its key's table; edges per key as in
     the metadata (per parent table when two keys point at the same table: the graph does not
     say which key gave such an edge)."""
     G = fmt.GRAPH_FILE
-    a, b = int(offsets[t["index"]]), int(offsets[t["index"] + 1])
+    a, b = int(offsets[t.index]), int(offsets[t.index + 1])
     keys = np.asarray(fk_tables, dtype=np.intp)
     counts = np.zeros(keys.size, dtype=np.int64)
     v = integrity.first_parent_misorder(g.parent_offsets, g.parent_ids, a, b, offsets[keys],
                                         offsets[keys + 1], counts)
     if v >= 0:
         tables = np.searchsorted(offsets, g.parents(v), side="right") - 1
-        checks.fail(G, "graph.parent_order", f"row {v - a} of table {t['name']!r} has parents "
+        checks.fail(G, "graph.parent_order", f"row {v - a} of table {t.name!r} has parents "
                     f"in tables {tables.tolist()}, not one per foreign key in the order of its "
                     f"keys' tables {fk_tables}")
         return
     for table in sorted(set(fk_tables)):
         ks = [k for k, p in enumerate(fk_tables) if p == table]
         counted = int(sum(counts[k] for k in ks))
-        recorded = sum(t["foreign_keys"][k]["num_edges"] for k in ks)
+        recorded = sum(t.foreign_keys[k].num_edges for k in ks)
         if counted != recorded:
-            columns = ", ".join(t["foreign_keys"][k]["column"] for k in ks)
-            checks.fail(G, "graph.foreign_key_edges", f"table {t['name']!r}, foreign key(s) "
+            columns = ", ".join(t.foreign_keys[k].column for k in ks)
+            checks.fail(G, "graph.foreign_key_edges", f"table {t.name!r}, foreign key(s) "
                         f"{columns}: {counted} edges, metadata says {recorded}")

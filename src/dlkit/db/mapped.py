@@ -19,10 +19,10 @@ import numpy as np
 
 from dlkit.db import format as fmt
 from dlkit.db.checks import Checks
-from dlkit.errors import DatabaseError
+from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.task_rules import TaskRules
+from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
-
 
 # --- the data classes of the reader API ----------------------------------------------------
 
@@ -193,12 +193,12 @@ class FileMaps:
 class Database:
     """An open database. Arrays are read-only views of memory-mapped files."""
 
-    def __init__(self, path: Path, metadata: dict[str, Any], manifest_files: dict[str, dict],
+    def __init__(self, path: Path, metadata: DatabaseMetadata, manifest_files: dict[str, dict],
                  recorded_hash: bytes, maps: FileMaps, tables: tuple[TableData, ...], graph: Graph,
                  tasks: tuple[TaskData, ...], embeddings: dict[str, np.ndarray],
                  texts: tuple[np.ndarray, np.ndarray]):
         self.path = path
-        self.metadata = metadata
+        self.metadata_record = metadata
         self.manifest_files = manifest_files
         self.database_hash = recorded_hash
         self._maps = maps
@@ -210,10 +210,15 @@ class Database:
         self._table_by_name = {t.name: t for t in tables}
         self._task_by_name = {t.name: t for t in tasks}
 
+    @cached_property
+    def metadata(self) -> dict[str, Any]:
+        """``metadata.json``'s content (as :meth:`DatabaseMetadata.to_json` gives it)."""
+        return self.metadata_record.to_json()
+
     # identity
     @property
     def database_id(self) -> str:
-        return self.metadata["database_id"]
+        return self.metadata_record.database_id
 
     @property
     def database_hash_hex(self) -> str:
@@ -221,21 +226,21 @@ class Database:
 
     @property
     def num_rows(self) -> int:
-        return int(self.metadata["num_rows"])
+        return self.metadata_record.num_rows
 
     @property
     def num_edges(self) -> int:
-        return int(self.metadata["num_edges"])
+        return self.metadata_record.num_edges
 
     @cached_property
     def table_offsets(self) -> np.ndarray:
-        out = np.asarray(self.metadata["table_offsets"], dtype=np.int64)
+        out = np.asarray(self.metadata_record.table_offsets, dtype=np.int64)
         out.flags.writeable = False
         return out
 
     @property
     def num_texts(self) -> int:
-        return int(self.metadata["num_texts"])
+        return self.metadata_record.num_texts
 
     def table(self, name: str) -> TableData:
         try:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,16 @@ from dlkit.db import format as fmt
 from dlkit.db.embed import EMBED_CHUNK, embed_texts
 from dlkit.db.hashing import Hasher
 from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
-from dlkit.db.plan import TablePlan
+from dlkit.db.metadata_records import (
+    ColumnMetadata,
+    DatabaseMetadata,
+    EmbeddingsMetadata,
+    ForeignKeyMetadata,
+    TableMetadata,
+    TaskMetadata,
+    metadata_bytes,
+)
+from dlkit.db.plan import ColumnPlan, TablePlan
 from dlkit.db.report import Progress, StageReport
 from dlkit.db.schema import Schema
 
@@ -45,70 +53,44 @@ def num_schema_embeddings(plans: list[TablePlan]) -> int:
                for p in plans for c in p.columns)
 
 
-def database_metadata(schema: Schema, plans: list[TablePlan], *, num_edges: int,
-                      num_texts: int, num_categories: int, tasks: list[dict[str, Any]],
-                      embedder: Any, on_dangling: str) -> dict[str, Any]:
-    """The content of ``metadata.json``, in its documented key order."""
-    tables = []
-    for p in plans:
-        cols = []
-        for c in p.columns:
-            entry: dict[str, Any] = {
-                "name": c.name, "index": c.index, "column_id": c.column_id,
-                "stype": c.stype, "stype_name": fmt.STYPE_NAMES[c.stype],
-                "arrow_type": c.arrow_type, "inferred": c.inferred, "num_valid": c.num_valid,
-            }
-            if c.stype in (fmt.NUMERIC, fmt.TIMESTAMP):
-                entry["mean"] = c.mean
-                entry["std"] = c.std
-            if c.stype == fmt.CATEGORICAL:
-                entry["num_categories"] = len(c.categories)
-                entry["cat_emb_start"] = c.cat_emb_start
-                entry["cat_emb_count"] = len(c.categories)
-                entry["categories"] = c.categories
-            cols.append(entry)
-        tables.append({
-            "name": p.name, "index": p.index, "num_rows": p.num_rows,
-            "row_offset": p.row_offset, "primary_key": p.primary_key,
-            "primary_key_type": p.pk_family, "time_column": p.time_column,
-            "num_null_times": p.num_null_times,
-            "foreign_keys": [{"column": f.column, "parent_table": f.parent,
-                              "num_edges": f.num_edges, "num_null": f.num_null,
-                              "num_dangling": f.num_dangling} for f in p.foreign_keys],
-            "columns": cols,
-        })
-    num_rows = sum(p.num_rows for p in plans)
+def database_metadata(schema: Schema, plans: list[TablePlan], *, num_texts: int,
+                      tasks: list[TaskMetadata], embedder: Any,
+                      on_dangling: str) -> DatabaseMetadata:
+    """The records of ``metadata.json``."""
+    tables = tuple(TableMetadata(
+        name=p.name, index=p.index, num_rows=p.num_rows, row_offset=p.row_offset,
+        primary_key=p.primary_key, primary_key_type=p.pk_family, time_column=p.time_column,
+        num_null_times=p.num_null_times,
+        foreign_keys=tuple(ForeignKeyMetadata(column=f.column, parent_table=f.parent,
+                                              num_edges=f.num_edges, num_null=f.num_null,
+                                              num_dangling=f.num_dangling)
+                           for f in p.foreign_keys),
+        columns=tuple(_column_metadata(c) for c in p.columns)) for p in plans)
     dim = int(embedder.dim)
-    return {
-        "format": fmt.FORMAT_NAME,
-        "format_version": fmt.FORMAT_VERSION,
-        "database_id": schema.name,
-        "num_tables": len(plans),
-        "num_rows": num_rows,
-        "num_edges": num_edges,
-        "num_columns": sum(len(p.columns) for p in plans),
-        "num_texts": num_texts,
-        "num_categories": num_categories,
-        "num_tasks": len(schema.tasks),
-        "table_offsets": [p.row_offset for p in plans] + [num_rows],
-        "no_time": int(fmt.NO_TIME),
-        "stypes": {name: i for i, name in enumerate(fmt.STYPE_NAMES)},
-        "tables": tables,
-        "tasks": tasks,
-        "embeddings": {
-            "embedder": embedder.name, "config": embedder.config(),
-            "text_dim": dim, "column_dim": dim, "categorical_dim": dim,
-        },
-        "options": {"on_dangling": on_dangling},
-    }
+    return DatabaseMetadata(
+        database_id=schema.name, num_texts=num_texts, tables=tables, tasks=tuple(tasks),
+        embeddings=EmbeddingsMetadata(embedder=embedder.name, config=embedder.config(),
+                                      text_dim=dim, column_dim=dim, categorical_dim=dim),
+        on_dangling=on_dangling)
 
 
-def write_manifest(root: Path, hasher: Hasher, metadata: dict[str, Any],
+def _column_metadata(c: ColumnPlan) -> ColumnMetadata:
+    stats = c.stype in (fmt.NUMERIC, fmt.TIMESTAMP)
+    categorical = c.stype == fmt.CATEGORICAL
+    return ColumnMetadata(
+        name=c.name, index=c.index, column_id=c.column_id, stype=c.stype,
+        arrow_type=c.arrow_type, inferred=c.inferred, num_valid=c.num_valid,
+        mean=c.mean if stats else None, std=c.std if stats else None,
+        cat_emb_start=c.cat_emb_start if categorical else 0,
+        categories=tuple(c.categories) if categorical else None)
+
+
+def write_manifest(root: Path, hasher: Hasher, metadata: DatabaseMetadata,
                    st: StageReport) -> tuple[bytes, int]:
     """Write ``metadata.json``, then ``manifest.json`` over every file; returns the database
     hash and the total size of the database in bytes."""
     with hasher.open(fmt.METADATA_FILE) as f:
-        f.write((json.dumps(metadata, indent=2, ensure_ascii=False) + "\n").encode())
+        f.write(metadata_bytes(metadata))
     file_map = hasher.digests()
     stray = sorted(set(list_files(root)) - set(file_map))
     if stray:  # never expected; hash them rather than publish an unlisted file

@@ -31,9 +31,7 @@ from dlkit.db.checks import (
     Checks,
     Failure,
     Stop,
-    check_metadata,
     check_metadata_rules,
-    expected_files,
     load_json,
 )
 from dlkit.db.file_checks import (
@@ -49,7 +47,7 @@ from dlkit.db.graph_checks import GraphChecks
 from dlkit.db.keys import check_unique_ints
 from dlkit.db.manifest import list_files
 from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
-from dlkit.db.task_rules import TaskRules
+from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
 from dlkit.errors import DataError
 
 __all__ = ["CheckReport", "ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
@@ -69,13 +67,13 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
 def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> Database | None:
     """The structure checks (the manifest's own already done) and the database's objects."""
     file_map = listing.file_map
-    meta = load_json(root, fmt.METADATA_FILE, checks)
-    check_metadata(meta, checks)
-    expected = expected_files(meta)
+    doc = load_json(root, fmt.METADATA_FILE, checks)
+    meta = DatabaseMetadata.from_json(doc, checks)
+    expected = meta.expected_files()
     for rel in sorted(expected - set(file_map)):
         checks.fail(rel, "file.unlisted", "required by metadata.json but not in manifest.json")
     if full:
-        check_metadata_rules(meta, checks)
+        check_metadata_rules(doc, checks)
         for rel in sorted(set(file_map) - expected):
             checks.fail(rel, "file.unexpected", "listed in manifest.json but not a file of the "
                         "format (metadata.json implies no such file)")
@@ -92,7 +90,7 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
     graph_maps = release.take()
     try:
         tables = []
-        for t in meta["tables"]:
+        for t in meta.tables:
             try:
                 tables.append(_open_table(t, meta, maps, checks, full, graph))
             except Stop:
@@ -108,10 +106,12 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
             graph_checks.join()
     release.drop(graph_maps)
     embeddings = {}
-    for key, rel, count in (("text", fmt.TEXT_EMBEDDINGS_FILE, meta["num_texts"]),
-                            ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta["num_columns"]),
-                            ("categorical", fmt.CATEGORICAL_EMBEDDINGS_FILE, meta["num_categories"])):
-        dim = meta["embeddings"][f"{key}_dim"]
+    emb = meta.embeddings
+    for key, rel, count, dim in (
+            ("text", fmt.TEXT_EMBEDDINGS_FILE, meta.num_texts, emb.text_dim),
+            ("column", fmt.COLUMN_EMBEDDINGS_FILE, meta.num_columns, emb.column_dim),
+            ("categorical", fmt.CATEGORICAL_EMBEDDINGS_FILE, meta.num_categories,
+             emb.categorical_dim)):
         try:
             embeddings[key] = maps.array(rel, "<f2", count * dim, (count, dim))
         except Stop:
@@ -126,10 +126,9 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
     tasks = []
     if ok:
         by_name = {t.name: t for t in tables}
-        for task in meta["tasks"]:
+        for task in meta.tasks:
             try:
-                tasks.append(_open_task(task, by_name[task["table"]], maps, checks, full, graph,
-                                        meta["tables"]))
+                tasks.append(_open_task(task, by_name[task.table], maps, checks, full, graph))
             except Stop:
                 ok = False
             release.drop()
@@ -162,11 +161,11 @@ class _Release:
                 mm.madvise(mmap.MADV_DONTNEED)
 
 
-def _open_graph(meta: dict, maps: FileMaps, checks: Checks,
+def _open_graph(meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
                 full: bool) -> tuple[Graph, GraphChecks | None]:
     """The graph after its cheap checks, and its full checks (``full``) started."""
     G = fmt.GRAPH_FILE
-    V, E, T = meta["num_rows"], meta["num_edges"], meta["num_tables"]
+    V, E, T = meta.num_rows, meta.num_edges, meta.num_tables
     mm = maps.raw(G)
     size = 0 if mm is None else len(mm)
     if size < fmt.GRAPH_HEADER_SIZE:
@@ -221,12 +220,12 @@ def _open_graph(meta: dict, maps: FileMaps, checks: Checks,
     return graph, GraphChecks(meta, graph, np.frombuffer(mm, dtype=np.uint8), layout, checks)
 
 
-def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
-                graph: Graph | None) -> TableData:
-    name, n = t["name"], t["num_rows"]
+def _open_table(t: TableMetadata, meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
+                full: bool, graph: Graph | None) -> TableData:
+    name, n = t.name, t.num_rows
     key_values = key_offsets = None
-    if t.get("primary_key") is not None:
-        if t["primary_key_type"] == "integer":
+    if t.primary_key is not None:
+        if t.primary_key_type == "integer":
             key_values = maps.array(fmt.key_values_file(name), "<i8", n)
         else:
             rel = fmt.key_offsets_file(name)
@@ -242,17 +241,17 @@ def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
         if full:
             _check_keys(key_values, key_offsets, fmt.key_values_file(name), checks)
     columns = []
-    for c in t["columns"]:
-        stype = c["stype"]
-        vrel = fmt.column_values_file(name, c["index"])
-        brel = fmt.column_valid_file(name, c["index"])
+    for c in t.columns:
+        stype = c.stype
+        vrel = fmt.column_values_file(name, c.index)
+        brel = fmt.column_valid_file(name, c.index)
         values = maps.array(vrel, fmt.VALUE_DTYPES[stype], n)
         bitmap = maps.array(brel, np.uint8, fmt.bitmap_bytes(n))
         limit = None
         if stype == fmt.CATEGORICAL:
-            limit = c["cat_emb_count"]
+            limit = c.cat_emb_count
         elif stype == fmt.TEXT:
-            limit = meta["num_texts"]
+            limit = meta.num_texts
         if limit is not None:
             # Null cells hold 0, so the whole array must lie in [0, max(limit, 1)).
             i = csr.check_ids(values, 0, max(limit, 1))
@@ -262,20 +261,18 @@ def _open_table(t: dict, meta: dict, maps: FileMaps, checks: Checks, full: bool,
         if stype == fmt.BOOLEAN and n and values.max() > 1:
             checks.fail(vrel, "column.boolean_range", "a boolean value other than 0 or 1")
         col = ColumnData(
-            name=c["name"], table=name, index=c["index"], column_id=c["column_id"], stype=stype,
-            values=values, valid_bitmap=bitmap, num_valid=c["num_valid"],
-            mean=c.get("mean"), std=c.get("std"),
-            cat_emb_start=c.get("cat_emb_start", 0), cat_emb_count=c.get("cat_emb_count", 0),
-            categories=tuple(c["categories"]) if stype == fmt.CATEGORICAL else None,
-            arrow_type=str(c.get("arrow_type", "")))
+            name=c.name, table=name, index=c.index, column_id=c.column_id, stype=stype,
+            values=values, valid_bitmap=bitmap, num_valid=c.num_valid, mean=c.mean, std=c.std,
+            cat_emb_start=c.cat_emb_start, cat_emb_count=c.cat_emb_count,
+            categories=c.categories, arrow_type=str(c.arrow_type))
         if full:
             _full_column_checks(col, n, vrel, brel, checks)
         columns.append(col)
     table = TableData(
-        name=name, index=t["index"], num_rows=n, row_offset=t["row_offset"],
-        primary_key=t.get("primary_key"), primary_key_type=t.get("primary_key_type"),
-        time_column=t.get("time_column"),
-        foreign_keys=tuple((fk["column"], fk["parent_table"]) for fk in t["foreign_keys"]),
+        name=name, index=t.index, num_rows=n, row_offset=t.row_offset,
+        primary_key=t.primary_key, primary_key_type=t.primary_key_type,
+        time_column=t.time_column,
+        foreign_keys=tuple((fk.column, fk.parent_table) for fk in t.foreign_keys),
         columns=tuple(columns), key_values=key_values, key_offsets=key_offsets)
     if full and graph is not None:
         _check_row_times(table, graph, checks)
@@ -383,8 +380,8 @@ def _check_stats(col: ColumnData, vrel: str, checks: Checks) -> None:
                     f"the values give {mean!r}, {std!r}")
 
 
-def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
-    offsets = maps.array(fmt.TEXT_OFFSETS_FILE, "<i8", meta["num_texts"] + 1)
+def _open_texts(meta: DatabaseMetadata, maps: FileMaps, checks: Checks, full: bool):
+    offsets = maps.array(fmt.TEXT_OFFSETS_FILE, "<i8", meta.num_texts + 1)
     mm = maps.raw(fmt.TEXT_DATA_FILE)
     data = np.zeros(0, np.uint8) if mm is None else np.frombuffer(mm, dtype=np.uint8)
     if csr.check_offsets(offsets, data.size) >= 0:
@@ -395,9 +392,9 @@ def _open_texts(meta: dict, maps: FileMaps, checks: Checks, full: bool):
     return offsets, data
 
 
-def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, full: bool,
-               graph: Graph | None, meta_tables: list[dict]) -> TaskData:
-    name, n = task["name"], task["num_seeds"]
+def _open_task(task: TaskMetadata, table: TableData, maps: FileMaps, checks: Checks, full: bool,
+               graph: Graph | None) -> TaskData:
+    name, n = task.name, task.num_seeds
     arrays = {stem: maps.array(fmt.task_file(name, stem), dtype, n) for stem, dtype in fmt.TASK_ARRAYS}
     anchor_rel = fmt.task_file(name, "anchor_row")
     i = csr.check_ids(arrays["anchor_row"], 0, table.num_rows)
@@ -405,7 +402,7 @@ def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, ful
         checks.fail(anchor_rel, "task.anchor_row", f"row {int(arrays['anchor_row'][i])} at seed {i} "
                     f"is not in [0, {table.num_rows})", fatal=True)
     if full:
-        col = table.column(task["target_column"])
+        col = table.column(task.target_column)
         ascending, seeds, targets, target_valid, times = integrity.task_agreement(
             arrays["anchor_row"], col.valid_bitmap, table.num_rows, col.values, arrays["target"],
             arrays["target_valid"], arrays["obs_time"],
@@ -424,15 +421,10 @@ def _open_task(task: dict, table: TableData, maps: FileMaps, checks: Checks, ful
             checks.fail(fmt.task_file(name, "obs_time"), "task.obs_time", "observation times "
                         "differ from the anchor rows' times")
     target_valid = arrays["target_valid"].view(bool)
-    table_meta = next(t for t in meta_tables if t["name"] == task["table"])
-    try:
-        rules = TaskRules.from_metadata(task, table_meta)
-    except ValueError as exc:
-        checks.fail(fmt.METADATA_FILE, "metadata.schema", f"task {name!r}: {exc}", fatal=True)
-    return TaskData(name=name, index=task["index"], table=task["table"],
-                    target_column=task["target_column"], target_stype=task["target_stype"],
+    return TaskData(name=name, index=task.index, table=task.table,
+                    target_column=task.target_column, target_stype=task.target_stype,
                     anchor_row=arrays["anchor_row"], obs_time=arrays["obs_time"],
-                    target=arrays["target"], target_valid=target_valid, rules=rules)
+                    target=arrays["target"], target_valid=target_valid, rules=task.rules)
 
 
 def open_database(path: str | os.PathLike[str], verify_hashes: bool = False) -> Database:

@@ -25,6 +25,7 @@ from dlkit.db.convert import to_micros
 from dlkit.db.graph_writer import GraphWriter
 from dlkit.db.hashing import Hasher
 from dlkit.db.keys import KeyIndex, PrimaryKeys
+from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.plan import TablePlan, check_rows, where
 from dlkit.db.report import Progress
 from dlkit.db.schema import Schema
@@ -68,7 +69,7 @@ def read_job(plan: TablePlan, keys_in_pass: set[str]) -> ReadJob:
 
 
 def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
-                 batches: Iterable[pa.RecordBatch]) -> tuple[list[dict[str, Any]], list[str], int]:
+                 batches: Iterable[pa.RecordBatch]) -> tuple[list[TaskMetadata], list[str], int]:
     """One pass over ``plan``'s columns (``job``, read as ``batches``): ``(metadata of its
     tasks, warnings, bytes of primary keys written)``; the primary keys too, when they are
     read in this pass."""

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 import numpy as np
 
 from dlkit.core.stats import gather_seeds, remap_ids
 from dlkit.db import format as fmt
 from dlkit.db.hashing import Hasher
+from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.plan import ColumnPlan
 from dlkit.db.scratch import Arrays
 from dlkit.db.task_rules import TaskRules
@@ -72,7 +72,7 @@ class TaskWriter:
     def _write(self, out, stem: str, buffer: np.ndarray, count: int) -> None:
         out.write(buffer[:count], released=lambda: self._spare[stem].append(buffer))
 
-    def finish(self, mapping: np.ndarray | None) -> dict[str, Any]:
+    def finish(self, mapping: np.ndarray | None) -> TaskMetadata:
         for f in self.files.values():
             f.close()
         if self.categorical:
@@ -80,11 +80,8 @@ class TaskWriter:
             self.target.write(self.provisional[:self.num_seeds], bounded=False)
             self.provisional = None
         self.target.close()
-        col = self.col
-        return {
-            "name": self.task.name, "index": self.index, "table": self.task.table,
-            "target_column": self.task.target, "target_stype": col.stype,
-            "target_stype_name": fmt.STYPE_NAMES[col.stype], "target_column_id": col.column_id,
-            "num_seeds": self.num_seeds,
-            **TaskRules.from_schema(self.task, self.split_rows).to_metadata(),
-        }
+        return TaskMetadata(
+            name=self.task.name, index=self.index, table=self.task.table,
+            target_column=self.task.target, target_stype=self.col.stype,
+            target_column_id=self.col.column_id, num_seeds=self.num_seeds,
+            rules=TaskRules.from_schema(self.task, self.split_rows))

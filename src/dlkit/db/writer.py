@@ -84,6 +84,7 @@ from dlkit.db.metadata import (
     write_schema_embeddings,
 )
 from dlkit.atomic import AtomicDirectory, check_target
+from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.output import DATABASE
 from dlkit.db.plan import TablePlan, infer_string_column, plan_tables, where
 from dlkit.db.report import PreprocessReport, Progress, StageReport, timed_stage
@@ -126,7 +127,7 @@ class _Builder:
         self.num_rows = 0
         self.num_edges = 0
         self.num_categories = 0
-        self.task_meta: list[dict[str, Any]] = []
+        self.task_meta: list[TaskMetadata] = []
 
     @contextmanager
     def _stage(self, name: str, total: int | None, unit: str = "rows") -> Iterator[StageReport]:
@@ -228,7 +229,7 @@ class _Builder:
                     st.columns += len(plan.columns)
                     st.edges += sum(f.num_edges for f in plan.foreign_keys)
             self.texts.close()
-            self.task_meta.sort(key=lambda t: t["index"])
+            self.task_meta.sort(key=lambda t: t.index)
             self.num_categories = cat_start
             st.bytes = sum(f.size for f in hasher.files.values()) - self.stages["keys"].bytes
         self.indexes.clear()
@@ -264,8 +265,7 @@ class _Builder:
     def manifest(self, root: Path, hasher: Hasher) -> bytes:
         with self._stage("manifest", None, "files") as st:
             metadata = database_metadata(
-                self.schema, self.plans, num_edges=self.num_edges, num_texts=len(self.texts.ids),
-                num_categories=self.num_categories, tasks=self.task_meta,
+                self.schema, self.plans, num_texts=len(self.texts.ids), tasks=self.task_meta,
                 embedder=self.embedder, on_dangling=self.on_dangling)
             digest, self.total_bytes = write_manifest(root, hasher, metadata, st)
             self.progress.advance(1)
