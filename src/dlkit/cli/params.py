@@ -36,8 +36,8 @@ def check_output_file(out: Path, overwrite: bool, *, inside: Path | None = None,
     """Refuse an output file that would lose data: an existing file without --overwrite, a
     symbolic link (see :func:`dlkit.outputs.output_kind`), a file inside the input directory
     ``inside`` (a database: writing into it changes it), or one of ``inputs``."""
-    from dlkit.outputs import output_kind, refuse_overlap
     from dlkit.errors import InvalidArgumentError
+    from dlkit.outputs import output_kind, refuse_overlap
 
     if inside is not None:
         parent = out.absolute().parent

@@ -118,8 +118,8 @@ def replay(
 
     Exit 0 only when every record (indices digest, cursors, tokens, metadata) matches.
     """
-    from dlkit.nextbatch.run_manifest import load_manifest
     from dlkit.atomic import settle
+    from dlkit.nextbatch.run_manifest import load_manifest
     from dlkit.nextbatch.trace import replay_trace
 
     settle(trace)  # a commit of it that a killed `dlkit sample` decided is finished first

@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 
 from dlkit.core.stats import (
+    column_stats,
     map_entries,
     mark_used_entries,
     remap_ids,
-    column_stats,
     welford_state,
     welford_update,
 )
@@ -26,6 +26,7 @@ from dlkit.db.hashing import HashedFile, Hasher
 from dlkit.db.plan import ColumnPlan, TablePlan, where
 from dlkit.db.scratch import Arrays
 from dlkit.errors import DataError
+
 
 class BitmapWriter:
     """Packs bool batches into an LSB-first bitmap (bit ``i % 8`` of byte ``i // 8``)."""

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from dlkit.db.checks import MAX_DATABASE_ID
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
 from dlkit.errors import SchemaError
@@ -288,12 +287,12 @@ def parse_instant(value: Any, what: str, source: str) -> int:
             raise _err(source, f"{what} must be a date or date-time like 2024-01-01 or "
                                f"2024-01-01T12:00:00Z, got {value!r}") from None
     if isinstance(value, dt.datetime):
-        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
     elif isinstance(value, dt.date):
-        moment = dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)
+        moment = dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
     else:
         raise _err(source, f"{what} must be a date or date-time like 2024-01-01, got {value!r}")
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     delta = moment - epoch
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
@@ -455,7 +454,7 @@ def render_duration(us: int) -> str:
 def render_instant(us: int) -> str:
     import datetime as dt
 
-    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=us)
+    moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
     return moment.isoformat().replace("+00:00", "Z")
 
 

@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dlkit.atomic import AtomicDirectory, check_target
 from dlkit.core import csr
 from dlkit.core.stats import (
     gather_seeds,
@@ -83,7 +84,6 @@ from dlkit.db.metadata import (
     write_manifest,
     write_schema_embeddings,
 )
-from dlkit.atomic import AtomicDirectory, check_target
 from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.output import DATABASE
 from dlkit.db.plan import TablePlan, infer_string_column, plan_tables, where

@@ -25,7 +25,7 @@ NO_TIME = np.iinfo(np.int64).min
 MASKED = "[MASKED]"
 HIDDEN = "[NOT YET KNOWN]"  # a lagged label the observation time does not know yet
 NULL = "null"
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
