@@ -13,6 +13,7 @@ from dlkit.core.streams import (
     pick_tasks,
     sequence_key,
     split_buckets,
+    split_positions,
     task_draws,
     uniform_below,
 )
@@ -94,3 +95,14 @@ def test_split_proportions_on_many_seeds():
                               round(1000 * (ratios[0] + ratios[1])))
         freq = np.bincount(codes, minlength=3) / anchors.shape[0]
         assert np.all(np.abs(freq - ratios) < 0.01), (ratios, freq)
+
+
+@given(st.lists(st.integers(0, 2), max_size=300))
+def test_split_positions_are_each_codes_ascending_positions(codes):
+    codes = np.asarray(codes, dtype=np.int8)
+    counts = np.full(3, -5, dtype=np.int64)  # overwritten
+    positions = split_positions(codes, counts)
+    for k in range(3):
+        expected = [i for i, c in enumerate(codes.tolist()) if c == k]
+        assert positions[k].dtype == np.int64 and positions[k].tolist() == expected
+        assert counts[k] == len(expected)

@@ -43,6 +43,34 @@ def split_buckets(anchor_rows, task_idx, split_seed):
 
 
 @kernel
+def split_positions(codes, counts):
+    """The positions of each split code (``codes`` in 0..2), ascending, in one pass: one
+    int64 array per code, as ``np.flatnonzero(codes == k)`` for k = 0, 1, 2.
+    ``counts[k]`` receives how many there are."""
+    counts[:] = 0
+    for i in range(codes.shape[0]):
+        counts[codes[i]] += 1
+    train = np.empty(counts[0], dtype=np.int64)
+    val = np.empty(counts[1], dtype=np.int64)
+    test = np.empty(counts[2], dtype=np.int64)
+    a = 0
+    b = 0
+    c = 0
+    for i in range(codes.shape[0]):
+        k = codes[i]
+        if k == 0:
+            train[a] = i
+            a += 1
+        elif k == 1:
+            val[b] = i
+            b += 1
+        else:
+            test[c] = i
+            c += 1
+    return train, val, test
+
+
+@kernel
 def assign_splits(buckets, train_cut, val_cut):
     """Split codes (0 train, 1 val, 2 test): train below ``train_cut``, val below ``val_cut``."""
     out = np.empty(buckets.shape[0], dtype=np.int8)

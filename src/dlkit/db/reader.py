@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,12 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
                     embeddings, texts)
 
 
+def _first_bad_ids(offsets: np.ndarray, ids: np.ndarray, num_edges: int,
+                   num_rows: int) -> tuple[int, int]:
+    """The first bad offset and the first bad id of one CSR direction (-1 for none)."""
+    return (int(csr.check_offsets(offsets, num_edges)), int(csr.check_ids(ids, 0, num_rows)))
+
+
 class _Release:
     """With the full checks (verify): after each part of the database, drop the pages of the
     files it mapped from this process (the page cache keeps them; a later check that reads
@@ -197,15 +204,21 @@ def _open_graph(meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
         arr.flags.writeable = False
         a[name] = arr
     bad = False
-    for off_name, ids_name in (("parent_offsets", "parent_ids"), ("child_offsets", "child_ids")):
-        i = csr.check_offsets(a[off_name], E)
-        if i >= 0:
-            checks.fail(G, f"graph.{off_name}", f"offsets not monotone from 0 to {E} (at row {i})")
+    # Each direction's checks on a thread of their own (nogil kernels): on a database larger
+    # than memory they read the graph from disk, a few GB.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        child_side = pool.submit(_first_bad_ids, a["child_offsets"], a["child_ids"], E, V)
+        parent_side = _first_bad_ids(a["parent_offsets"], a["parent_ids"], E, V)
+        sides = (parent_side, child_side.result())
+    for (off_name, ids_name), (bad_offset, bad_id) in zip(
+            (("parent_offsets", "parent_ids"), ("child_offsets", "child_ids")), sides):
+        if bad_offset >= 0:
+            checks.fail(G, f"graph.{off_name}", f"offsets not monotone from 0 to {E} (at row "
+                        f"{bad_offset})")
             bad = True
-        i = csr.check_ids(a[ids_name], 0, V)
-        if i >= 0:
-            checks.fail(G, f"graph.{ids_name}", f"id {int(a[ids_name][i])} at edge {i} is not a row "
-                        f"id in [0, {V})")
+        if bad_id >= 0:
+            checks.fail(G, f"graph.{ids_name}", f"id {int(a[ids_name][bad_id])} at edge {bad_id} "
+                        f"is not a row id in [0, {V})")
             bad = True
     i = csr.check_ids(a["row_table"], 0, T)
     if i >= 0:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.core.streams import assign_splits, split_buckets
+from dlkit.core.streams import assign_splits, split_buckets, split_positions
 from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.encoding import UINT64_MAX
 from dlkit.errors import InvalidArgumentError
@@ -161,7 +161,10 @@ def compute_splits(tasks: Iterable[Any], split_seed: int,
     out = []
     for task in tasks:
         codes = split_codes_by_rule(task, split_seed, ratios)
-        positions = tuple(np.flatnonzero(codes == k).astype(np.int64, copy=False) for k in range(3))
+        codes = np.ascontiguousarray(codes, dtype=np.int8)
+        if codes.size and not 0 <= int(codes.min()) <= int(codes.max()) <= 2:
+            raise AssertionError(f"split codes of task {task.name!r} outside 0..2")
+        positions = split_positions(codes, np.zeros(3, dtype=np.int64))
         for p in positions:
             p.setflags(write=False)
         out.append(TaskSplits(task.name, int(task.index), positions,  # type: ignore[arg-type]
