@@ -223,17 +223,17 @@ def _grow(buffer, at_least):
 
 
 @kernel
-def _links(parent_offsets, child_offsets, table_offsets, table_links, row):
+def _links(graph, tables, row):
     """``(parent_lo, parent_hi, child_lo, child_hi)`` of ``row``'s CSR ranges (empty without
     reading memory when its table has no parent or no child edge at all)."""
-    links = table_links[table_of(table_offsets, row)]
+    links = tables.links[table_of(tables.offsets, row)]
     parent_lo = parent_hi = child_lo = child_hi = 0
     if links & HAS_PARENTS:
-        parent_lo = parent_offsets[row]
-        parent_hi = parent_offsets[row + 1]
+        parent_lo = graph.parent_offsets[row]
+        parent_hi = graph.parent_offsets[row + 1]
     if links & HAS_CHILDREN:
-        child_lo = child_offsets[row]
-        child_hi = child_offsets[row + 1]
+        child_lo = graph.child_offsets[row]
+        child_hi = graph.child_offsets[row + 1]
     return parent_lo, parent_hi, child_lo, child_hi
 
 
@@ -294,25 +294,38 @@ def child_edge_records(child_ids, parent_offsets, child_offsets, out):
 
 
 @kernel
-def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-                 parent_records, child_records, table_offsets, table_num_cells, table_links,
-                 seed_row, cutoff, child_width, max_cells, max_rows, k0, k1, anchor, out_rows,
-                 out_depth, out_source, out_via, out_parent_start, parents, used):
-    """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``(n, parents, used)``.
+def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, parents, used):
+    """Visit rows of ``graph`` (a ``records.Graph``) from ``seed_row``, seeing rows up to
+    ``cutoff``, within the limits of ``walk`` (a ``records.Walk``); fill ``visit`` (a
+    ``records.Visit``) and return ``(n, parents, used)``: ``visit.*[:n]`` hold the walk.
 
-    ``out_source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
-    seed) and ``out_via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
+    ``visit.source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
+    seed) and ``visit.via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
     ``VIA_CHILD``: a child). The ids of row ``i``'s foreign-key parents, in edge order, are
     appended to ``parents`` (from position ``used``; a full buffer is replaced by a larger
-    copy, which is returned with the new fill) at ``out_parent_start[i]:out_parent_start[i +
-    1]`` (``out_parent_start`` has ``max_rows + 1`` entries): the walk reads them anyway, and
-    the structure pass would find them evicted from the cache.
-    Randomness is the sequence stream ``(k0, k1, anchor)``.
-    ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when some row of table ``t``
-    has a parent / a child: rows of other tables skip reading those offsets (a cache miss each).
-    ``parent_records`` / ``child_records`` are the edge records of ``parent_edge_records`` /
-    ``child_edge_records``, or empty (int64[0, 4]) to read the CSR alone: the walk is the same.
+    copy, which is returned with the new fill) at ``visit.parent_start[i]:
+    visit.parent_start[i + 1]`` (``parent_start`` has ``max_rows + 1`` entries): the walk
+    reads them anyway, and the structure pass would find them evicted from the cache.
+    Randomness is ``sequence_stream`` (a ``records.Stream``).
+    ``tables`` (a ``records.Tables``) gives each row's table, its cell count and its
+    ``links``: rows of tables without parents / children skip reading those offsets (a cache
+    miss each). ``graph.parent_records`` / ``child_records`` are the edge records of
+    ``parent_edge_records`` / ``child_edge_records``, or empty (int64[0, 4]) to read the CSR
+    alone: the walk is the same.
     """
+    parent_offsets = graph.parent_offsets
+    parent_ids = graph.parent_ids
+    child_ids = graph.child_ids
+    child_times = graph.child_times
+    row_times = graph.row_times
+    parent_records = graph.parent_records
+    child_records = graph.child_records
+    table_offsets = tables.offsets
+    table_num_cells = tables.num_cells
+    child_width = walk.child_width
+    max_cells = walk.max_cells
+    max_rows = walk.max_rows
+    k0, k1, anchor = sequence_stream
     records = parent_records.shape[0] > 0 or child_records.shape[0] > 0
     parent_record_words = parent_records.reshape(-1)  # 1-D, for prefetch
     visited = np.full(row_set_capacity(max_rows), _EMPTY, dtype=np.int64)
@@ -333,8 +346,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
     count = 0
     cells = 0
     row = np.int64(seed_row)
-    parent_lo, parent_hi, child_lo, child_hi = _links(parent_offsets, child_offsets,
-                                                      table_offsets, table_links, row)
+    parent_lo, parent_hi, child_lo, child_hi = _links(graph, tables, row)
     depth = 0
     source = -1
     via = VIA_SEED
@@ -384,23 +396,22 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                         prefetch(parent_record_words, parent_lo * RECORD_WIDTH)
                 else:
                     row = child_ids[edge]
-                    parent_lo, parent_hi, child_lo, child_hi = _links(
-                        parent_offsets, child_offsets, table_offsets, table_links, row)
+                    parent_lo, parent_hi, child_lo, child_hi = _links(graph, tables, row)
                 prefetch_child_times(child_times, child_lo, child_hi)
         have_next = False
         if not row_set_insert(visited, row):
             continue
-        out_rows[count] = row
-        out_depth[count] = depth
-        out_source[count] = source
-        out_via[count] = via
+        visit.rows[count] = row
+        visit.depth[count] = depth
+        visit.source[count] = source
+        visit.via[count] = via
         me = count
         count += 1
         cells += table_num_cells[table_of(table_offsets, row)]
         last = cells >= max_cells or count >= max_rows
         if used + parent_hi - parent_lo > parents.shape[0]:
             parents = _grow(parents, used + parent_hi - parent_lo)
-        out_parent_start[me] = used
+        visit.parent_start[me] = used
         first_parent = used
         used += parent_hi - parent_lo
         lo = child_lo
@@ -431,8 +442,7 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
                     above_lo = parent_offsets[parent]
                     above_hi = above_lo + (counts & _COUNT_MASK)
             else:
-                above_lo, above_hi, below_lo, below_hi = _links(
-                    parent_offsets, child_offsets, table_offsets, table_links, parent)
+                above_lo, above_hi, below_lo, below_hi = _links(graph, tables, parent)
             stack[top, 3] = above_lo
             stack[top, 4] = above_hi
             stack[top, 5] = below_lo
@@ -470,5 +480,5 @@ def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_tim
             entries[size + q, 0] = e
             entries[size + q, 1] = me
         level_sizes[child_level] = size + take
-    out_parent_start[count] = used
+    visit.parent_start[count] = used
     return count, parents, used
