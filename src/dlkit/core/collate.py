@@ -28,7 +28,7 @@ from dlkit.core.bfs import (
 )
 from dlkit.core.jit import kernel
 from dlkit.core.memory import prefetch
-from dlkit.core.records import Layout, Stream, Visit
+from dlkit.core.records import FlatValues, Layout, Stream, Visit
 from dlkit.core.streams import sequence_key
 from dlkit.core.timefeatures import NUM_TIME_FEATURES, time_features
 
@@ -105,37 +105,37 @@ def _prefetch_ahead(order, rows, q, last, valid, values):
 @kernel
 def _flat(layout, skip, out):
     """The per-position arrays of a batch addressed flat (``f = b * S + p``): the layout's
-    columns and rows, ``skip``, and the value outputs (timestamp features as ``[B * S,
-    15]``)."""
+    columns and rows, ``skip``, and the value outputs (a ``records.FlatValues``)."""
     B, S = layout.col.shape
     times = out.timestamp_values
-    return (layout.col.reshape(-1), layout.row.reshape(-1), skip.reshape(-1),
-            out.is_null.reshape(-1), out.numeric_values.reshape(-1),
-            times.reshape((B * S, times.shape[2])), out.bool_values.reshape(-1),
-            out.categorical_embed_ids.reshape(-1))
+    flat = FlatValues(nulls=out.is_null.reshape(-1), numbers=out.numeric_values.reshape(-1),
+                      times=times.reshape((B * S, times.shape[2])),
+                      time_words=times.reshape(-1), flags=out.bool_values.reshape(-1),
+                      categories=out.categorical_embed_ids.reshape(-1))
+    return layout.col.reshape(-1), layout.row.reshape(-1), skip.reshape(-1), flat
 
 
 @kernel
-def _put_value(stype, f, value, mean, std, cat_start, numbers_out, times_out, flags_out,
-               categories_out):
-    """Write the value of valid, non-text cell ``f`` (the one rule both fill paths share)."""
+def _put_value(stype, f, value, mean, std, cat_start, flat):
+    """Write the value of valid, non-text cell ``f`` into ``flat`` (the one rule both fill
+    paths share)."""
     if stype == NUMERIC:
-        numbers_out[f] = np.float32((np.float64(value) - mean) / std)
+        flat.numbers[f] = np.float32((np.float64(value) - mean) / std)
     elif stype == BOOLEAN:
-        flags_out[f] = 1 if value != 0 else 0
+        flat.flags[f] = 1 if value != 0 else 0
     elif stype == TIMESTAMP:
-        time_features(np.int64(value), mean, std, times_out[f])
+        time_features(np.int64(value), mean, std, flat.times[f])
     else:
-        categories_out[f] = np.uint32(cat_start + np.int64(value))
+        flat.categories[f] = np.uint32(cat_start + np.int64(value))
 
 
 @kernel
-def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_start, nulls,
-                 numbers_out, times_out, times_flat, flags_out, categories_out, text_cells,
-                 text_ids, num_texts):
-    """The cells ``order[first:last]`` of one column (validity bitmap ``valid``); null cells
-    get ``is_null = 1`` and keep 0 values, text cells are appended to ``text_cells`` /
-    ``text_ids``. Returns the new text cell count."""
+def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_start, flat,
+                 text_cells, text_ids, num_texts):
+    """The cells ``order[first:last]`` of one column (validity bitmap ``valid``) into
+    ``flat``; null cells get ``is_null = 1`` and keep 0 values, text cells are appended to
+    ``text_cells`` / ``text_ids``. Returns the new text cell count."""
+    times_flat = flat.time_words
     for q in range(first, last):
         _prefetch_ahead(order, rows, q, last, valid, values)
         if stype == TIMESTAMP and q + _AHEAD < last:
@@ -147,22 +147,21 @@ def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_
         f = order[q]
         local = rows[f]
         if not is_valid(valid, local):
-            nulls[f] = 1
+            flat.nulls[f] = 1
         elif stype == TEXT:
             text_cells[num_texts] = f
             text_ids[num_texts] = values[local]
             num_texts += 1
         else:
-            _put_value(stype, f, values[local], mean, std, cat_start, numbers_out, times_out,
-                       flags_out, categories_out)
+            _put_value(stype, f, values[local], mean, std, cat_start, flat)
     return num_texts
 
 
 @kernel
-def fill_values(layout, skip, columns, out):
+def fill_values(layout, skip, columns, column_lists, out):
     """Fill the value arrays of ``out`` for every cell of ``layout`` from the column arrays
-    of ``columns``, except the cells marked in ``skip`` (the target, whose value is hidden,
-    and with label lags the values not known yet), which stay zero.
+    (``columns``, ``column_lists``), except the cells marked in ``skip`` (the target, whose
+    value is hidden, and with label lags the values not known yet), which stay zero.
 
     Cells are grouped by column first (a counting sort), so each column's arrays are looked
     up once per batch rather than once per cell. A null cell gets ``is_null = 1``. Arrays are
@@ -173,11 +172,8 @@ def fill_values(layout, skip, columns, out):
     cell_counts = layout.cell_counts
     col_stype = columns.stype
     C = col_stype.shape[0]
-    cols, rows, targets, nulls, numbers_out, times_out, flags_out, categories_out = _flat(
-        layout, skip, out)
-    timestamp_values = out.timestamp_values
-    times_flat = timestamp_values.reshape(-1)
-    timestamp_values[:, :, :] = 0  # arrives uninitialised (see build_sequences)
+    cols, rows, targets, flat = _flat(layout, skip, out)
+    out.timestamp_values[:, :, :] = 0  # arrives uninitialised (see build_sequences)
     starts = np.zeros(C + 1, dtype=np.int64)
     for b in range(B):
         for f in range(b * S, b * S + cell_counts[b]):
@@ -205,20 +201,19 @@ def fill_values(layout, skip, columns, out):
         if first == last:
             continue
         # A column's values are one of four typed lists; _fill_column is compiled per dtype.
-        valid = columns.u8_cols[columns.valid_slot[c]]
+        valid = column_lists.u8_cols[columns.valid_slot[c]]
         stype = col_stype[c]
         slot = columns.value_slot[c]
         args = (order, rows, first, last, stype, columns.mean[c], columns.std[c],
-                columns.cat_start[c], nulls, numbers_out, times_out, times_flat, flags_out,
-                categories_out, text_cells, text_ids, num_texts)
+                columns.cat_start[c], flat, text_cells, text_ids, num_texts)
         if stype == NUMERIC:
-            num_texts = _fill_column(columns.f64_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.f64_cols[slot], valid, *args)
         elif stype == BOOLEAN:
-            num_texts = _fill_column(columns.u8_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.u8_cols[slot], valid, *args)
         elif stype == CATEGORICAL:
-            num_texts = _fill_column(columns.i32_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.i32_cols[slot], valid, *args)
         else:  # timestamps and text ids are int64
-            num_texts = _fill_column(columns.i64_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.i64_cols[slot], valid, *args)
     return text_cells[:num_texts], text_ids[:num_texts]
 
 
@@ -258,8 +253,7 @@ def fill_values_from_rows(layout, visited_counts, skip, tables, columns, row_val
     for t in range(num_tables):
         for c in range(table_col_start[t], table_col_start[t + 1]):
             col_table[c] = t
-    cols, rows, targets, nulls, numbers_out, times_out, flags_out, categories_out = _flat(
-        layout, skip, out)
+    cols, rows, targets, flat = _flat(layout, skip, out)
     total = 0
     for b in range(B):
         total += cell_counts[b]
@@ -292,7 +286,7 @@ def fill_values_from_rows(layout, visited_counts, skip, tables, columns, row_val
                 if targets[f] != 0:
                     continue
                 if (valid >> k) & 1 == 0:
-                    nulls[f] = 1
+                    flat.nulls[f] = 1
                     continue
                 c = first_col + k
                 at = base + ROW_VALUES_AT + k
@@ -303,12 +297,10 @@ def fill_values_from_rows(layout, visited_counts, skip, tables, columns, row_val
                     num_texts += 1
                 elif stype == NUMERIC:
                     _put_value(stype, f, row_floats[at], col_mean[c], col_std[c],
-                               col_cat_start[c], numbers_out, times_out, flags_out,
-                               categories_out)
+                               col_cat_start[c], flat)
                 else:
                     _put_value(stype, f, row_words[at], col_mean[c], col_std[c],
-                               col_cat_start[c], numbers_out, times_out, flags_out,
-                               categories_out)
+                               col_cat_start[c], flat)
     return text_cells[:num_texts], text_ids[:num_texts]
 
 
@@ -431,8 +423,8 @@ def hide_unknown_values(b, obs_time, layout, columns, col_table, tables, row_tim
 
 
 @kernel
-def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, row_values, out,
-                    visits):
+def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, column_lists,
+                    row_values, out, visits):
     """A batch: BFS, layout and structure of every sequence, then every value, then the text
     deduplication (design phases 1 and 2). Returns the cell count of each sequence and the
     batch's distinct text ids (ascending).
@@ -441,7 +433,7 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, row_
     ``records.Task``), their random streams keyed by ``(seed, epoch, task.index)``, walked
     (``walk``, a ``records.Walk``) over ``graph`` and ``tables``; values come from the row
     records ``row_values`` (``fill_values_from_rows``) when its ``words`` are not empty, else
-    from the column arrays of ``columns``. ``out`` (a ``records.BatchOutput`` of sequence
+    from the column arrays (``columns``, ``column_lists``). ``out`` (a ``records.BatchOutput`` of sequence
     length ``walk.max_cells``) receives the batch arrays and ``visits`` (a ``records.Visits``
     of ``walk.max_rows`` rows) each sequence's rows and their provenance (see
     ``temporal_bfs``).
@@ -495,7 +487,7 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, row_
         text_cells, text_ids = fill_values_from_rows(layout, visits.counts, skip, tables,
                                                      columns, row_values, out)
     else:
-        text_cells, text_ids = fill_values(layout, skip, columns, out)
+        text_cells, text_ids = fill_values(layout, skip, columns, column_lists, out)
     return layout.cell_counts, dedup_text(text_cells, text_ids, out.text_embed_ids)
 
 

@@ -3,17 +3,17 @@
 Numba compiles a ``NamedTuple`` of arrays, scalars and typed lists in nopython mode: a field
 read is a struct member read, and a record passed between kernels is no more than its
 fields passed one by one. The sampler (``dlkit.sampler.batch``) builds the records that do
-not change between batches (``Graph``, ``Tables``, ``Columns``, ``RowValues``, ``Walk``,
-``Task``) once, when it opens a database, and the per-batch ones (``Seeds``, ``BatchOutput``,
+not change between batches (``Graph``, ``Tables``, ``Columns``, ``ColumnLists``,
+``RowValues``, ``Walk``, ``Task``) once, when it opens a database, and the per-batch ones (``Seeds``, ``BatchOutput``,
 ``Visits``) for each batch; the kernels build the per-sequence ones (``Stream``, ``Visit``,
 ``Layout``) themselves. Shapes below use ``B`` sequences of ``S`` cells and ``R`` rows,
 ``N`` global rows, ``E`` foreign-key edges, ``T`` tables and ``C`` catalog columns.
 
-A record whose fields numba's dispatcher types natively (arrays and numbers) costs about a
-microsecond per call to pass from Python. ``Columns`` holds typed lists, which the dispatcher
-types in Python: its type is cached here by what determines it (each array's dtype, shape
-rank, layout and writability, each list's type), so the call costs microseconds, not the
-tenth of a millisecond a typed record of lists would otherwise cost on every batch.
+A record of arrays and numbers costs about a microsecond to pass from Python: numba's
+dispatcher types it natively. A typed list it types in Python, hashing the list's type per
+call (microseconds); in a record with many arrays that hash covers every field's type, and a
+record of ``Columns``' size would cost a tenth of a millisecond per batch. So the typed lists
+travel alone in ``ColumnLists``, whose type is cached here by its lists' (interned) types.
 """
 
 from __future__ import annotations
@@ -55,10 +55,9 @@ class Tables(NamedTuple):
 
 
 class Columns(NamedTuple):
-    """Per catalog column ``c`` (``dlkit.sampler.catalog``): its values are
-    ``<dtype>_cols[value_slot[c]]`` (numeric in ``f64_cols``, boolean in ``u8_cols``,
-    timestamps and text ids in ``i64_cols``, categorical ids in ``i32_cols``) and its
-    validity bitmap ``u8_cols[valid_slot[c]]``; every list holds read-only 1-D arrays."""
+    """Per catalog column ``c`` (``dlkit.sampler.catalog``); its values are
+    ``ColumnLists.<dtype>_cols[value_slot[c]]`` and its validity bitmap
+    ``ColumnLists.u8_cols[valid_slot[c]]``."""
 
     stype: np.ndarray  # int8[C]: semantic type (collate.NUMERIC ... TEXT)
     column_id: np.ndarray  # int32[C]: the database's global column id
@@ -69,10 +68,16 @@ class Columns(NamedTuple):
     std: np.ndarray  # float64[C]
     cat_start: np.ndarray  # int64[C]: first categorical embedding row of the column
     label_lag: np.ndarray  # int64[C]: microseconds until a row's value is known (0: at once)
-    f64_cols: Any  # numba typed lists (dlkit.core.lists)
-    u8_cols: Any
-    i64_cols: Any
-    i32_cols: Any
+
+
+class ColumnLists(NamedTuple):
+    """Every column array of the catalog, per dtype, as numba typed lists of read-only 1-D
+    arrays (``dlkit.core.lists``), indexed by ``Columns.value_slot`` / ``valid_slot``."""
+
+    f64_cols: Any  # numeric values
+    u8_cols: Any  # boolean values and every validity bitmap
+    i64_cols: Any  # timestamps and text ids
+    i32_cols: Any  # categorical ids
 
 
 class RowValues(NamedTuple):
@@ -180,27 +185,28 @@ class BatchOutput(NamedTuple):
     in_perm: np.ndarray  # uint16[B, S]
 
 
-_COLUMNS_TYPES: dict[tuple[Any, ...], types.Type] = {}
+class FlatValues(NamedTuple):
+    """The value arrays of a ``BatchOutput`` addressed flat, cell ``f = b * S + p`` (the
+    fill kernels of ``dlkit.core.collate``)."""
+
+    nulls: np.ndarray  # is_null, uint8[B * S]
+    numbers: np.ndarray  # numeric_values, float32[B * S]
+    times: np.ndarray  # timestamp_values, float32[B * S, 15]
+    time_words: np.ndarray  # timestamp_values, float32[B * S * 15] (for prefetching)
+    flags: np.ndarray  # bool_values, uint8[B * S]
+    categories: np.ndarray  # categorical_embed_ids, uint32[B * S]
 
 
-def _type_key(value: Any) -> Any:
-    """What numba's type of an array or typed list depends on (None: something else)."""
-    if type(value) is np.ndarray:
-        flags = value.flags
-        return (value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous,
-                flags.writeable)
-    return getattr(value, "_numba_type_", None)
+_LISTS_TYPES: dict[tuple[int, ...], types.Type] = {}
 
 
-@typeof_impl.register(Columns)
-def _typeof_columns(value: Columns, context: Any) -> types.Type:
-    """The numba type of a ``Columns`` record, computed once per combination of field types
-    (the generic typing of a tuple re-derives and re-hashes every field's type per call)."""
-    fields = tuple(map(_type_key, value))
-    key = (context.purpose, fields)
-    cached = _COLUMNS_TYPES.get(key)
+@typeof_impl.register(ColumnLists)
+def _typeof_column_lists(value: ColumnLists, context: Any) -> types.Type:
+    """The numba type of a ``ColumnLists``, made once per combination of list types (numba
+    interns types, so their ids name them; the cached record type keeps them alive)."""
+    list_types = [getattr(v, "_numba_type_", None) or typeof_impl(v, context) for v in value]
+    key = tuple(map(id, list_types))
+    cached = _LISTS_TYPES.get(key)
     if cached is None:
-        cached = types.BaseTuple.from_types([typeof_impl(v, context) for v in value], Columns)
-        if all(field is not None for field in fields):
-            _COLUMNS_TYPES[key] = cached
+        cached = _LISTS_TYPES[key] = types.BaseTuple.from_types(list_types, ColumnLists)
     return cached

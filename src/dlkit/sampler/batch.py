@@ -20,6 +20,7 @@ from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
 from dlkit.core.records import (
     BatchOutput,
+    ColumnLists,
     Columns,
     Graph,
     RowValues,
@@ -274,6 +275,7 @@ class KernelInputs:
     graph: Graph
     tables: Tables
     columns: Columns
+    column_lists: ColumnLists
     row_values: RowValues
     walk: Walk
 
@@ -393,7 +395,8 @@ class BatchBuilder:
         g = self.graph
         links = table_links_of(g.parent_offsets, g.child_offsets, self.catalog.table_offsets)
         return KernelInputs(g.kernel_graph(), self.catalog.kernel_tables(links),
-                            self.catalog.kernel_columns(), self.rows.kernel_values(),
+                            self.catalog.kernel_columns(), self.catalog.kernel_lists(),
+                            self.rows.kernel_values(),
                             self.config.walk)
 
     def label_info(self, task: TaskView) -> LabelInfo:
@@ -449,11 +452,12 @@ class BatchBuilder:
                         via=np.zeros((B, R), dtype=np.int8), counts=np.zeros(B, dtype=np.int64))
         anchors = task.anchor_row[idx]
         obs = task.obs_time[idx]
+        seeds = Seeds(rows=task.seed_rows[idx], obs_times=obs, anchors=anchors)
+        out = BatchOutput(**{key: arrays[key] for key in OUTPUT_KEYS})
         cells, unique = build_sequences(
-            Seeds(rows=task.seed_rows[idx], obs_times=obs, anchors=anchors), np.uint64(self.seed),
-            np.uint64(epoch), task.kernel_task, inputs.walk, inputs.graph, inputs.tables,
-            inputs.columns, inputs.row_values, BatchOutput(**{k: arrays[k] for k in OUTPUT_KEYS}),
-            visits)
+            seeds, np.uint64(self.seed), np.uint64(epoch), task.kernel_task, inputs.walk,
+            inputs.graph, inputs.tables, inputs.columns, inputs.column_lists, inputs.row_values,
+            out, visits)
         D = self.text_bits.shape[1]
         bits = np.empty((unique.shape[0], D), np.uint16)
         gather_rows(self.text_bits, unique, bits)

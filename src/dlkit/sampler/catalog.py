@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.lists import EMPTY_LISTS, append_array
-from dlkit.core.records import Columns, RowValues, Tables
+from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
 from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
 
@@ -125,13 +125,16 @@ class ColumnCatalog:
                       num_cells=self.table_num_cells, links=links)
 
     def kernel_columns(self) -> Columns:
-        """The per-column arrays and typed lists as the kernels' record."""
+        """The per-column arrays as the kernels' record."""
         return Columns(stype=self.col_stype, column_id=self.col_column_id,
                        sort_rank=self.col_sort_rank, value_slot=self.col_value_slot,
                        valid_slot=self.col_valid_slot, mean=self.col_mean, std=self.col_std,
-                       cat_start=self.col_cat_start, label_lag=self.col_label_lag,
-                       f64_cols=self.f64_cols, u8_cols=self.u8_cols, i64_cols=self.i64_cols,
-                       i32_cols=self.i32_cols)
+                       cat_start=self.col_cat_start, label_lag=self.col_label_lag)
+
+    def kernel_lists(self) -> ColumnLists:
+        """The typed lists of column arrays as the kernels' record."""
+        return ColumnLists(f64_cols=self.f64_cols, u8_cols=self.u8_cols, i64_cols=self.i64_cols,
+                           i32_cols=self.i32_cols)
 
 
 ROW_ALIGN_WORDS = 8  # every table's records start on a 64-byte cache line
