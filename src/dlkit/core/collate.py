@@ -5,13 +5,15 @@ cells; the positions after the last cell are padding. Per sequence this module f
 arrays, ``fk_adj`` and the three attention permutations; per batch it deduplicates text ids
 and gathers their embeddings. The format is pinned in ``docs/batch_format.md``.
 
-Column data is reached through a *catalog* built once by ``dlkit.sampler.catalog``: catalog
-column ``c`` has a semantic type, a global column id, normalisation statistics and slots into
-per-dtype typed lists of column arrays (``f64_cols`` numeric values, ``u8_cols`` boolean
-values and validity masks, ``i64_cols`` timestamps and text ids, ``i32_cols`` categorical
-ids). A typed-list lookup costs far more than an array read, so ``fill_values`` groups a
-batch's cells by column and looks each column up once per batch. The catalog builder has
-range-checked every categorical and text id, so no lookup here can leave its table.
+Arguments are the named records of ``dlkit.core.records``. Column data is reached through a
+*catalog* built once by ``dlkit.sampler.catalog``: catalog column ``c`` has a semantic type,
+a global column id, normalisation statistics (``records.Columns``) and slots into per-dtype
+typed lists of column arrays (``records.ColumnLists``: ``f64_cols`` numeric values,
+``u8_cols`` boolean values and validity masks, ``i64_cols`` timestamps and text ids,
+``i32_cols`` categorical ids). A typed-list lookup costs far more than an array read, so
+``fill_values`` groups a batch's cells by column and looks each column up once per batch.
+The catalog builder has range-checked every categorical and text id, so no lookup here can
+leave its table.
 """
 
 from __future__ import annotations
