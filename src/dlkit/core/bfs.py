@@ -223,17 +223,17 @@ def _grow(buffer, at_least):
 
 
 @kernel
-def _links(graph, tables, row):
+def _links(parent_offsets, child_offsets, table_offsets, table_links, row):
     """``(parent_lo, parent_hi, child_lo, child_hi)`` of ``row``'s CSR ranges (empty without
     reading memory when its table has no parent or no child edge at all)."""
-    links = tables.links[table_of(tables.offsets, row)]
+    links = table_links[table_of(table_offsets, row)]
     parent_lo = parent_hi = child_lo = child_hi = 0
     if links & HAS_PARENTS:
-        parent_lo = graph.parent_offsets[row]
-        parent_hi = graph.parent_offsets[row + 1]
+        parent_lo = parent_offsets[row]
+        parent_hi = parent_offsets[row + 1]
     if links & HAS_CHILDREN:
-        child_lo = graph.child_offsets[row]
-        child_hi = graph.child_offsets[row + 1]
+        child_lo = child_offsets[row]
+        child_hi = child_offsets[row + 1]
     return parent_lo, parent_hi, child_lo, child_hi
 
 
@@ -313,8 +313,11 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
     ``parent_edge_records`` / ``child_edge_records``, or empty (int64[0, 4]) to read the CSR
     alone: the walk is the same.
     """
+    # Every field the loop reads, bound once: a field read in the loop would update the
+    # array's reference count each time.
     parent_offsets = graph.parent_offsets
     parent_ids = graph.parent_ids
+    child_offsets = graph.child_offsets
     child_ids = graph.child_ids
     child_times = graph.child_times
     row_times = graph.row_times
@@ -322,6 +325,8 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
     child_records = graph.child_records
     table_offsets = tables.offsets
     table_num_cells = tables.num_cells
+    table_links = tables.links
+    out_rows, out_depth, out_source, out_via, out_parent_start = visit
     child_width = walk.child_width
     max_cells = walk.max_cells
     max_rows = walk.max_rows
@@ -346,7 +351,8 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
     count = 0
     cells = 0
     row = np.int64(seed_row)
-    parent_lo, parent_hi, child_lo, child_hi = _links(graph, tables, row)
+    parent_lo, parent_hi, child_lo, child_hi = _links(parent_offsets, child_offsets,
+                                                      table_offsets, table_links, row)
     depth = 0
     source = -1
     via = VIA_SEED
@@ -396,22 +402,23 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
                         prefetch(parent_record_words, parent_lo * RECORD_WIDTH)
                 else:
                     row = child_ids[edge]
-                    parent_lo, parent_hi, child_lo, child_hi = _links(graph, tables, row)
+                    parent_lo, parent_hi, child_lo, child_hi = _links(
+                        parent_offsets, child_offsets, table_offsets, table_links, row)
                 prefetch_child_times(child_times, child_lo, child_hi)
         have_next = False
         if not row_set_insert(visited, row):
             continue
-        visit.rows[count] = row
-        visit.depth[count] = depth
-        visit.source[count] = source
-        visit.via[count] = via
+        out_rows[count] = row
+        out_depth[count] = depth
+        out_source[count] = source
+        out_via[count] = via
         me = count
         count += 1
         cells += table_num_cells[table_of(table_offsets, row)]
         last = cells >= max_cells or count >= max_rows
         if used + parent_hi - parent_lo > parents.shape[0]:
             parents = _grow(parents, used + parent_hi - parent_lo)
-        visit.parent_start[me] = used
+        out_parent_start[me] = used
         first_parent = used
         used += parent_hi - parent_lo
         lo = child_lo
@@ -442,7 +449,8 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
                     above_lo = parent_offsets[parent]
                     above_hi = above_lo + (counts & _COUNT_MASK)
             else:
-                above_lo, above_hi, below_lo, below_hi = _links(graph, tables, parent)
+                above_lo, above_hi, below_lo, below_hi = _links(
+                    parent_offsets, child_offsets, table_offsets, table_links, parent)
             stack[top, 3] = above_lo
             stack[top, 4] = above_hi
             stack[top, 5] = below_lo
@@ -480,5 +488,5 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
             entries[size + q, 0] = e
             entries[size + q, 1] = me
         level_sizes[child_level] = size + take
-    visit.parent_start[count] = used
+    out_parent_start[count] = used
     return count, parents, used

@@ -52,8 +52,14 @@ def layout_sequence(b, rows, num_rows, tables, columns, target_col, out, layout)
     i]:layout.row_first[b, i + 1]``. Row 0 is the seed: its cell of catalog column
     ``target_col`` is marked ``is_target``. Values are filled afterwards by ``fill_values``.
     """
+    # Fields bound once: read in the loop, each would update a reference count per cell.
     semantic_types = out.semantic_types
+    column_ids = out.column_ids
+    seq_row_ids = out.seq_row_ids
     is_target = out.is_target
+    is_padding = out.is_padding
+    col_stype = columns.stype
+    col_column_id = columns.column_id
     position_col = layout.col
     position_row = layout.row
     row_first = layout.row_first[b]
@@ -71,10 +77,10 @@ def layout_sequence(b, rows, num_rows, tables, columns, target_col, out, layout)
         for c in range(table_col_start[t], table_col_start[t + 1]):
             if pos == S:
                 break
-            semantic_types[b, pos] = columns.stype[c]
-            out.column_ids[b, pos] = columns.column_id[c]
-            out.seq_row_ids[b, pos] = i
-            out.is_padding[b, pos] = 0
+            semantic_types[b, pos] = col_stype[c]
+            column_ids[b, pos] = col_column_id[c]
+            seq_row_ids[b, pos] = i
+            is_padding[b, pos] = 0
             position_col[b, pos] = c
             position_row[b, pos] = local
             if i == 0 and c == target_col:
@@ -118,17 +124,18 @@ def _flat(layout, skip, out):
 
 
 @kernel
-def _put_value(stype, f, value, mean, std, cat_start, flat):
-    """Write the value of valid, non-text cell ``f`` into ``flat`` (the one rule both fill
-    paths share)."""
+def _put_value(stype, f, value, mean, std, cat_start, numbers_out, times_out, flags_out,
+               categories_out):
+    """Write the value of valid, non-text cell ``f`` (the one rule both fill paths share;
+    called per cell, so it takes the arrays of ``records.FlatValues``, not the record)."""
     if stype == NUMERIC:
-        flat.numbers[f] = np.float32((np.float64(value) - mean) / std)
+        numbers_out[f] = np.float32((np.float64(value) - mean) / std)
     elif stype == BOOLEAN:
-        flat.flags[f] = 1 if value != 0 else 0
+        flags_out[f] = 1 if value != 0 else 0
     elif stype == TIMESTAMP:
-        time_features(np.int64(value), mean, std, flat.times[f])
+        time_features(np.int64(value), mean, std, times_out[f])
     else:
-        flat.categories[f] = np.uint32(cat_start + np.int64(value))
+        categories_out[f] = np.uint32(cat_start + np.int64(value))
 
 
 @kernel
@@ -137,7 +144,7 @@ def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_
     """The cells ``order[first:last]`` of one column (validity bitmap ``valid``) into
     ``flat``; null cells get ``is_null = 1`` and keep 0 values, text cells are appended to
     ``text_cells`` / ``text_ids``. Returns the new text cell count."""
-    times_flat = flat.time_words
+    nulls, numbers_out, times_out, times_flat, flags_out, categories_out = flat
     for q in range(first, last):
         _prefetch_ahead(order, rows, q, last, valid, values)
         if stype == TIMESTAMP and q + _AHEAD < last:
@@ -149,13 +156,14 @@ def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_
         f = order[q]
         local = rows[f]
         if not is_valid(valid, local):
-            flat.nulls[f] = 1
+            nulls[f] = 1
         elif stype == TEXT:
             text_cells[num_texts] = f
             text_ids[num_texts] = values[local]
             num_texts += 1
         else:
-            _put_value(stype, f, values[local], mean, std, cat_start, flat)
+            _put_value(stype, f, values[local], mean, std, cat_start, numbers_out, times_out,
+                       flags_out, categories_out)
     return num_texts
 
 
@@ -256,6 +264,7 @@ def fill_values_from_rows(layout, visited_counts, skip, tables, columns, row_val
         for c in range(table_col_start[t], table_col_start[t + 1]):
             col_table[c] = t
     cols, rows, targets, flat = _flat(layout, skip, out)
+    nulls, numbers_out, times_out, _, flags_out, categories_out = flat
     total = 0
     for b in range(B):
         total += cell_counts[b]
@@ -288,7 +297,7 @@ def fill_values_from_rows(layout, visited_counts, skip, tables, columns, row_val
                 if targets[f] != 0:
                     continue
                 if (valid >> k) & 1 == 0:
-                    flat.nulls[f] = 1
+                    nulls[f] = 1
                     continue
                 c = first_col + k
                 at = base + ROW_VALUES_AT + k
@@ -299,10 +308,12 @@ def fill_values_from_rows(layout, visited_counts, skip, tables, columns, row_val
                     num_texts += 1
                 elif stype == NUMERIC:
                     _put_value(stype, f, row_floats[at], col_mean[c], col_std[c],
-                               col_cat_start[c], flat)
+                               col_cat_start[c], numbers_out, times_out, flags_out,
+                               categories_out)
                 else:
                     _put_value(stype, f, row_words[at], col_mean[c], col_std[c],
-                               col_cat_start[c], flat)
+                               col_cat_start[c], numbers_out, times_out, flags_out,
+                               categories_out)
     return text_cells[:num_texts], text_ids[:num_texts]
 
 

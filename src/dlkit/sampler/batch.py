@@ -392,12 +392,12 @@ class BatchBuilder:
                 self.rows = rows
 
     def _kernel_inputs(self) -> KernelInputs:
-        g = self.graph
-        links = table_links_of(g.parent_offsets, g.child_offsets, self.catalog.table_offsets)
-        return KernelInputs(g.kernel_graph(), self.catalog.kernel_tables(links),
-                            self.catalog.kernel_columns(), self.catalog.kernel_lists(),
-                            self.rows.kernel_values(),
-                            self.config.walk)
+        """The kernels' records of the arrays this builder reads (call after the copies)."""
+        g, catalog = self.graph, self.catalog
+        links = table_links_of(g.parent_offsets, g.child_offsets, catalog.table_offsets)
+        return KernelInputs(g.kernel_graph(), catalog.kernel_tables(links),
+                            catalog.kernel_columns(), catalog.kernel_lists(),
+                            self.rows.kernel_values(), self.config.walk)
 
     def label_info(self, task: TaskView) -> LabelInfo:
         """What ``task``'s labels are (see ``dlkit.sampler.labels``)."""
