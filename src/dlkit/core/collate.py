@@ -446,10 +446,10 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, colu
     ``records.Task``), their random streams keyed by ``(seed, epoch, task.index)``, walked
     (``walk``, a ``records.Walk``) over ``graph`` and ``tables``; values come from the row
     records ``row_values`` (``fill_values_from_rows``) when its ``words`` are not empty, else
-    from the column arrays (``columns``, ``column_lists``). ``out`` (a ``records.BatchOutput`` of sequence
-    length ``walk.max_cells``) receives the batch arrays and ``visits`` (a ``records.Visits``
-    of ``walk.max_rows`` rows) each sequence's rows and their provenance (see
-    ``temporal_bfs``).
+    from the column arrays (``columns``, ``column_lists``). ``out`` (a ``records.BatchOutput``
+    of sequence length ``walk.max_cells``) receives the batch arrays and ``visits`` (a
+    ``records.Visits`` of ``walk.max_rows`` rows) each sequence's rows and their provenance
+    (see ``temporal_bfs``).
 
     With ``task.strict`` (0/1), rows at exactly the observation time are not visible. A
     column whose ``columns.label_lag`` is not 0 has its not-yet-known values hidden
