@@ -54,16 +54,17 @@ def test_records_with_typed_lists_compile_and_read_by_name():
 
 def test_the_column_lists_type_is_numbas_and_cached():
     """The cached type is what numba's own tuple typing gives; lists of other item types get
-    another type (and would compile another kernel), an empty list of the same its type."""
+    another type (and would compile another kernel), other lists of the same item type the
+    same one."""
     lists = _lists()
     generic = types.BaseTuple.from_types([numba.typeof(v) for v in lists], ColumnLists)
     first = numba.typeof(lists)
     assert first == generic and isinstance(first, types.NamedTuple)
     assert numba.typeof(_lists()) is first
+    other = _list_of(np.zeros(5), np.zeros(1), np.zeros(2))
+    assert numba.typeof(lists._replace(f64_cols=other)) is first
     writable = numba.typed.List([np.ones(2)])  # of writable arrays
     assert numba.typeof(lists._replace(f64_cols=writable)) != first
-    empty = EMPTY_LISTS[np.dtype(np.float64)]()
-    assert numba.typeof(lists._replace(f64_cols=empty)) is first
 
 
 def test_records_of_arrays_are_typed_by_field():
