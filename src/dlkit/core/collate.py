@@ -43,16 +43,17 @@ INT64_MAX = np.iinfo(np.int64).max
 
 
 @kernel
-def layout_sequence(b, rows, num_rows, tables, columns, target_col, out, layout):
-    """Lay out sequence ``b`` of ``layout`` (a ``records.Layout``): which cell (catalog column,
-    local row) sits at each position; also its cells' column-level arrays of ``out``.
+def layout_sequences(visits, tables, columns, target_col, out, layout):
+    """Lay out every sequence of ``layout`` (a ``records.Layout``): which cell (catalog column,
+    local row) sits at each position; also the cells' column-level arrays of ``out``.
 
-    The visited ``rows[:num_rows]`` in visit order, each row's columns in order, cut at
-    ``S``; returns the cell count. Row ``i``'s cells are positions ``layout.row_first[b,
-    i]:layout.row_first[b, i + 1]``. Row 0 is the seed: its cell of catalog column
-    ``target_col`` is marked ``is_target``. Values are filled afterwards by ``fill_values``.
+    Sequence ``b`` is its visited rows (``visits``) in visit order, each row's columns in
+    order, cut at ``S``; its cell count goes to ``layout.cell_counts[b]``. Row ``i``'s cells
+    are positions ``layout.row_first[b, i]:layout.row_first[b, i + 1]``. Row 0 is the seed:
+    its cell of catalog column ``target_col`` is marked ``is_target``. Values are filled
+    afterwards by ``fill_values``. One call for the batch: the records' arrays are bound once
+    (each field read updates a reference count, and a record argument costs one per array).
     """
-    # Fields bound once: read in the loop, each would update a reference count per cell.
     semantic_types = out.semantic_types
     column_ids = out.column_ids
     seq_row_ids = out.seq_row_ids
@@ -62,32 +63,35 @@ def layout_sequence(b, rows, num_rows, tables, columns, target_col, out, layout)
     col_column_id = columns.column_id
     position_col = layout.col
     position_row = layout.row
-    row_first = layout.row_first[b]
     table_offsets = tables.offsets
     table_col_start = tables.col_start
     S = semantic_types.shape[1]
-    pos = 0
-    for i in range(num_rows):
-        row_first[i] = pos
-        if pos == S:
-            continue
-        row = rows[i]
-        t = table_of(table_offsets, row)
-        local = row - table_offsets[t]
-        for c in range(table_col_start[t], table_col_start[t + 1]):
+    for b in range(visits.counts.shape[0]):
+        rows = visits.rows[b]
+        num_rows = visits.counts[b]
+        row_first = layout.row_first[b]
+        pos = 0
+        for i in range(num_rows):
+            row_first[i] = pos
             if pos == S:
-                break
-            semantic_types[b, pos] = col_stype[c]
-            column_ids[b, pos] = col_column_id[c]
-            seq_row_ids[b, pos] = i
-            is_padding[b, pos] = 0
-            position_col[b, pos] = c
-            position_row[b, pos] = local
-            if i == 0 and c == target_col:
-                is_target[b, pos] = 1
-            pos += 1
-    row_first[num_rows] = pos
-    return pos
+                continue
+            row = rows[i]
+            t = table_of(table_offsets, row)
+            local = row - table_offsets[t]
+            for c in range(table_col_start[t], table_col_start[t + 1]):
+                if pos == S:
+                    break
+                semantic_types[b, pos] = col_stype[c]
+                column_ids[b, pos] = col_column_id[c]
+                seq_row_ids[b, pos] = i
+                is_padding[b, pos] = 0
+                position_col[b, pos] = c
+                position_row[b, pos] = local
+                if i == 0 and c == target_col:
+                    is_target[b, pos] = 1
+                pos += 1
+        row_first[num_rows] = pos
+        layout.cell_counts[b] = pos
 
 
 @kernel
@@ -365,48 +369,55 @@ def order_by_column(row_first, num_rows, row_columns, col_sort_rank, num_columns
 
 
 @kernel
-def sequence_structure(b, rows, num_rows, parent_start, parents, columns, layout, out):
-    """``fk_adj`` and the permutations of sequence ``b`` of ``out`` (cells already laid out
-    in ``layout``; ``rows[:num_rows]`` visited).
+def sequence_structures(visits, parent_start, parents, columns, layout, out):
+    """``fk_adj`` and the permutations of every sequence of ``out`` (cells already laid out
+    in ``layout``; rows visited in ``visits``).
 
     ``fk_adj[b, i, j] = 1`` when row ``j`` is a foreign-key parent of row ``i``. ``col_perm``
     sorts positions by column id, ``out_perm`` by sequence row, ``in_perm`` by the sequence row
     of the row's first foreign-key parent present in the sequence (rows without one after all
     others); every sort is stable and puts padding last. Row ``i``'s cells are positions
-    ``layout.row_first[b, i]:layout.row_first[b, i + 1]`` (``layout_sequence``); its parent
-    ids, in edge order, are ``parents[parent_start[i]:parent_start[i + 1]]`` (written by the
-    walk).
+    ``layout.row_first[b, i]:layout.row_first[b, i + 1]`` (``layout_sequences``); its parent
+    ids, in edge order, are ``parents[parent_start[b, i]:parent_start[b, i + 1]]`` (written by
+    the walk).
     """
-    row_first = layout.row_first[b]
     fk_adj = out.fk_adj
+    col_perm = out.col_perm
     out_perm = out.out_perm
-    keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
-    index = np.empty(keys.shape[0], dtype=np.int64)
-    for i in range(num_rows):
-        row_set_put(keys, index, rows[i], i)
-    first_parent = np.full(num_rows, num_rows, dtype=np.int64)
-    # fk_adj arrives uninitialised: zeroed here, its writes below hit the cache.
-    fk_adj[b, :, :] = 0
-    for i in range(num_rows):
-        for e in range(parent_start[i], parent_start[i + 1]):
-            j = row_set_find(keys, index, parents[e])
-            if j >= 0:
-                fk_adj[b, i, j] = 1
-                if first_parent[i] == num_rows:
-                    first_parent[i] = j
-    order_by_column(row_first, num_rows, layout.col[b], columns.sort_rank,
-                    columns.stype.shape[0], out.col_perm[b])
-    # Cells are laid out row after row, so the stable sort by sequence row is the identity.
-    for p in range(out_perm.shape[1]):
-        out_perm[b, p] = p
-    order_by_row_key(row_first, num_rows, first_parent, num_rows + 1, out.in_perm[b])
+    in_perm = out.in_perm
+    col_sort_rank = columns.sort_rank
+    num_columns = columns.stype.shape[0]
+    for b in range(visits.counts.shape[0]):
+        rows = visits.rows[b]
+        num_rows = visits.counts[b]
+        starts = parent_start[b]
+        row_first = layout.row_first[b]
+        keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
+        index = np.empty(keys.shape[0], dtype=np.int64)
+        for i in range(num_rows):
+            row_set_put(keys, index, rows[i], i)
+        first_parent = np.full(num_rows, num_rows, dtype=np.int64)
+        # fk_adj arrives uninitialised: zeroed here, its writes below hit the cache.
+        fk_adj[b, :, :] = 0
+        for i in range(num_rows):
+            for e in range(starts[i], starts[i + 1]):
+                j = row_set_find(keys, index, parents[e])
+                if j >= 0:
+                    fk_adj[b, i, j] = 1
+                    if first_parent[i] == num_rows:
+                        first_parent[i] = j
+        order_by_column(row_first, num_rows, layout.col[b], col_sort_rank, num_columns,
+                        col_perm[b])
+        # Cells are laid out row after row, so the stable sort by sequence row is the identity.
+        for p in range(out_perm.shape[1]):
+            out_perm[b, p] = p
+        order_by_row_key(row_first, num_rows, first_parent, num_rows + 1, in_perm[b])
 
 
 @kernel
-def hide_unknown_values(b, obs_time, layout, columns, col_table, tables, row_times, out,
-                        skip):
-    """Mark the cells of sequence ``b`` whose value is not known yet at ``obs_time``: a
-    column with a label lag ``L > 0`` shows a row's value only once ``row time + L <=
+def hide_unknown_values(obs_times, layout, columns, col_table, tables, row_times, out, skip):
+    """Mark the cells of every sequence ``b`` whose value is not known yet at ``obs_times[b]``:
+    a column with a label lag ``L > 0`` shows a row's value only once ``row time + L <=
     obs_time`` (rows without a time are always known; the target cell is ``is_target``
     instead). A hidden cell gets ``is_hidden = 1`` and, like the target, ``skip = 1``: no
     value and no null flag is filled in. ``col_table[c]`` is catalog column ``c``'s table.
@@ -417,21 +428,22 @@ def hide_unknown_values(b, obs_time, layout, columns, col_table, tables, row_tim
     is_hidden = out.is_hidden
     col_label_lag = columns.label_lag
     table_offsets = tables.offsets
-    cells = layout.cell_counts[b]
     hidden = 0
-    known_until = INT64_MAX if obs_time == NO_TIME else obs_time
-    for p in range(cells):
-        c = position_col[b, p]
-        lag = col_label_lag[c]
-        if lag == 0 or is_target[b, p] != 0:
-            continue
-        t = row_times[table_offsets[col_table[c]] + position_row[b, p]]
-        # row time + lag > known_until, computed without overflow: lags are below 2^62 and
-        # a known_until within a lag of INT64_MIN knows nothing.
-        if t != NO_TIME and (known_until < NO_TIME + lag or t > known_until - lag):
-            is_hidden[b, p] = 1
-            skip[b, p] = 1
-            hidden += 1
+    for b in range(obs_times.shape[0]):
+        obs_time = obs_times[b]
+        known_until = INT64_MAX if obs_time == NO_TIME else obs_time
+        for p in range(layout.cell_counts[b]):
+            c = position_col[b, p]
+            lag = col_label_lag[c]
+            if lag == 0 or is_target[b, p] != 0:
+                continue
+            t = row_times[table_offsets[col_table[c]] + position_row[b, p]]
+            # row time + lag > known_until, computed without overflow: lags are below 2^62
+            # and a known_until within a lag of INT64_MIN knows nothing.
+            if t != NO_TIME and (known_until < NO_TIME + lag or t > known_until - lag):
+                is_hidden[b, p] = 1
+                skip[b, p] = 1
+                hidden += 1
     return hidden
 
 
@@ -474,12 +486,8 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, colu
         visits.counts[b], parents, used = temporal_bfs(
             graph, tables, walk, seeds.rows[b], cutoff, Stream(k0, k1, seeds.anchors[b]),
             visit, parents, used)
-    for b in range(B):
-        n = visits.counts[b]
-        layout.cell_counts[b] = layout_sequence(b, visits.rows[b], n, tables, columns,
-                                                task.target_col, out, layout)
-        sequence_structure(b, visits.rows[b], n, parent_start[b], parents, columns, layout,
-                           out)
+    layout_sequences(visits, tables, columns, task.target_col, out, layout)
+    sequence_structures(visits, parent_start, parents, columns, layout, out)
     # The fill kernels leave the cells marked in ``skip`` empty: the target, and with label
     # lags the values not known yet.
     skip = out.is_target
@@ -493,9 +501,8 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, colu
         for t in range(tables.col_start.shape[0] - 1):
             for c in range(tables.col_start[t], tables.col_start[t + 1]):
                 col_table[c] = t
-        for b in range(B):
-            hide_unknown_values(b, seeds.obs_times[b], layout, columns, col_table, tables,
-                                graph.row_times, out, skip)
+        hide_unknown_values(seeds.obs_times, layout, columns, col_table, tables,
+                            graph.row_times, out, skip)
     if row_values.words.shape[0] > 0:
         text_cells, text_ids = fill_values_from_rows(layout, visits.counts, skip, tables,
                                                      columns, row_values, out)

@@ -153,7 +153,7 @@ class Visits(NamedTuple):
 
 
 class Layout(NamedTuple):
-    """Which cell sits at each position of a batch (``collate.layout_sequence``): position
+    """Which cell sits at each position of a batch (``collate.layout_sequences``): position
     ``p`` of sequence ``b`` holds catalog column ``col[b, p]`` of local row ``row[b, p]``
     of its table, for ``p < cell_counts[b]``; row ``i`` of sequence ``b`` fills positions
     ``row_first[b, i]:row_first[b, i + 1]``."""
