@@ -18,6 +18,7 @@ from dlkit.core.bfs import (
     temporal_bfs,
     visible_prefix,
 )
+from dlkit.core.records import Graph, Stream, Tables, Visit, Walk
 from dlkit.core.streams import new_stream, next_draw, sequence_key
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
@@ -66,28 +67,37 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
     offsets = np.asarray(db.table_offsets) if table_offsets is None else table_offsets
     ncells = np.asarray([len(t.columns) for t in db.tables], dtype=np.int64)
     k0, k1 = sequence_key(np.uint64(seed), np.uint64(epoch), task)
-    out = [np.zeros(max_rows, np.int64) for _ in range(3)] + [np.zeros(max_rows, np.int8)]
-    parent_start = np.full(max_rows + 1, -9, np.int64)
+    visit = Visit(rows=np.zeros(max_rows, np.int64), depth=np.zeros(max_rows, np.int64),
+                  source=np.zeros(max_rows, np.int64), via=np.zeros(max_rows, np.int8),
+                  parent_start=np.full(max_rows + 1, -9, np.int64))
     cutoff = INT64_MAX if obs_time == NO_TIME else obs_time
-    links = table_links_of(g.parent_offsets, g.child_offsets, offsets)
     if records:
         parents, children = edge_records(g)
     else:
         parents = children = np.empty((0, RECORD_WIDTH), np.int64)
+    graph = Graph(parent_offsets=g.parent_offsets, parent_ids=g.parent_ids,
+                  child_offsets=g.child_offsets, child_ids=g.child_ids,
+                  child_times=g.child_times, row_times=g.row_times, parent_records=parents,
+                  child_records=children)
+    tables = Tables(offsets=offsets, col_start=np.concatenate([[0], np.cumsum(ncells)]),
+                    num_cells=ncells,
+                    links=table_links_of(g.parent_offsets, g.child_offsets, offsets))
+    walk = Walk(child_width=width, max_cells=max_cells, max_rows=max_rows)
     # A one-entry buffer at a non-zero fill: the walk must grow it and append after it.
-    n, parent_buffer, used = temporal_bfs(
-        g.parent_offsets, g.parent_ids, g.child_offsets, g.child_ids, g.child_times, g.row_times,
-        parents, children, offsets, ncells, links, seed_row, cutoff, width, max_cells, max_rows,
-        k0, k1, anchor, *out, parent_start, np.full(1, -7, np.int64), 1)
+    n, parent_buffer, used = temporal_bfs(graph, tables, walk, seed_row, cutoff,
+                                          Stream(k0=k0, k1=k1, anchor=anchor), visit,
+                                          np.full(1, -7, np.int64), 1)
     assert parent_buffer[0] == -7
     end = 1
+    starts = visit.parent_start
     for i in range(n):  # each visited row's parent ids, in edge order, for the structure pass
-        row = int(out[0][i])
+        row = int(visit.rows[i])
         want = g.parent_ids[int(g.parent_offsets[row]):int(g.parent_offsets[row + 1])].tolist()
-        assert int(parent_start[i]) == end
-        assert parent_buffer[int(parent_start[i]):int(parent_start[i + 1])].tolist() == want
-        end = int(parent_start[i + 1])
+        assert int(starts[i]) == end
+        assert parent_buffer[int(starts[i]):int(starts[i + 1])].tolist() == want
+        end = int(starts[i + 1])
     assert used == end
+    out = (visit.rows, visit.depth, visit.source, visit.via)
     return [tuple(int(a[i]) for a in out) for i in range(n)]
 
 

@@ -294,25 +294,43 @@ def child_edge_records(child_ids, parent_offsets, child_offsets, out):
 
 
 @kernel
-def temporal_bfs(parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-                 parent_records, child_records, table_offsets, table_num_cells, table_links,
-                 seed_row, cutoff, child_width, max_cells, max_rows, k0, k1, anchor, out_rows,
-                 out_depth, out_source, out_via, out_parent_start, parents, used):
-    """Visit rows from ``seed_row``; fill ``out_*[:n]`` and return ``(n, parents, used)``.
+def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, parents, used):
+    """Visit rows of ``graph`` (a ``records.Graph``) from ``seed_row``, seeing rows up to
+    ``cutoff``, within the limits of ``walk`` (a ``records.Walk``); fill ``visit`` (a
+    ``records.Visit``) and return ``(n, parents, used)``: ``visit.*[:n]`` hold the walk.
 
-    ``out_source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
-    seed) and ``out_via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
+    ``visit.source[i]`` is the visit index of the row that discovered row ``i`` (-1 for the
+    seed) and ``visit.via[i]`` how (``VIA_PARENT``: row i is a parent of its source,
     ``VIA_CHILD``: a child). The ids of row ``i``'s foreign-key parents, in edge order, are
     appended to ``parents`` (from position ``used``; a full buffer is replaced by a larger
-    copy, which is returned with the new fill) at ``out_parent_start[i]:out_parent_start[i +
-    1]`` (``out_parent_start`` has ``max_rows + 1`` entries): the walk reads them anyway, and
-    the structure pass would find them evicted from the cache.
-    Randomness is the sequence stream ``(k0, k1, anchor)``.
-    ``table_links[t]`` has bit ``HAS_PARENTS`` / ``HAS_CHILDREN`` when some row of table ``t``
-    has a parent / a child: rows of other tables skip reading those offsets (a cache miss each).
-    ``parent_records`` / ``child_records`` are the edge records of ``parent_edge_records`` /
-    ``child_edge_records``, or empty (int64[0, 4]) to read the CSR alone: the walk is the same.
+    copy, which is returned with the new fill) at ``visit.parent_start[i]:
+    visit.parent_start[i + 1]`` (``parent_start`` has ``max_rows + 1`` entries): the walk
+    reads them anyway, and the structure pass would find them evicted from the cache.
+    Randomness is ``sequence_stream`` (a ``records.Stream``).
+    ``tables`` (a ``records.Tables``) gives each row's table, its cell count and its
+    ``links``: rows of tables without parents / children skip reading those offsets (a cache
+    miss each). ``graph.parent_records`` / ``child_records`` are the edge records of
+    ``parent_edge_records`` / ``child_edge_records``, or empty (int64[0, 4]) to read the CSR
+    alone: the walk is the same.
     """
+    # Every field the loop reads, bound once: a field read in the loop would update the
+    # array's reference count each time.
+    parent_offsets = graph.parent_offsets
+    parent_ids = graph.parent_ids
+    child_offsets = graph.child_offsets
+    child_ids = graph.child_ids
+    child_times = graph.child_times
+    row_times = graph.row_times
+    parent_records = graph.parent_records
+    child_records = graph.child_records
+    table_offsets = tables.offsets
+    table_num_cells = tables.num_cells
+    table_links = tables.links
+    out_rows, out_depth, out_source, out_via, out_parent_start = visit
+    child_width = walk.child_width
+    max_cells = walk.max_cells
+    max_rows = walk.max_rows
+    k0, k1, anchor = sequence_stream
     records = parent_records.shape[0] > 0 or child_records.shape[0] > 0
     parent_record_words = parent_records.reshape(-1)  # 1-D, for prefetch
     visited = np.full(row_set_capacity(max_rows), _EMPTY, dtype=np.int64)

@@ -5,13 +5,15 @@ cells; the positions after the last cell are padding. Per sequence this module f
 arrays, ``fk_adj`` and the three attention permutations; per batch it deduplicates text ids
 and gathers their embeddings. The format is pinned in ``docs/batch_format.md``.
 
-Column data is reached through a *catalog* built once by ``dlkit.sampler.catalog``: catalog
-column ``c`` has a semantic type, a global column id, normalisation statistics and slots into
-per-dtype typed lists of column arrays (``f64_cols`` numeric values, ``u8_cols`` boolean
-values and validity masks, ``i64_cols`` timestamps and text ids, ``i32_cols`` categorical
-ids). A typed-list lookup costs far more than an array read, so ``fill_values`` groups a
-batch's cells by column and looks each column up once per batch. The catalog builder has
-range-checked every categorical and text id, so no lookup here can leave its table.
+Arguments are the named records of ``dlkit.core.records``. Column data is reached through a
+*catalog* built once by ``dlkit.sampler.catalog``: catalog column ``c`` has a semantic type,
+a global column id, normalisation statistics (``records.Columns``) and slots into per-dtype
+typed lists of column arrays (``records.ColumnLists``: ``f64_cols`` numeric values,
+``u8_cols`` boolean values and validity masks, ``i64_cols`` timestamps and text ids,
+``i32_cols`` categorical ids). A typed-list lookup costs far more than an array read, so
+``fill_values`` groups a batch's cells by column and looks each column up once per batch.
+The catalog builder has range-checked every categorical and text id, so no lookup here can
+leave its table.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from dlkit.core.bfs import (
     row_set_capacity,
     row_set_find,
     row_set_put,
-    table_links_of,
     table_of,
     temporal_bfs,
 )
 from dlkit.core.jit import kernel
 from dlkit.core.memory import prefetch
+from dlkit.core.records import FlatValues, Layout, Stream, Visit
 from dlkit.core.streams import sequence_key
 from dlkit.core.timefeatures import NUM_TIME_FEATURES, time_features
 
@@ -41,39 +43,55 @@ INT64_MAX = np.iinfo(np.int64).max
 
 
 @kernel
-def layout_sequence(b, rows, num_rows, table_offsets, table_col_start, col_stype,
-                    col_column_id, target_col, semantic_types, column_ids, seq_row_ids,
-                    is_target, is_padding, position_col, position_row, row_first):
-    """Lay out sequence ``b``: which cell (catalog column, local row) sits at each position.
+def layout_sequences(visits, tables, columns, target_col, out, layout):
+    """Lay out every sequence of ``layout`` (a ``records.Layout``): which cell (catalog column,
+    local row) sits at each position; also the cells' column-level arrays of ``out``.
 
-    Rows in visit order, each row's columns in order, cut at ``S``; returns the cell count.
-    Row ``i``'s cells are positions ``row_first[i]:row_first[i + 1]`` (int64[num_rows + 1]).
-    Row 0 is the seed: its cell of catalog column ``target_col`` is marked ``is_target``.
-    Values are filled afterwards by ``fill_values``.
+    Sequence ``b`` is its visited rows (``visits``) in visit order, each row's columns in
+    order, cut at ``S``; its cell count goes to ``layout.cell_counts[b]``. Row ``i``'s cells
+    are positions ``layout.row_first[b, i]:layout.row_first[b, i + 1]``. Row 0 is the seed:
+    its cell of catalog column ``target_col`` is marked ``is_target``. Values are filled
+    afterwards by ``fill_values``. One call for the batch: the records' arrays are bound once
+    (each field read updates a reference count, and a record argument costs one per array).
     """
+    semantic_types = out.semantic_types
+    column_ids = out.column_ids
+    seq_row_ids = out.seq_row_ids
+    is_target = out.is_target
+    is_padding = out.is_padding
+    col_stype = columns.stype
+    col_column_id = columns.column_id
+    position_col = layout.col
+    position_row = layout.row
+    table_offsets = tables.offsets
+    table_col_start = tables.col_start
     S = semantic_types.shape[1]
-    pos = 0
-    for i in range(num_rows):
-        row_first[i] = pos
-        if pos == S:
-            continue
-        row = rows[i]
-        t = table_of(table_offsets, row)
-        local = row - table_offsets[t]
-        for c in range(table_col_start[t], table_col_start[t + 1]):
+    for b in range(visits.counts.shape[0]):
+        rows = visits.rows[b]
+        num_rows = visits.counts[b]
+        row_first = layout.row_first[b]
+        pos = 0
+        for i in range(num_rows):
+            row_first[i] = pos
             if pos == S:
-                break
-            semantic_types[b, pos] = col_stype[c]
-            column_ids[b, pos] = col_column_id[c]
-            seq_row_ids[b, pos] = i
-            is_padding[b, pos] = 0
-            position_col[b, pos] = c
-            position_row[b, pos] = local
-            if i == 0 and c == target_col:
-                is_target[b, pos] = 1
-            pos += 1
-    row_first[num_rows] = pos
-    return pos
+                continue
+            row = rows[i]
+            t = table_of(table_offsets, row)
+            local = row - table_offsets[t]
+            for c in range(table_col_start[t], table_col_start[t + 1]):
+                if pos == S:
+                    break
+                semantic_types[b, pos] = col_stype[c]
+                column_ids[b, pos] = col_column_id[c]
+                seq_row_ids[b, pos] = i
+                is_padding[b, pos] = 0
+                position_col[b, pos] = c
+                position_row[b, pos] = local
+                if i == 0 and c == target_col:
+                    is_target[b, pos] = 1
+                pos += 1
+        row_first[num_rows] = pos
+        layout.cell_counts[b] = pos
 
 
 @kernel
@@ -97,21 +115,23 @@ def _prefetch_ahead(order, rows, q, last, valid, values):
 
 
 @kernel
-def _flat(position_col, position_row, is_target, is_null, numeric_values, timestamp_values,
-          bool_values, categorical_embed_ids):
-    """The per-position arrays of a batch addressed flat (``f = b * S + p``); timestamp
-    features as ``[B * S, 15]``."""
-    B, S = position_col.shape
-    return (position_col.reshape(-1), position_row.reshape(-1), is_target.reshape(-1),
-            is_null.reshape(-1), numeric_values.reshape(-1),
-            timestamp_values.reshape((B * S, timestamp_values.shape[2])),
-            bool_values.reshape(-1), categorical_embed_ids.reshape(-1))
+def _flat(layout, skip, out):
+    """The per-position arrays of a batch addressed flat (``f = b * S + p``): the layout's
+    columns and rows, ``skip``, and the value outputs (a ``records.FlatValues``)."""
+    B, S = layout.col.shape
+    times = out.timestamp_values
+    flat = FlatValues(nulls=out.is_null.reshape(-1), numbers=out.numeric_values.reshape(-1),
+                      times=times.reshape((B * S, times.shape[2])),
+                      time_words=times.reshape(-1), flags=out.bool_values.reshape(-1),
+                      categories=out.categorical_embed_ids.reshape(-1))
+    return layout.col.reshape(-1), layout.row.reshape(-1), skip.reshape(-1), flat
 
 
 @kernel
 def _put_value(stype, f, value, mean, std, cat_start, numbers_out, times_out, flags_out,
                categories_out):
-    """Write the value of valid, non-text cell ``f`` (the one rule both fill paths share)."""
+    """Write the value of valid, non-text cell ``f`` (the one rule both fill paths share;
+    called per cell, so it takes the arrays of ``records.FlatValues``, not the record)."""
     if stype == NUMERIC:
         numbers_out[f] = np.float32((np.float64(value) - mean) / std)
     elif stype == BOOLEAN:
@@ -123,12 +143,12 @@ def _put_value(stype, f, value, mean, std, cat_start, numbers_out, times_out, fl
 
 
 @kernel
-def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_start, nulls,
-                 numbers_out, times_out, times_flat, flags_out, categories_out, text_cells,
-                 text_ids, num_texts):
-    """The cells ``order[first:last]`` of one column (validity bitmap ``valid``); null cells
-    get ``is_null = 1`` and keep 0 values, text cells are appended to ``text_cells`` /
-    ``text_ids``. Returns the new text cell count."""
+def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_start, flat,
+                 text_cells, text_ids, num_texts):
+    """The cells ``order[first:last]`` of one column (validity bitmap ``valid``) into
+    ``flat``; null cells get ``is_null = 1`` and keep 0 values, text cells are appended to
+    ``text_cells`` / ``text_ids``. Returns the new text cell count."""
+    nulls, numbers_out, times_out, times_flat, flags_out, categories_out = flat
     for q in range(first, last):
         _prefetch_ahead(order, rows, q, last, valid, values)
         if stype == TIMESTAMP and q + _AHEAD < last:
@@ -152,24 +172,22 @@ def _fill_column(values, valid, order, rows, first, last, stype, mean, std, cat_
 
 
 @kernel
-def fill_values(cell_counts, position_col, position_row, is_target, col_stype, col_value_slot,
-                col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
-                i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
-                is_null):
-    """Fill every laid-out cell's value (the target cell stays zero: its value is hidden).
+def fill_values(layout, skip, columns, column_lists, out):
+    """Fill the value arrays of ``out`` for every cell of ``layout`` from the column arrays
+    (``columns``, ``column_lists``), except the cells marked in ``skip`` (the target, whose
+    value is hidden, and with label lags the values not known yet), which stay zero.
 
     Cells are grouped by column first (a counting sort), so each column's arrays are looked
     up once per batch rather than once per cell. A null cell gets ``is_null = 1``. Arrays are
     addressed flat (``f = b * S + p``). Returns the non-null text cells as ``(positions f,
     global text ids)`` for the deduplication.
     """
-    B, S = position_col.shape
+    B, S = layout.col.shape
+    cell_counts = layout.cell_counts
+    col_stype = columns.stype
     C = col_stype.shape[0]
-    cols, rows, targets, nulls, numbers_out, times_out, flags_out, categories_out = _flat(
-        position_col, position_row, is_target, is_null, numeric_values, timestamp_values,
-        bool_values, categorical_embed_ids)
-    times_flat = timestamp_values.reshape(-1)
-    timestamp_values[:, :, :] = 0  # arrives uninitialised (see build_sequences)
+    cols, rows, targets, flat = _flat(layout, skip, out)
+    out.timestamp_values[:, :, :] = 0  # arrives uninitialised (see build_sequences)
     starts = np.zeros(C + 1, dtype=np.int64)
     for b in range(B):
         for f in range(b * S, b * S + cell_counts[b]):
@@ -197,20 +215,19 @@ def fill_values(cell_counts, position_col, position_row, is_target, col_stype, c
         if first == last:
             continue
         # A column's values are one of four typed lists; _fill_column is compiled per dtype.
-        valid = u8_cols[col_valid_slot[c]]
+        valid = column_lists.u8_cols[columns.valid_slot[c]]
         stype = col_stype[c]
-        slot = col_value_slot[c]
-        args = (order, rows, first, last, stype, col_mean[c], col_std[c], col_cat_start[c],
-                nulls, numbers_out, times_out, times_flat, flags_out, categories_out,
-                text_cells, text_ids, num_texts)
+        slot = columns.value_slot[c]
+        args = (order, rows, first, last, stype, columns.mean[c], columns.std[c],
+                columns.cat_start[c], flat, text_cells, text_ids, num_texts)
         if stype == NUMERIC:
-            num_texts = _fill_column(f64_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.f64_cols[slot], valid, *args)
         elif stype == BOOLEAN:
-            num_texts = _fill_column(u8_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.u8_cols[slot], valid, *args)
         elif stype == CATEGORICAL:
-            num_texts = _fill_column(i32_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.i32_cols[slot], valid, *args)
         else:  # timestamps and text ids are int64
-            num_texts = _fill_column(i64_cols[slot], valid, *args)
+            num_texts = _fill_column(column_lists.i64_cols[slot], valid, *args)
     return text_cells[:num_texts], text_ids[:num_texts]
 
 
@@ -219,30 +236,39 @@ _ROWS_AHEAD = 3  # rows between a row record's prefetch and its reads
 
 
 @kernel
-def fill_values_from_rows(cell_counts, row_first, visited_counts, position_col, position_row,
-                          is_target, table_col_start, col_stype, col_mean, col_std,
-                          col_cat_start, row_start, row_width, row_words, row_floats,
-                          numeric_values, timestamp_values, bool_values, categorical_embed_ids,
-                          is_null):
-    """``fill_values`` reading row records instead of column arrays (same outputs).
+def fill_values_from_rows(layout, visited_counts, skip, tables, columns, row_values, out):
+    """``fill_values`` reading the row records ``row_values`` (a ``records.RowValues``)
+    instead of column arrays (same outputs); sequence ``b`` visited ``visited_counts[b]``
+    rows.
 
     A row record of table ``t`` holds the validity of its ``k``-th column in bit ``k`` of word
     0 and the value in word ``1 + k`` (a float64's bits for numeric columns); row ``r`` of
-    table ``t`` starts at word ``row_start[t] + r * row_width[t]``. ``row_floats`` is
-    ``row_words`` viewed as float64. A sequence's cells are row after row (row ``i`` of
-    sequence ``b`` at positions ``row_first[b, i]:row_first[b, i + 1]``), so one record (one
-    or two cache lines) serves all of a row's cells, where columns cost two lines per cell;
-    cells are therefore filled row by row, each record fetched a few rows ahead.
+    table ``t`` starts at word ``start[t] + r * width[t]``. ``floats`` is ``words`` viewed as
+    float64. A sequence's cells are row after row (row ``i`` of sequence ``b`` at positions
+    ``row_first[b, i]:row_first[b, i + 1]``), so one record (one or two cache lines) serves
+    all of a row's cells, where columns cost two lines per cell; cells are therefore filled
+    row by row, each record fetched a few rows ahead.
     """
-    B, S = position_col.shape
+    cell_counts = layout.cell_counts
+    row_first = layout.row_first
+    table_col_start = tables.col_start
+    col_stype = columns.stype
+    col_mean = columns.mean
+    col_std = columns.std
+    col_cat_start = columns.cat_start
+    row_start = row_values.start
+    row_width = row_values.width
+    row_words = row_values.words
+    row_floats = row_values.floats
+    timestamp_values = out.timestamp_values
+    B, S = layout.col.shape
     num_tables = table_col_start.shape[0] - 1
     col_table = np.empty(col_stype.shape[0], dtype=np.int64)
     for t in range(num_tables):
         for c in range(table_col_start[t], table_col_start[t + 1]):
             col_table[c] = t
-    cols, rows, targets, nulls, numbers_out, times_out, flags_out, categories_out = _flat(
-        position_col, position_row, is_target, is_null, numeric_values, timestamp_values,
-        bool_values, categorical_embed_ids)
+    cols, rows, targets, flat = _flat(layout, skip, out)
+    nulls, numbers_out, times_out, _, flags_out, categories_out = flat
     total = 0
     for b in range(B):
         total += cell_counts[b]
@@ -343,149 +369,146 @@ def order_by_column(row_first, num_rows, row_columns, col_sort_rank, num_columns
 
 
 @kernel
-def sequence_structure(b, rows, num_rows, row_first, parent_start, parents, col_sort_rank,
-                       num_columns, position_col, fk_adj, col_perm, out_perm, in_perm):
-    """``fk_adj`` and the permutations of sequence ``b`` (cells already laid out).
+def sequence_structures(visits, parent_start, parents, columns, layout, out):
+    """``fk_adj`` and the permutations of every sequence of ``out`` (cells already laid out
+    in ``layout``; rows visited in ``visits``).
 
     ``fk_adj[b, i, j] = 1`` when row ``j`` is a foreign-key parent of row ``i``. ``col_perm``
     sorts positions by column id, ``out_perm`` by sequence row, ``in_perm`` by the sequence row
     of the row's first foreign-key parent present in the sequence (rows without one after all
     others); every sort is stable and puts padding last. Row ``i``'s cells are positions
-    ``row_first[i]:row_first[i + 1]`` (``layout_sequence``); its parent ids, in edge order,
-    are ``parents[parent_start[i]:parent_start[i + 1]]`` (written by the walk).
+    ``layout.row_first[b, i]:layout.row_first[b, i + 1]`` (``layout_sequences``); its parent
+    ids, in edge order, are ``parents[parent_start[b, i]:parent_start[b, i + 1]]`` (written by
+    the walk).
     """
-    keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
-    index = np.empty(keys.shape[0], dtype=np.int64)
-    for i in range(num_rows):
-        row_set_put(keys, index, rows[i], i)
-    first_parent = np.full(num_rows, num_rows, dtype=np.int64)
-    # fk_adj arrives uninitialised: zeroed here, its writes below hit the cache.
-    fk_adj[b, :, :] = 0
-    for i in range(num_rows):
-        for e in range(parent_start[i], parent_start[i + 1]):
-            j = row_set_find(keys, index, parents[e])
-            if j >= 0:
-                fk_adj[b, i, j] = 1
-                if first_parent[i] == num_rows:
-                    first_parent[i] = j
-    order_by_column(row_first, num_rows, position_col[b], col_sort_rank, num_columns,
-                    col_perm[b])
-    # Cells are laid out row after row, so the stable sort by sequence row is the identity.
-    for p in range(out_perm.shape[1]):
-        out_perm[b, p] = p
-    order_by_row_key(row_first, num_rows, first_parent, num_rows + 1, in_perm[b])
+    fk_adj = out.fk_adj
+    col_perm = out.col_perm
+    out_perm = out.out_perm
+    in_perm = out.in_perm
+    col_sort_rank = columns.sort_rank
+    num_columns = columns.stype.shape[0]
+    for b in range(visits.counts.shape[0]):
+        rows = visits.rows[b]
+        num_rows = visits.counts[b]
+        starts = parent_start[b]
+        row_first = layout.row_first[b]
+        keys = np.full(row_set_capacity(num_rows), -1, dtype=np.int64)
+        index = np.empty(keys.shape[0], dtype=np.int64)
+        for i in range(num_rows):
+            row_set_put(keys, index, rows[i], i)
+        first_parent = np.full(num_rows, num_rows, dtype=np.int64)
+        # fk_adj arrives uninitialised: zeroed here, its writes below hit the cache.
+        fk_adj[b, :, :] = 0
+        for i in range(num_rows):
+            for e in range(starts[i], starts[i + 1]):
+                j = row_set_find(keys, index, parents[e])
+                if j >= 0:
+                    fk_adj[b, i, j] = 1
+                    if first_parent[i] == num_rows:
+                        first_parent[i] = j
+        order_by_column(row_first, num_rows, layout.col[b], col_sort_rank, num_columns,
+                        col_perm[b])
+        # Cells are laid out row after row, so the stable sort by sequence row is the identity.
+        for p in range(out_perm.shape[1]):
+            out_perm[b, p] = p
+        order_by_row_key(row_first, num_rows, first_parent, num_rows + 1, in_perm[b])
 
 
 @kernel
-def hide_unknown_values(b, cells, obs_time, position_col, position_row, is_target,
-                        col_label_lag, col_table, table_offsets, row_times, is_hidden, skip):
-    """Mark the cells of sequence ``b`` whose value is not known yet at ``obs_time``: a
-    column with a label lag ``L > 0`` shows a row's value only once ``row time + L <=
+def hide_unknown_values(obs_times, layout, columns, col_table, tables, row_times, out, skip):
+    """Mark the cells of every sequence ``b`` whose value is not known yet at ``obs_times[b]``:
+    a column with a label lag ``L > 0`` shows a row's value only once ``row time + L <=
     obs_time`` (rows without a time are always known; the target cell is ``is_target``
     instead). A hidden cell gets ``is_hidden = 1`` and, like the target, ``skip = 1``: no
-    value and no null flag is filled in. Returns how many cells were hidden."""
+    value and no null flag is filled in. ``col_table[c]`` is catalog column ``c``'s table.
+    Returns how many cells were hidden."""
+    position_col = layout.col
+    position_row = layout.row
+    is_target = out.is_target
+    is_hidden = out.is_hidden
+    col_label_lag = columns.label_lag
+    table_offsets = tables.offsets
     hidden = 0
-    known_until = INT64_MAX if obs_time == NO_TIME else obs_time
-    for p in range(cells):
-        c = position_col[b, p]
-        lag = col_label_lag[c]
-        if lag == 0 or is_target[b, p] != 0:
-            continue
-        t = row_times[table_offsets[col_table[c]] + position_row[b, p]]
-        # row time + lag > known_until, computed without overflow: lags are below 2^62 and
-        # a known_until within a lag of INT64_MIN knows nothing.
-        if t != NO_TIME and (known_until < NO_TIME + lag or t > known_until - lag):
-            is_hidden[b, p] = 1
-            skip[b, p] = 1
-            hidden += 1
+    for b in range(obs_times.shape[0]):
+        obs_time = obs_times[b]
+        known_until = INT64_MAX if obs_time == NO_TIME else obs_time
+        for p in range(layout.cell_counts[b]):
+            c = position_col[b, p]
+            lag = col_label_lag[c]
+            if lag == 0 or is_target[b, p] != 0:
+                continue
+            t = row_times[table_offsets[col_table[c]] + position_row[b, p]]
+            # row time + lag > known_until, computed without overflow: lags are below 2^62
+            # and a known_until within a lag of INT64_MIN knows nothing.
+            if t != NO_TIME and (known_until < NO_TIME + lag or t > known_until - lag):
+                is_hidden[b, p] = 1
+                skip[b, p] = 1
+                hidden += 1
     return hidden
 
 
 @kernel
-def build_sequences(seed_rows, obs_times, anchors, seed, epoch, task_idx, child_width,
-                    max_rows, strict, col_label_lag, parent_offsets, parent_ids, child_offsets, child_ids, child_times,
-                    row_times, parent_records, child_records, table_num_cells, table_offsets,
-                    table_col_start, col_stype, col_column_id, col_sort_rank, col_value_slot,
-                    col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols,
-                    i64_cols, i32_cols, row_start, row_width, row_words, row_floats, target_col,
-                    semantic_types, column_ids, seq_row_ids, numeric_values, timestamp_values,
-                    bool_values, categorical_embed_ids, text_embed_ids, is_null, is_target,
-                    is_hidden, is_padding, fk_adj, col_perm, out_perm, in_perm, visited_rows,
-                    visited_depth, visited_source, visited_via, visited_counts):
+def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, column_lists,
+                    row_values, out, visits):
     """A batch: BFS, layout and structure of every sequence, then every value, then the text
-    deduplication (design phases 1 and 2).
+    deduplication (design phases 1 and 2). Returns the cell count of each sequence and the
+    batch's distinct text ids (ascending).
 
-    ``parent_records`` / ``child_records`` are the graph's edge records or empty (see
-    ``temporal_bfs``); values come from the row records (``fill_values_from_rows``) when
-    ``row_words`` is not empty, else from the column arrays. Output arrays arrive zeroed
-    (``is_padding`` all ones), except the two large ones, ``fk_adj`` and ``timestamp_values``,
-    which the kernels zero sequence by sequence just before writing them. The ``visited_*``
-    arrays receive each sequence's rows and their provenance (see ``temporal_bfs``). Returns
-    the cell count of each sequence and the batch's distinct text ids (ascending).
+    The sequences are those of ``seeds`` (a ``records.Seeds``) of ``task`` (a
+    ``records.Task``), their random streams keyed by ``(seed, epoch, task.index)``, walked
+    (``walk``, a ``records.Walk``) over ``graph`` and ``tables``; values come from the row
+    records ``row_values`` (``fill_values_from_rows``) when its ``words`` are not empty, else
+    from the column arrays (``columns``, ``column_lists``). ``out`` (a ``records.BatchOutput``
+    of sequence length ``walk.max_cells``) receives the batch arrays and ``visits`` (a
+    ``records.Visits`` of ``walk.max_rows`` rows) each sequence's rows and their provenance
+    (see ``temporal_bfs``).
 
-    ``strict`` (0/1): rows at exactly the observation time are not visible. A column whose
-    ``col_label_lag`` is not 0 has its not-yet-known values hidden (``hide_unknown_values``).
+    With ``task.strict`` (0/1), rows at exactly the observation time are not visible. A
+    column whose ``columns.label_lag`` is not 0 has its not-yet-known values hidden
+    (``hide_unknown_values``).
     """
-    B = seed_rows.shape[0]
-    S = semantic_types.shape[1]
-    k0, k1 = sequence_key(seed, epoch, task_idx)
-    # Only the first cells[b] positions of each are written and read.
-    position_col = np.empty((B, S), dtype=np.int32)
-    position_row = np.empty((B, S), dtype=np.int64)
-    row_first = np.empty((B, max_rows + 1), dtype=np.int64)
-    cells = np.zeros(B, dtype=np.int64)
+    B = seeds.rows.shape[0]
+    S = out.semantic_types.shape[1]
+    max_rows = walk.max_rows
+    k0, k1 = sequence_key(seed, epoch, task.index)
+    # Only the first cell_counts[b] positions of each are written and read.
+    layout = Layout(np.empty((B, S), dtype=np.int32), np.empty((B, S), dtype=np.int64),
+                    np.empty((B, max_rows + 1), dtype=np.int64), np.zeros(B, dtype=np.int64))
     parent_start = np.empty((B, max_rows + 1), dtype=np.int64)
     parents = np.empty(B * max_rows * 2, dtype=np.int64)  # grown by the walk when needed
     used = 0
-    num_columns = col_stype.shape[0]
-    links = table_links_of(parent_offsets, child_offsets, table_offsets)
+    num_columns = columns.stype.shape[0]
     for b in range(B):
-        cutoff = INT64_MAX if obs_times[b] == NO_TIME else obs_times[b] - strict
-        visited_counts[b], parents, used = temporal_bfs(
-            parent_offsets, parent_ids, child_offsets, child_ids, child_times, row_times,
-            parent_records, child_records, table_offsets, table_num_cells, links, seed_rows[b],
-            cutoff, child_width, S, max_rows, k0, k1, anchors[b], visited_rows[b],
-            visited_depth[b], visited_source[b], visited_via[b], parent_start[b], parents,
-            used)
-    for b in range(B):
-        n = visited_counts[b]
-        cells[b] = layout_sequence(b, visited_rows[b], n, table_offsets,
-                                   table_col_start, col_stype, col_column_id, target_col,
-                                   semantic_types, column_ids, seq_row_ids, is_target,
-                                   is_padding, position_col, position_row, row_first[b])
-        sequence_structure(b, visited_rows[b], n, row_first[b], parent_start[b], parents,
-                           col_sort_rank, num_columns, position_col, fk_adj, col_perm,
-                           out_perm, in_perm)
+        obs_time = seeds.obs_times[b]
+        cutoff = INT64_MAX if obs_time == NO_TIME else obs_time - task.strict
+        visit = Visit(visits.rows[b], visits.depth[b], visits.source[b], visits.via[b],
+                      parent_start[b])
+        visits.counts[b], parents, used = temporal_bfs(
+            graph, tables, walk, seeds.rows[b], cutoff, Stream(k0, k1, seeds.anchors[b]),
+            visit, parents, used)
+    layout_sequences(visits, tables, columns, task.target_col, out, layout)
+    sequence_structures(visits, parent_start, parents, columns, layout, out)
     # The fill kernels leave the cells marked in ``skip`` empty: the target, and with label
     # lags the values not known yet.
-    skip = is_target
+    skip = out.is_target
     lagged = False
     for c in range(num_columns):
-        if col_label_lag[c] != 0:
+        if columns.label_lag[c] != 0:
             lagged = True
     if lagged:
-        skip = is_target.copy()
+        skip = out.is_target.copy()
         col_table = np.empty(num_columns, dtype=np.int64)
-        for t in range(table_col_start.shape[0] - 1):
-            for c in range(table_col_start[t], table_col_start[t + 1]):
+        for t in range(tables.col_start.shape[0] - 1):
+            for c in range(tables.col_start[t], tables.col_start[t + 1]):
                 col_table[c] = t
-        for b in range(B):
-            hide_unknown_values(b, cells[b], obs_times[b], position_col, position_row,
-                                is_target, col_label_lag, col_table, table_offsets, row_times,
-                                is_hidden, skip)
-    if row_words.shape[0] > 0:
-        text_cells, text_ids = fill_values_from_rows(
-            cells, row_first, visited_counts, position_col, position_row, skip,
-            table_col_start, col_stype, col_mean, col_std, col_cat_start, row_start, row_width,
-            row_words, row_floats, numeric_values, timestamp_values, bool_values,
-            categorical_embed_ids, is_null)
+        hide_unknown_values(seeds.obs_times, layout, columns, col_table, tables,
+                            graph.row_times, out, skip)
+    if row_values.words.shape[0] > 0:
+        text_cells, text_ids = fill_values_from_rows(layout, visits.counts, skip, tables,
+                                                     columns, row_values, out)
     else:
-        text_cells, text_ids = fill_values(
-            cells, position_col, position_row, skip, col_stype, col_value_slot,
-            col_valid_slot, col_mean, col_std, col_cat_start, f64_cols, u8_cols, i64_cols,
-            i32_cols, numeric_values, timestamp_values, bool_values, categorical_embed_ids,
-            is_null)
-    return cells, dedup_text(text_cells, text_ids, text_embed_ids)
+        text_cells, text_ids = fill_values(layout, skip, columns, column_lists, out)
+    return layout.cell_counts, dedup_text(text_cells, text_ids, out.text_embed_ids)
 
 
 @kernel

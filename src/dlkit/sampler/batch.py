@@ -10,13 +10,26 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
+from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records, table_links_of
 from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
+from dlkit.core.records import (
+    BatchOutput,
+    ColumnLists,
+    Columns,
+    Graph,
+    RowValues,
+    Seeds,
+    Tables,
+    Task,
+    Visits,
+    Walk,
+)
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
 from dlkit.sampler.catalog import (
     CATEGORICAL,
@@ -75,6 +88,8 @@ SELF_ZEROED = frozenset({"fk_adj", "timestamp_values"})
 # Made from the seeds after the kernels ran, not allocated for them.
 SEED_KEYS = frozenset({"text_batch_embeddings", "labels", "anchor_rows", "observation_times",
                        "sequence_mask"})
+# The arrays the kernels write (dlkit.core.records.BatchOutput, by the same names).
+OUTPUT_KEYS = BatchOutput._fields
 
 
 def _no_records() -> np.ndarray:
@@ -128,6 +143,13 @@ class GraphArrays:
     @property
     def has_records(self) -> bool:
         return self.parent_records.shape[0] > 0
+
+    def kernel_graph(self) -> Graph:
+        """These arrays as the kernels' record."""
+        return Graph(parent_offsets=self.parent_offsets, parent_ids=self.parent_ids,
+                     child_offsets=self.child_offsets, child_ids=self.child_ids,
+                     child_times=self.child_times, row_times=self.row_times,
+                     parent_records=self.parent_records, child_records=self.child_records)
 
     def records_fit(self) -> bool:
         """Edge records pack a row's parent and child counts in 32 bits each: graphs of fewer
@@ -192,6 +214,12 @@ class BatchConfig:
     bfs_child_width: int = 16
     huge_pages: bool | None = False
 
+    @property
+    def walk(self) -> Walk:
+        """The kernels' walk limits of every sequence."""
+        return Walk(child_width=self.bfs_child_width, max_cells=self.sequence_length,
+                    max_rows=self.max_rows)
+
     def __post_init__(self) -> None:
         if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
             raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
@@ -228,10 +256,28 @@ class TaskView:
     def num_seeds(self) -> int:
         return int(self.anchor_row.shape[0])
 
+    @cached_property
+    def kernel_task(self) -> Task:
+        """What the batch kernels need of this task (made once per task)."""
+        return Task(index=self.index, target_col=self.target_col, strict=int(self.rules.strict))
+
     def labels(self, anchor_rows: np.ndarray) -> np.ndarray:
         """The hidden target cells of the seeds at ``anchor_rows`` as labels."""
         return labels_of(self.target_values[anchor_rows], self.target_stype, self.target_mean,
                          self.target_std)
+
+
+@dataclass(frozen=True)
+class KernelInputs:
+    """What ``build_sequences`` reads of the database and the configuration: the same for
+    every batch, so made once (after the huge-page copies, whose arrays they hold)."""
+
+    graph: Graph
+    tables: Tables
+    columns: Columns
+    column_lists: ColumnLists
+    row_values: RowValues
+    walk: Walk
 
 
 @dataclass(frozen=True)
@@ -292,6 +338,7 @@ class BatchBuilder:
             raise DatabaseError(f"text embeddings have shape {text.shape} and dtype {text.dtype}, "
                                 "expected a 2-D float16 array", path=self.path)
         self.text_bits = np.ascontiguousarray(text.view(np.uint16))  # gather_rows wants C order
+        self.inputs: KernelInputs | None = self._kernel_inputs()
         self.tasks = tuple(self._task_view(task) for task in db.tasks)
         for view in self.tasks:
             cells = int(self.catalog.table_num_cells[view.table_index])
@@ -344,6 +391,14 @@ class BatchBuilder:
             if rows is not None:
                 self.rows = rows
 
+    def _kernel_inputs(self) -> KernelInputs:
+        """The kernels' records of the arrays this builder reads (call after the copies)."""
+        g, catalog = self.graph, self.catalog
+        links = table_links_of(g.parent_offsets, g.child_offsets, catalog.table_offsets)
+        return KernelInputs(g.kernel_graph(), catalog.kernel_tables(links),
+                            catalog.kernel_columns(), catalog.kernel_lists(),
+                            self.rows.kernel_values(), self.config.walk)
+
     def label_info(self, task: TaskView) -> LabelInfo:
         """What ``task``'s labels are (see ``dlkit.sampler.labels``)."""
         table = self.db.tables[task.table_index]
@@ -361,7 +416,7 @@ class BatchBuilder:
         """Drop the graph, column and record arrays now (the huge-page copies are gigabytes
         for a large database) rather than whenever the garbage collector gets to the sampler;
         ``build`` refuses afterwards."""
-        self.graph = self.catalog = self.rows = None  # type: ignore[assignment]
+        self.graph = self.catalog = self.rows = self.inputs = None  # type: ignore[assignment]
         if self.segment is not None:
             self.segment.close()
             self.segment = None
@@ -378,7 +433,8 @@ class BatchBuilder:
         """The batch of ``task``'s seeds ``seed_indices`` (positions in its seed list). Only
         the first ``num_real`` sequences (default: all) are real: the others pad an eval batch
         to its fixed size, and their ``sequence_mask`` is 0."""
-        if self.graph is None:
+        inputs = self.inputs
+        if inputs is None:
             raise SamplerShutdown("the batch builder was released: no more batches")
         cfg = self.config
         idx = np.asarray(seed_indices, dtype=np.int64)
@@ -390,26 +446,18 @@ class BatchBuilder:
                                                                       dtype=dtype)
                   for key, (dtype, spec) in BATCH_LAYOUT.items() if key not in SEED_KEYS}
         arrays["is_padding"].fill(1)
-        visited = np.zeros((B, R), dtype=np.int64)
-        depth = np.zeros((B, R), dtype=np.int64)
-        source = np.zeros((B, R), dtype=np.int64)
-        via = np.zeros((B, R), dtype=np.int8)
-        counts = np.zeros(B, dtype=np.int64)
+        visits = Visits(rows=np.zeros((B, R), dtype=np.int64),
+                        depth=np.zeros((B, R), dtype=np.int64),
+                        source=np.zeros((B, R), dtype=np.int64),
+                        via=np.zeros((B, R), dtype=np.int8), counts=np.zeros(B, dtype=np.int64))
         anchors = task.anchor_row[idx]
         obs = task.obs_time[idx]
-        g = self.graph
+        seeds = Seeds(rows=task.seed_rows[idx], obs_times=obs, anchors=anchors)
+        out = BatchOutput(**{key: arrays[key] for key in OUTPUT_KEYS})
         cells, unique = build_sequences(
-            task.seed_rows[idx], obs, anchors, np.uint64(self.seed), np.uint64(epoch),
-            task.index, cfg.bfs_child_width, R, int(task.rules.strict), self.catalog.col_label_lag,
-            g.parent_offsets, g.parent_ids,
-            g.child_offsets, g.child_ids, g.child_times, g.row_times, g.parent_records,
-            g.child_records, *self.catalog.kernel_args(), *self.rows.kernel_args(),
-            task.target_col, arrays["semantic_types"],
-            arrays["column_ids"], arrays["seq_row_ids"], arrays["numeric_values"],
-            arrays["timestamp_values"], arrays["bool_values"], arrays["categorical_embed_ids"],
-            arrays["text_embed_ids"], arrays["is_null"], arrays["is_target"],
-            arrays["is_hidden"], arrays["is_padding"], arrays["fk_adj"], arrays["col_perm"], arrays["out_perm"],
-            arrays["in_perm"], visited, depth, source, via, counts)
+            seeds, np.uint64(self.seed), np.uint64(epoch), task.kernel_task, inputs.walk,
+            inputs.graph, inputs.tables, inputs.columns, inputs.column_lists, inputs.row_values,
+            out, visits)
         D = self.text_bits.shape[1]
         bits = np.empty((unique.shape[0], D), np.uint16)
         gather_rows(self.text_bits, unique, bits)
@@ -426,8 +474,8 @@ class BatchBuilder:
             mask[num_real:] = 0
         arrays["sequence_mask"] = mask
         ordered = {key: arrays[key] for key in BATCH_KEYS}
-        return BuiltBatch(ordered, task.name, int(epoch), idx, anchors, obs, visited, depth,
-                          source, via, counts, cells, unique)
+        return BuiltBatch(ordered, task.name, int(epoch), idx, anchors, obs, visits.rows,
+                          visits.depth, visits.source, visits.via, visits.counts, cells, unique)
 
 
 def _shape(spec: str, B: int, S: int, R: int) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.lists import EMPTY_LISTS, append_array
+from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
 from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
 
@@ -117,12 +118,23 @@ class ColumnCatalog:
         return replace(self, **_typed_lists({dtype: [copy(a) for a in self.arrays[dtype]]
                                              for dtype in _LIST_DTYPES}))
 
-    def kernel_args(self) -> tuple[Any, ...]:
-        """The catalog arguments of ``build_sequences``, in its order."""
-        return (self.table_num_cells, self.table_offsets, self.table_col_start, self.col_stype,
-                self.col_column_id, self.col_sort_rank, self.col_value_slot, self.col_valid_slot,
-                self.col_mean, self.col_std, self.col_cat_start, self.f64_cols, self.u8_cols,
-                self.i64_cols, self.i32_cols)
+    def kernel_tables(self, links: np.ndarray) -> Tables:
+        """The per-table arrays as the kernels' record, with each table's ``links``
+        (``dlkit.core.bfs.table_links_of`` of the graph)."""
+        return Tables(offsets=self.table_offsets, col_start=self.table_col_start,
+                      num_cells=self.table_num_cells, links=links)
+
+    def kernel_columns(self) -> Columns:
+        """The per-column arrays as the kernels' record."""
+        return Columns(stype=self.col_stype, column_id=self.col_column_id,
+                       sort_rank=self.col_sort_rank, value_slot=self.col_value_slot,
+                       valid_slot=self.col_valid_slot, mean=self.col_mean, std=self.col_std,
+                       cat_start=self.col_cat_start, label_lag=self.col_label_lag)
+
+    def kernel_lists(self) -> ColumnLists:
+        """The typed lists of column arrays as the kernels' record."""
+        return ColumnLists(f64_cols=self.f64_cols, u8_cols=self.u8_cols, i64_cols=self.i64_cols,
+                           i32_cols=self.i32_cols)
 
 
 ROW_ALIGN_WORDS = 8  # every table's records start on a 64-byte cache line
@@ -195,9 +207,10 @@ class RowRecords:
         words.setflags(write=False)
         return cls(start, width, words)
 
-    def kernel_args(self) -> tuple[np.ndarray, ...]:
-        """The row-record arguments of ``build_sequences``, in its order."""
-        return self.start, self.width, self.words, self.words.view(np.float64)
+    def kernel_values(self) -> RowValues:
+        """The records as the kernels' record (``words`` also viewed as float64)."""
+        return RowValues(start=self.start, width=self.width, words=self.words,
+                         floats=self.words.view(np.float64))
 
 
 def _statistics(column: Any, path: Any) -> tuple[float, float]:
