@@ -108,7 +108,9 @@ class Walk(NamedTuple):
 class Task(NamedTuple):
     """What a batch kernel needs of its task."""
 
-    index: int  # the task's index (part of every sequence's random stream)
+    # the task's index (part of every sequence's random stream); shadows tuple.index, which
+    # nothing calls on a record
+    index: int  # type: ignore[assignment]
     target_col: int  # catalog column of the seed's hidden target cell
     strict: int  # 1: rows at exactly the observation time are not visible; 0: they are
 
@@ -210,5 +212,7 @@ def _typeof_column_lists(value: ColumnLists, context: Any) -> types.Type:
     key = tuple(map(id, list_types))
     cached = _LISTS_TYPES.get(key)
     if cached is None:
-        cached = _LISTS_TYPES[key] = types.BaseTuple.from_types(list_types, ColumnLists)
+        # numba's types module builds its names at import: invisible to mypy
+        cached = _LISTS_TYPES[key] = types.BaseTuple.from_types(  # type: ignore[attr-defined]
+            list_types, ColumnLists)
     return cached

@@ -235,13 +235,15 @@ class BatchConfig:
 
 @dataclass(frozen=True)
 class TaskView:
-    """One task's seeds as global rows, plus what every batch of it carries."""
+    """One task's seeds (local rows of its table, which starts at global row ``row_offset``),
+    plus what every batch of it carries. A batch's seeds become global rows as it is built:
+    a copy of every seed's global row would cost 8 bytes per seed for the Sampler's life."""
 
     name: str
     index: int
     table_index: int
     anchor_row: np.ndarray
-    seed_rows: np.ndarray
+    row_offset: int
     obs_time: np.ndarray
     target_col: int
     target_stype: int
@@ -364,15 +366,14 @@ class BatchBuilder:
         if n > 1 and bool(np.any(anchor[1:] <= anchor[:-1])):
             raise DatabaseError(f"task {task.name}: anchor rows are not strictly ascending",
                                 path=self.path)
-        seed_rows = anchor + np.int64(table.row_offset)
-        seed_rows.setflags(write=False)
         stype = int(task.target_stype)
         if stype != int(self.catalog.col_stype[target_col]):
             raise DatabaseError(f"task {task.name}: target type {stype} disagrees with column "
                                 f"{table.name}.{task.target_column}'s type "
                                 f"{int(self.catalog.col_stype[target_col])}", path=self.path)
         values = self.catalog.values(target_col)
-        return TaskView(task.name, int(task.index), int(table.index), anchor, seed_rows, obs,
+        return TaskView(task.name, int(task.index), int(table.index), anchor,
+                        int(table.row_offset), obs,
                         target_col, stype,
                         int(self.catalog.col_cat_start[target_col]),
                         int(self.catalog.col_cat_count[target_col]),
@@ -452,7 +453,7 @@ class BatchBuilder:
                         via=np.zeros((B, R), dtype=np.int8), counts=np.zeros(B, dtype=np.int64))
         anchors = task.anchor_row[idx]
         obs = task.obs_time[idx]
-        seeds = Seeds(rows=task.seed_rows[idx], obs_times=obs, anchors=anchors)
+        seeds = Seeds(rows=anchors + np.int64(task.row_offset), obs_times=obs, anchors=anchors)
         out = BatchOutput(**{key: arrays[key] for key in OUTPUT_KEYS})
         cells, unique = build_sequences(
             seeds, np.uint64(self.seed), np.uint64(epoch), task.kernel_task, inputs.walk,
