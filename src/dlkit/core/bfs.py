@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlkit.core.codes import NO_TIME
 from dlkit.core.jit import kernel
 from dlkit.core.memory import prefetch
 from dlkit.core.philox import MASK32
 from dlkit.core.streams import UINT64_MAX, new_stream, next_draw, uniform_below
 
-NO_TIME = np.iinfo(np.int64).min
 VIA_SEED = 0
 VIA_PARENT = 1
 VIA_CHILD = 2

@@ -21,24 +21,19 @@ from __future__ import annotations
 import numpy as np
 
 from dlkit.core.bfs import (
-    NO_TIME,
     row_set_capacity,
     row_set_find,
     row_set_put,
     table_of,
     temporal_bfs,
 )
+from dlkit.core.codes import BOOLEAN, CATEGORICAL, NO_TIME, NUMERIC, TEXT, TIMESTAMP
 from dlkit.core.jit import kernel
 from dlkit.core.memory import prefetch
 from dlkit.core.records import FlatValues, Layout, Stream, Visit
 from dlkit.core.streams import sequence_key
 from dlkit.core.timefeatures import NUM_TIME_FEATURES, time_features
 
-NUMERIC = 0
-BOOLEAN = 1
-TIMESTAMP = 2
-CATEGORICAL = 3
-TEXT = 4
 INT64_MAX = np.iinfo(np.int64).max
 
 

@@ -7,17 +7,23 @@ import struct
 
 import numpy as np
 
+from dlkit.core.codes import (  # noqa: F401 - the format's codes, named here too
+    BOOLEAN,
+    CATEGORICAL,
+    NO_TIME,
+    NUMERIC,
+    STYPE_NAMES,
+    TEXT,
+    TIMESTAMP,
+)
+
 FORMAT_NAME = "dlkit-database"
 FORMAT_VERSION = 3  # 2: graph.bin sections reordered and page aligned; 3: int32 ids/offsets
 MANIFEST_FORMAT = "dlkit-database-manifest"
 
-NO_TIME = np.iinfo(np.int64).min
 # What a build does with a dangling foreign key (metadata.json's options.on_dangling).
 ON_DANGLING = ("drop", "error")
 
-# Semantic types.
-NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = 0, 1, 2, 3, 4
-STYPE_NAMES = ("numeric", "boolean", "timestamp", "categorical", "text")
 STYPE_BY_NAME = {name: i for i, name in enumerate(STYPE_NAMES)}
 # Value dtype per stype (``values`` file of a column).
 VALUE_DTYPES = (np.dtype("<f8"), np.dtype("u1"), np.dtype("<i8"), np.dtype("<i4"), np.dtype("<i8"))

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
+from dlkit.core.codes import NO_TIME
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
 from dlkit.sampler.database import DatabaseSource, InspectableDatabase, SamplerDatabase, open_db
 from dlkit.sampler.splits import check_seed
 
-NO_TIME = np.iinfo(np.int64).min
 MASKED = "[MASKED]"
 HIDDEN = "[NOT YET KNOWN]"  # a lagged label the observation time does not know yet
 NULL = "null"
