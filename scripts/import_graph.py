@@ -19,7 +19,7 @@ PACKAGE = "dlkit"
 
 
 def node_of(module: str) -> str:
-    """``dlkit.db.reader`` -> ``db``; ``dlkit`` itself -> ``dlkit``."""
+    """``dlkit.db.read.reader`` -> ``db``; ``dlkit`` itself -> ``dlkit``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 

@@ -1,4 +1,4 @@
-"""Value-based key inference of `dlkit schema infer` (dlkit.db.infer).
+"""Value-based key inference of `dlkit schema infer` (dlkit.db.schema.infer).
 
 The expected keys are those the generators (tests/db/infer_data.py) build the data from, not
 anything the inference printed; dangling counts are recomputed with pyarrow.
@@ -15,9 +15,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from dlkit.db import infer, open_database
-from dlkit.db.infer import fk_name_score, infer_schema, pk_name_score
-from dlkit.db.writer import preprocess
+from dlkit.db import open_database
+from dlkit.db.build.writer import preprocess
+from dlkit.db.schema import infer
+from dlkit.db.schema.infer import fk_name_score, infer_schema, pk_name_score
 
 from .infer_data import (
     FLIGHTS_FOREIGN,

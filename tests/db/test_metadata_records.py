@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from dlkit.db import check_database, open_database, preprocess
 from dlkit.db import format as fmt
-from dlkit.db.checks import Checks, Stop
 from dlkit.db.metadata_records import DatabaseMetadata, metadata_bytes
-from dlkit.db.relbench import relbench_schema
+from dlkit.db.read.checks import Checks, Stop
+from dlkit.db.schema.relbench import relbench_schema
 from dlkit.errors import DatabaseError
 
 from .conftest import REPO, write_db

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dlkit.db.format import path_name_problem
-from dlkit.db.schema import toml_key, toml_str
+from dlkit.db.schema.spec import toml_key, toml_str
 
 # Parquet names are UTF-8: any text but lone surrogates
 NAMES = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
@@ -33,8 +33,8 @@ def test_names_that_are_not_one_plain_directory_level_are_refused(name):
 
 
 def test_a_database_name_longer_than_open_accepts_is_refused():
-    from dlkit.db.checks import MAX_DATABASE_ID
-    from dlkit.db.schema import parse_schema
+    from dlkit.db.read.checks import MAX_DATABASE_ID
+    from dlkit.db.schema.spec import parse_schema
     from dlkit.errors import SchemaError
 
     tables = '\n[tables.a]\nprimary_key = "id"\n'

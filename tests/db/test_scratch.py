@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from dlkit.db import scratch
+from dlkit.db.build import scratch
 
 
 def _resident_bytes() -> int:

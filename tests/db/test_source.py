@@ -1,4 +1,4 @@
-"""Reading Parquet tables: the read-ahead across tables (``dlkit.db.source.ReadAhead``)."""
+"""Reading Parquet tables: the read-ahead across tables (``dlkit.db.build.source.ReadAhead``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlkit.db import source as source_module
-from dlkit.db.source import ReadAhead, ReadJob, TableSource
+from dlkit.db.build import source as source_module
+from dlkit.db.build.source import ReadAhead, ReadJob, TableSource
 
 
 class FakeJob:

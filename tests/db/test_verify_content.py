@@ -22,13 +22,13 @@ from dlkit.core import integrity
 from dlkit.core import keys as kk
 from dlkit.db import check_database, open_database
 from dlkit.db import format as fmt
-from dlkit.db.checks import (
+from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
+from dlkit.db.read.checks import (
     Checks,
     Stop,
     check_metadata,
     check_metadata_rules,
 )
-from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
 from dlkit.errors import DatabaseError
 
 # --- the kernels against plain Python -------------------------------------------------------

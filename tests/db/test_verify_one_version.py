@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dlkit.db import file_checks, preprocess, verify_database
-from dlkit.db.embed import load_embedder
+from dlkit.db import preprocess, verify_database
+from dlkit.db.build.embed import load_embedder
+from dlkit.db.read import file_checks
 from dlkit.errors import DatabaseError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
@@ -62,7 +63,7 @@ def test_a_database_replaced_under_every_attempt_is_busy_not_corrupt(tmp_path, m
 WRITER = """
 import sys
 from dlkit.db import preprocess
-from dlkit.db.embed import load_embedder
+from dlkit.db.build.embed import load_embedder
 for i in range(int(sys.argv[3])):
     preprocess(sys.argv[1], sys.argv[2], overwrite=True, fsync=False,
                embedder=load_embedder("hashed", (16, 24)[i % 2]))

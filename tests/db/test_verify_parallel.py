@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlkit.db import check_database, file_checks, graph_checks, reader, verify_database
+from dlkit.db import check_database, verify_database
 from dlkit.db import format as fmt
-from dlkit.db.checks import Checks, Stop
 from dlkit.db.manifest import HashJob
+from dlkit.db.read import file_checks, graph_checks, reader
+from dlkit.db.read.checks import Checks, Stop
 from tests.db.test_verify_content import rehash
 
 

@@ -118,13 +118,13 @@ def preprocess(
     on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
                                     help="Foreign keys pointing to a missing parent: drop (keep "
                                          "the row, drop the edge, report) or error."),
-    # = dlkit.db.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
+    # = dlkit.db.build.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
     # every command, --help included.
     batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
                                    help="Rows per record batch read from Parquet (the output does not depend on it)."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.embed)."),
+                                      "'package.module:factory' (see dlkit.db.build.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     memory_budget: str = typer.Option(None, "--memory-budget",
                                       help="Memory for the build's working arrays (row times, "
@@ -146,9 +146,9 @@ def preprocess(
         dlkit preprocess data/shop out/shop-db
         dlkit verify out/shop-db
     """
-    from dlkit.db.embed import load_embedder
-    from dlkit.db.writer import ON_DANGLING
-    from dlkit.db.writer import preprocess as run
+    from dlkit.db.build.embed import load_embedder
+    from dlkit.db.build.writer import ON_DANGLING
+    from dlkit.db.build.writer import preprocess as run
 
     if on_dangling not in ON_DANGLING:
         raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
@@ -216,7 +216,7 @@ def verify(
     Exit 0 only when every check holds; otherwise each failing file and check is named and
     the exit code is 3.
     """
-    from dlkit.db.verify import verify_database
+    from dlkit.db.read.verify import verify_database
 
     report = verify_database(database)
     if as_json:
@@ -269,8 +269,8 @@ def schema_infer(
     RelBench dataset directory (db/ and tasks/) gives its exact schema, tasks included.
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.infer import infer_schema
-    from dlkit.db.schema import SCHEMA_FILE
+    from dlkit.db.schema.infer import infer_schema
+    from dlkit.db.schema.spec import SCHEMA_FILE
 
     if out is not None:  # before the work: a refused output wastes none of it
         tables = {f"the input {entry.name}": Path(entry.path)
@@ -298,7 +298,7 @@ def schema_infer(
 @contextlib.contextmanager
 def _printing_relbench_warnings() -> Iterator[None]:
     """What a RelBench import leaves out, as warnings on stderr."""
-    from dlkit.db.relbench import RelbenchWarning
+    from dlkit.db.schema.relbench import RelbenchWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RelbenchWarning)
@@ -332,7 +332,7 @@ def import_relbench(
                                         "an existing --schema-out file."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.embed)."),
+                                      "'package.module:factory' (see dlkit.db.build.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -348,8 +348,8 @@ def import_relbench(
         dlkit import relbench ~/.cache/relbench/rel-f1 out/rel-f1 --task driver-dnf
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.relbench import relbench_schema
-    from dlkit.db.schema import parse_schema
+    from dlkit.db.schema.relbench import relbench_schema
+    from dlkit.db.schema.spec import parse_schema
 
     if schema_out is not None:  # before the work: a refused output wastes none of it
         check_output_file(schema_out, overwrite)

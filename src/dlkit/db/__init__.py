@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 from dlkit._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from dlkit.db.embed import Embedder, HashedNgramEmbedder, load_embedder
+    from dlkit.db.build.embed import Embedder, HashedNgramEmbedder, load_embedder
+    from dlkit.db.build.writer import PreprocessReport, Progress, preprocess
     from dlkit.db.format import NO_TIME, STYPE_NAMES
-    from dlkit.db.reader import (
+    from dlkit.db.read.reader import (
         ColumnData,
         Database,
         Failure,
@@ -22,17 +23,16 @@ if TYPE_CHECKING:
         check_database,
         open_database,
     )
-    from dlkit.db.schema import Schema, load_schema, parse_schema
-    from dlkit.db.verify import VerifyReport, verify_database
-    from dlkit.db.writer import PreprocessReport, Progress, preprocess
+    from dlkit.db.read.verify import VerifyReport, verify_database
+    from dlkit.db.schema.spec import Schema, load_schema, parse_schema
 
 # imported on first use: the reader's and writer's kernels load numba (see dlkit._lazy)
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
-    "dlkit.db.embed": ("Embedder", "HashedNgramEmbedder", "load_embedder"),
+    "dlkit.db.build.embed": ("Embedder", "HashedNgramEmbedder", "load_embedder"),
     "dlkit.db.format": ("NO_TIME", "STYPE_NAMES"),
-    "dlkit.db.reader": ("ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
+    "dlkit.db.read.reader": ("ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
                         "check_database", "open_database"),
-    "dlkit.db.schema": ("Schema", "load_schema", "parse_schema"),
-    "dlkit.db.verify": ("VerifyReport", "verify_database"),
-    "dlkit.db.writer": ("PreprocessReport", "Progress", "preprocess"),
+    "dlkit.db.schema.spec": ("Schema", "load_schema", "parse_schema"),
+    "dlkit.db.read.verify": ("VerifyReport", "verify_database"),
+    "dlkit.db.build.writer": ("PreprocessReport", "Progress", "preprocess"),
 })

@@ -8,9 +8,9 @@ database hash, so both are fixed. What follows from other fields is derived, not
 from ``stype``, a column's ``num_categories`` / ``cat_emb_count`` from its categories.
 
 :meth:`DatabaseMetadata.from_json` validates first, with
-:func:`dlkit.db.checks.check_metadata` (types and internal consistency: everything opening a
+:func:`dlkit.db.read.checks.check_metadata` (types and internal consistency: everything opening a
 database sizes anything from) and each task's rules; the keys only ``dlkit verify`` checks
-(:func:`dlkit.db.checks.check_metadata_rules`: ``arrow_type``, ``inferred``,
+(:func:`dlkit.db.read.checks.check_metadata_rules`: ``arrow_type``, ``inferred``,
 ``num_null_times``, ``num_null``, ``num_dangling``, ``target_column_id``, the embedder and
 the options) are carried as the file has them.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
-from dlkit.db.checks import Checks, check_metadata
-from dlkit.db.task_rules import TaskRules
+from dlkit.db.read.checks import Checks, check_metadata
+from dlkit.db.schema.task_rules import TaskRules
 
 _STATS = (fmt.NUMERIC, fmt.TIMESTAMP)  # the stypes whose columns have a mean and a std
 

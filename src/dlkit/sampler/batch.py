@@ -38,7 +38,7 @@ from dlkit.sampler.catalog import (
     build_catalog,
     readonly_view,
 )
-from dlkit.db.task_rules import TaskRules, rules_of
+from dlkit.db.schema.task_rules import TaskRules, rules_of
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.hugepages import memory_path
 from dlkit.sampler.shared import PrivateMemory, SegmentSizer, SharedSegment, segment_key

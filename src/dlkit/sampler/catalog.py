@@ -18,7 +18,7 @@ import numpy as np
 
 from dlkit.core.lists import EMPTY_LISTS, append_array
 from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
-from dlkit.db.task_rules import rules_of
+from dlkit.db.schema.task_rules import rules_of
 from dlkit.errors import DatabaseError
 
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)

@@ -54,7 +54,7 @@ class TaskRules:
 
     @classmethod
     def from_schema(cls, task: Any, location_rows: tuple[int, ...]) -> TaskRules:
-        """The rules of a ``dlkit.db.schema.TaskSpec`` whose table has ``location_rows``."""
+        """The rules of a ``dlkit.db.schema.spec.TaskSpec`` whose table has ``location_rows``."""
         return cls(label_lag_us=int(task.label_lag_us), strict=bool(task.strict),
                    static=bool(task.static), split=task.split, val_from=task.val_from_us,
                    test_from=task.test_from_us,

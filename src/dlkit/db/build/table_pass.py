@@ -4,7 +4,7 @@ Record batches are decoded on Arrow's threads, a reader thread ahead of this one
 the time column gives the row times; foreign keys are resolved to global parent ids (null ->
 no edge; dangling -> counted, then dropped or an error) and appended to the graph, on a
 helper thread, in batch order; meanwhile every feature column is converted and appended to
-its files (``dlkit.db.columns``, text ids by ``dlkit.db.texts``) and task seeds are appended
+its files (``dlkit.db.build.columns``, text ids by ``dlkit.db.build.texts``) and task seeds are appended
 as their rows go by.
 """
 
@@ -20,20 +20,20 @@ import numpy as np
 import pyarrow as pa
 
 from dlkit.db import format as fmt
-from dlkit.db.columns import ColumnWriter
-from dlkit.db.convert import to_micros
-from dlkit.db.graph_writer import GraphWriter
-from dlkit.db.hashing import Hasher
-from dlkit.db.keys import KeyIndex, PrimaryKeys
+from dlkit.db.build.columns import ColumnWriter
+from dlkit.db.build.convert import to_micros
+from dlkit.db.build.graph_writer import GraphWriter
+from dlkit.db.build.hashing import Hasher
+from dlkit.db.build.keys import KeyIndex, PrimaryKeys
+from dlkit.db.build.plan import TablePlan, check_rows, where
+from dlkit.db.build.report import Progress
+from dlkit.db.build.scratch import Arrays, empty_small_pages
+from dlkit.db.build.source import ReadJob
+from dlkit.db.build.tasks import TaskWriter
+from dlkit.db.build.texts import TextStore
 from dlkit.db.metadata_records import TaskMetadata
-from dlkit.db.plan import TablePlan, check_rows, where
-from dlkit.db.report import Progress
-from dlkit.db.schema import Schema
-from dlkit.db.scratch import Arrays, empty_small_pages
-from dlkit.db.source import ReadJob
-from dlkit.db.task_rules import timeless_warning
-from dlkit.db.tasks import TaskWriter
-from dlkit.db.texts import TextStore
+from dlkit.db.schema.spec import Schema
+from dlkit.db.schema.task_rules import timeless_warning
 from dlkit.errors import DataError
 from dlkit.text import counted
 

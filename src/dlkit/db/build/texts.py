@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 from dlkit.db import format as fmt
-from dlkit.db.columns import apply_mapping, map_dictionary
-from dlkit.db.embed import EMBED_CHUNK, embed_texts
-from dlkit.db.hashing import Hasher
+from dlkit.db.build.columns import apply_mapping, map_dictionary
+from dlkit.db.build.embed import EMBED_CHUNK, embed_texts
+from dlkit.db.build.hashing import Hasher
 
 
 class TextStore:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlkit.db import format as fmt
-from dlkit.db.checks import Checks, Stop
 from dlkit.db.manifest import HashJob, database_hash, list_files, parse_manifest
+from dlkit.db.read.checks import Checks, Stop
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular
 

@@ -11,11 +11,11 @@ import pyarrow as pa
 
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
-from dlkit.db.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
-from dlkit.db.hashing import Hasher
-from dlkit.db.plan import TablePlan, check_rows, where
-from dlkit.db.report import Progress
-from dlkit.db.scratch import Arrays
+from dlkit.db.build.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
+from dlkit.db.build.hashing import Hasher
+from dlkit.db.build.plan import TablePlan, check_rows, where
+from dlkit.db.build.report import Progress
+from dlkit.db.build.scratch import Arrays
 from dlkit.errors import DataError
 
 Allocate = Callable[[np.dtype, int], np.ndarray]  # ``empty(dtype, n)``

@@ -35,7 +35,7 @@ optional time column, column exclusions and semantic-type overrides, and the tas
 The full format, with an example per feature, is in docs/schema.md.
 
 Parsing checks the file's own consistency (names, references between tables, tasks); checks
-against the Parquet data happen when the input is scanned (``dlkit.db.source``).
+against the Parquet data happen when the input is scanned (``dlkit.db.build.source``).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlkit.db.checks import MAX_DATABASE_ID
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
+from dlkit.db.read.checks import MAX_DATABASE_ID
 from dlkit.errors import SchemaError
 from dlkit.files import read_regular
 

@@ -30,8 +30,8 @@ Every failure names the file and the check; open_database runs none of the full 
 
 **Speed.** ``manifest.json`` is read once; the files' hashes start on a thread pool (one
 thread per core, largest file first) before the structure checks' kernels load numba, and
-run beside those checks (:func:`dlkit.db.file_checks.begin_checks`,
-:func:`dlkit.db.reader.inspect_database`); the failures still come in the order of a
+run beside those checks (:func:`dlkit.db.read.file_checks.begin_checks`,
+:func:`dlkit.db.read.reader.inspect_database`); the failures still come in the order of a
 sequential run. The transpose and child times are screened by a keyed hash of both CSR
 directions' edges (:mod:`dlkit.core.integrity`); the exact checks run only to name a
 difference. No check copies a file into anonymous memory.
@@ -57,9 +57,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlkit.db.checks import Failure
-from dlkit.db.file_checks import begin_checks
 from dlkit.db.format import MANIFEST_FILE
+from dlkit.db.read.checks import Failure
+from dlkit.db.read.file_checks import begin_checks
 from dlkit.errors import DatabaseError
 
 ATTEMPTS = 5  # versions read before giving up on a database that keeps being replaced
@@ -124,7 +124,7 @@ def _replaced(root: Path, fd: int) -> bool:
 
 def _verify_once(root: Path, shown: Path, started: float) -> VerifyReport:
     begun = begin_checks(root, verify_hashes=True)
-    from dlkit.db.reader import inspect_database  # loads numba while the files hash
+    from dlkit.db.read.reader import inspect_database  # loads numba while the files hash
 
     found = inspect_database(root, begun=begun)
     total = 0

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
-from dlkit.db.embed import EMBED_CHUNK, embed_texts
-from dlkit.db.hashing import Hasher
+from dlkit.db.build.embed import EMBED_CHUNK, embed_texts
+from dlkit.db.build.hashing import Hasher
+from dlkit.db.build.plan import ColumnPlan, TablePlan
+from dlkit.db.build.report import Progress, StageReport
 from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
 from dlkit.db.metadata_records import (
     ColumnMetadata,
@@ -19,9 +21,7 @@ from dlkit.db.metadata_records import (
     TaskMetadata,
     metadata_bytes,
 )
-from dlkit.db.plan import ColumnPlan, TablePlan
-from dlkit.db.report import Progress, StageReport
-from dlkit.db.schema import Schema
+from dlkit.db.schema.spec import Schema
 
 
 def category_text(value: Any) -> str:

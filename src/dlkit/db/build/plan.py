@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlkit.db import format as fmt
-from dlkit.db.arrow_types import (
+from dlkit.db.build.convert import unique_values
+from dlkit.db.build.source import TableSource, resolve_table_locations
+from dlkit.db.schema.arrow_types import (
     ALLOWED_STYPES,
     CATEGORICAL_MAX_DISTINCT,
     KEY_FAMILIES,
     infer_stype,
     type_family,
 )
-from dlkit.db.convert import unique_values
-from dlkit.db.schema import Schema
-from dlkit.db.source import TableSource, resolve_table_locations
+from dlkit.db.schema.spec import Schema
 from dlkit.errors import DataError, SchemaError
 
 

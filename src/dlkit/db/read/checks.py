@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
-from dlkit.db.task_rules import OPTIONAL_TASK_KEYS
+from dlkit.db.schema.task_rules import OPTIONAL_TASK_KEYS
 from dlkit.encoding import is_utf8
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular

@@ -10,8 +10,8 @@ allocation), so no kernel can read out of bounds on a corrupt database; a failur
 SHA-256 of the manifest. :func:`check_database` (used by ``dlkit verify``) runs the *full*
 checks as well and collects every failure instead of stopping at the first.
 
-The objects returned live in :mod:`dlkit.db.mapped`, the failure bookkeeping and the metadata
-validation in :mod:`dlkit.db.checks`; both are re-exported here.
+The objects returned live in :mod:`dlkit.db.read.mapped`, the failure bookkeeping and the metadata
+validation in :mod:`dlkit.db.read.checks`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -28,14 +28,17 @@ from dlkit.core import csr, integrity
 from dlkit.core import keys as kk
 from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import format as fmt
-from dlkit.db.checks import (
+from dlkit.db.build.keys import check_unique_ints
+from dlkit.db.manifest import list_files
+from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
+from dlkit.db.read.checks import (
     Checks,
     Failure,
     Stop,
     check_metadata_rules,
     load_json,
 )
-from dlkit.db.file_checks import (
+from dlkit.db.read.file_checks import (
     FilesChecked,
     Listing,
     begin_checks,
@@ -44,11 +47,8 @@ from dlkit.db.file_checks import (
     require_directory,
     start_hashing,
 )
-from dlkit.db.graph_checks import GraphChecks
-from dlkit.db.keys import check_unique_ints
-from dlkit.db.manifest import list_files
-from dlkit.db.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
-from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
+from dlkit.db.read.graph_checks import GraphChecks
+from dlkit.db.read.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
 from dlkit.errors import DataError
 
 __all__ = ["CheckReport", "ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",

@@ -37,11 +37,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlkit.db.arrow_types import infer_stype, type_family
+from dlkit.db.build.plan import infer_string_column
+from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.db.format import path_name_problem
-from dlkit.db.plan import infer_string_column
-from dlkit.db.schema import SPLIT_NAMES, Schema, TableSpec, TaskSpec, render_duration, render_schema
-from dlkit.db.source import DEFAULT_BATCH_ROWS, TableSource
+from dlkit.db.schema.arrow_types import infer_stype, type_family
+from dlkit.db.schema.spec import (
+    SPLIT_NAMES,
+    Schema,
+    TableSpec,
+    TaskSpec,
+    render_duration,
+    render_schema,
+)
 from dlkit.errors import SchemaError
 
 # The metadata keys RelBench's Table.save writes (JSON values).

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from dlkit.db import format as fmt
-from dlkit.db.checks import Checks
 from dlkit.db.metadata_records import DatabaseMetadata
-from dlkit.db.task_rules import TaskRules
+from dlkit.db.read.checks import Checks
+from dlkit.db.schema.task_rules import TaskRules
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
 

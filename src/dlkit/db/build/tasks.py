@@ -8,11 +8,11 @@ import numpy as np
 
 from dlkit.core.stats import gather_seeds, remap_ids
 from dlkit.db import format as fmt
-from dlkit.db.hashing import Hasher
+from dlkit.db.build.hashing import Hasher
+from dlkit.db.build.plan import ColumnPlan
+from dlkit.db.build.scratch import Arrays
 from dlkit.db.metadata_records import TaskMetadata
-from dlkit.db.plan import ColumnPlan
-from dlkit.db.scratch import Arrays
-from dlkit.db.task_rules import TaskRules
+from dlkit.db.schema.task_rules import TaskRules
 
 
 class TaskWriter:

@@ -1,7 +1,7 @@
 """``dlkit schema infer``: draft a ``dlkit.toml`` from a directory of Parquet files.
 
 A directory in RelBench's layout (``db/<table>.parquet`` with RelBench's key metadata, tasks
-under ``tasks/``) is read exactly, keys and tasks included (:mod:`dlkit.db.relbench`). Any
+under ``tasks/``) is read exactly, keys and tasks included (:mod:`dlkit.db.schema.relbench`). Any
 other directory gets a draft for a person to review:
 
 * tables: every ``*.parquet`` file (table = file stem) and every directory holding Parquet
@@ -30,7 +30,7 @@ Sampling keeps inference fast on large tables: each key-kind column is read in a
 ``READ_ROWS`` rows (whole row groups spread over the table), of which ``SAMPLE_ROWS`` evenly
 spaced values are its sample. Only a column with no null in what was read and no repeat in
 its sample is read whole: to prove it unique and index it, with the kernels preprocess uses
-for primary keys (:class:`dlkit.db.keys.KeyIndex`); every other column's sample is then
+for primary keys (:class:`dlkit.db.build.keys.KeyIndex`); every other column's sample is then
 looked up in that index. docs/schema.md gives the measured speed.
 """
 
@@ -46,13 +46,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlkit.db.arrow_types import KEY_FAMILIES, infer_stype, type_family
-from dlkit.db.convert import to_int_keys
+from dlkit.db.build.convert import to_int_keys
+from dlkit.db.build.keys import KeyIndex
+from dlkit.db.build.plan import infer_string_column
+from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
 from dlkit.db.format import path_name_problem
-from dlkit.db.keys import KeyIndex
-from dlkit.db.plan import infer_string_column
-from dlkit.db.schema import Schema, TableSpec, render_schema
-from dlkit.db.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
+from dlkit.db.schema.arrow_types import KEY_FAMILIES, infer_stype, type_family
+from dlkit.db.schema.spec import Schema, TableSpec, render_schema
 from dlkit.errors import DataError, InvalidArgumentError, SchemaError
 
 # A reference may dangle: real reference tables miss some codes (a flights table's tail
@@ -418,9 +418,9 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
     """``(draft schema, TOML text)`` for the Parquet tables in ``input_dir``.
 
     A RelBench dataset gives its exact schema (``tasks``: the RelBench tasks to take,
-    default all; see :func:`dlkit.db.relbench.relbench_schema`).
+    default all; see :func:`dlkit.db.schema.relbench.relbench_schema`).
     """
-    from dlkit.db.relbench import relbench_db_dir, relbench_schema
+    from dlkit.db.schema.relbench import relbench_db_dir, relbench_schema
 
     root = Path(input_dir)
     if not root.is_dir():
