@@ -74,7 +74,8 @@ def manifest(
     out: Path = typer.Option(Path("run.json"), "--out", "-o",
                              help="Manifest file to write (atomically); an existing one only with --overwrite."),
     overwrite: bool = typer.Option(False, "--overwrite",
-                                   help="Replace an existing --out (a symbolic link is replaced itself, never the file it names)."),
+                                   help="Replace an existing --out (a symbolic link is replaced "
+                                        "itself, never the file it names)."),
     split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
@@ -208,7 +209,9 @@ def show(
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Accepted for uniformity: show prints only data (the sequence) on stdout."),  # noqa: ARG001
+    quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
+                               help="Accepted for uniformity: show prints only data (the "
+                                    "sequence) on stdout."),
 ) -> None:
     """Show one seed's sequence as a table: visited rows, their cells, the masked target.
 
