@@ -123,6 +123,8 @@ def split_codes_by_rule(task: Any, split_seed: int, ratios: SplitRatios) -> np.n
     table's train, val and test rows its anchor row is)."""
     rules = rules_of(task)
     if rules.split == "time":
+        assert rules.val_from is not None and rules.test_from is not None, \
+            "a time split has both cut-offs"
         obs = np.asarray(task.obs_time, dtype=np.int64)
         return ((obs >= np.int64(rules.val_from)).astype(np.int8)
                 + (obs >= np.int64(rules.test_from)).astype(np.int8))
