@@ -16,6 +16,8 @@ from dlkit.cli.params import check_rank
 from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode
 
 if TYPE_CHECKING:  # imported by the command: it loads the kernels (see dlkit._lazy)
+    from rich.progress import TaskID
+
     from dlkit.bench.report import BenchReport, RunResult
 
 PANEL = "Performance"
@@ -169,7 +171,7 @@ def bench(
         report = run_bench(request)
     else:
         with progress() as bar:
-            tasks: dict[str, int] = {}
+            tasks: dict[str, TaskID] = {}
 
             def on_progress(phase: str, done: int, total: int) -> None:
                 if phase not in tasks:

@@ -18,6 +18,8 @@ from dlkit.cli.params import check_output_file, check_rank, positive_uint64, uin
 from dlkit.text import counted
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
+    from rich.console import JustifyMethod
+
     from dlkit.sampler.splits import SplitRatios
 
 PANEL = "Relational sampling"
@@ -233,8 +235,10 @@ def show(
                   f"{view.obs_time}; epoch {view.epoch}; {counted(len(view.rows), 'row')}, "
                   f"{view.num_cells:,}/{counted(view.sequence_length, 'cell')}", highlight=False)
     table = Table(show_lines=False, header_style="bold")
-    for name, justify in (("#", "right"), ("table", "left"), ("key", "left"),
-                          ("time", "left"), ("reached", "left"), ("cells", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"), ("table", "left"), ("key", "left"), ("time", "left"),
+        ("reached", "left"), ("cells", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     for row in view.rows:
         cells = Text()

@@ -212,8 +212,8 @@ def verify_golden_command(
     if len(failures) == 1:
         raise next(iter(failures.values()))
     if failures:  # each in the order given, then the verdict, which a mismatch decides
-        for exc in failures.values():
-            print_error(exc)
+        for failure in failures.values():
+            print_error(failure)
         mismatch = any(isinstance(e, GoldenMismatchError) for e in failures.values())
         verdict = GoldenMismatchError if mismatch else GoldenFileError
         raise verdict(f"{len(failures)} of {len(paths)} golden files failed (above)")
