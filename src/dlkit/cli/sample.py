@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -178,7 +179,7 @@ def verify_golden_command(
         raise InvalidArgumentError(f"no golden files given and none bundled in "
                                    f"{bundled_golden_dir()} (a broken installation?)")
     # Every file is checked: a bad one does not hide the others.
-    documents: dict[Path, dict] = {}
+    documents: dict[Path, dict[str, Any]] = {}
     failures: dict[Path, DlkitError] = {}
     for path in paths:
         try:
