@@ -34,7 +34,8 @@ def write_schema_embeddings(plans: list[TablePlan], embedder: Any, hasher: Hashe
                             progress: Progress, st: StageReport) -> None:
     """``column_embeddings.bin`` and ``categorical_embeddings.bin``."""
     columns = [(p, c) for p in plans for c in p.columns]
-    cats = [(c, v) for _p, c in columns if c.stype == fmt.CATEGORICAL for v in c.filled_categories()]
+    cats = [(c, v) for _p, c in columns if c.stype == fmt.CATEGORICAL
+            for v in c.filled_categories()]
     col_texts = [f"{c.name} of {p.name}" for p, c in columns]
     cat_texts = [f"{c.name} is {category_text(v)}" for c, v in cats]
     for name, texts in ((fmt.COLUMN_EMBEDDINGS_FILE, col_texts),

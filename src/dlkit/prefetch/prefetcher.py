@@ -220,7 +220,8 @@ class MultiIteratorPrefetcher:
         assert ready is not None, "best-effort: the producers signal readiness"
         skips = 0
         while True:
-            active = [w for w, length in enumerate(lengths) if length is None or consumed[w] < length]
+            active = [w for w, length in enumerate(lengths)
+                      if length is None or consumed[w] < length]
             if not active:
                 raise StopIteration
             limit = min(consumed[w] for w in active) + self.config.max_lead
