@@ -131,7 +131,7 @@ def generate_parquet(out: Path, rows: int, seed: int = 7) -> None:
         "price": rng.gamma(2.0, 20.0, np_),
         "launched": _times(rng, np_, t0 - 365 * 86400 * 10**6, 365 * 86400),
     }), out / "products.parquet")
-    for name, n, extra in (("orders", no, "status"), ("reviews", nr, "rating")):
+    for name, n in (("orders", no), ("reviews", nr)):
         user = rng.integers(0, nu, n)
         when = signup[user] + rng.integers(0, 400 * 86400 * 10**6, n)
         columns = {f"{name[:-1]}_id": np.arange(n, dtype=np.int64), "user_id": user,

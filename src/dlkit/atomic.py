@@ -34,7 +34,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -101,7 +101,7 @@ class AtomicFiles:
     no part in the commit.
     """
 
-    def __init__(self, targets: list[str | os.PathLike[str]], *, overwrite: bool = True):
+    def __init__(self, targets: Sequence[str | os.PathLike[str]], *, overwrite: bool = True):
         self.targets = [Path(t) for t in targets]
         self.overwrite = overwrite
         self.token = secrets.token_hex(6)

@@ -79,8 +79,9 @@ def test_state_from_another_configuration_is_refused(db):
     with Sampler(db, 0, 1, batch_size=4, num_prefetch=0, **other) as s:
         with pytest.raises(CheckpointError, match="manifest_hash"):
             s.load_state_dict(state)
+        no_config = {k: v for k, v in state.items() if k != "config"}
         for broken in ({}, {**state, "train": {"step": -1, "cursors": {}}},
-                       {**state, "format": "x"}):
+                       {**state, "format": "x"}, no_config, {**state, "config": [1]}):
             with pytest.raises(CheckpointError):
                 s.load_state_dict(broken)
 

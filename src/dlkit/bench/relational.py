@@ -162,9 +162,12 @@ def _sampler_dataloader(db: str, request: BenchRequest, steps: int, consumer_ite
     config = request.prefetch
     with Sampler(db, rank=0, world_size=1, batch_size=request.batch_size,
                  num_prefetch=0) as sampler:
-        loader = DataLoader(_TrainSteps(sampler, steps), batch_size=None,
-                            num_workers=config.num_workers, prefetch_factor=config.buffer_size,
-                            multiprocessing_context="fork")
+        # torch's stub wants a Dataset subclass; a map-style dataset is any object with
+        # __getitem__ and __len__ (this one is defined without importing torch)
+        loader: DataLoader[Any] = DataLoader(
+            _TrainSteps(sampler, steps), batch_size=None,  # type: ignore[arg-type]
+            num_workers=config.num_workers, prefetch_factor=config.buffer_size,
+            multiprocessing_context="fork")
         batches = iter(loader)
         try:
             return _train_loop("torch DataLoader", batches.__next__, request.batch_size,

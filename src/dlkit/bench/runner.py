@@ -206,9 +206,12 @@ def _time_torch(workload: Workload, config: PrefetchConfig, order: list[int],
     except ImportError:
         return None
     name = "torch DataLoader"
-    loader = DataLoader(_StepDataset(workload), batch_size=None, sampler=order,
-                        num_workers=config.num_workers, prefetch_factor=config.buffer_size,
-                        multiprocessing_context="fork")
+    # torch's stub wants a Dataset subclass; a map-style dataset is any object with
+    # __getitem__ and __len__ (this one is defined without importing torch)
+    loader: DataLoader[Any] = DataLoader(
+        _StepDataset(workload), batch_size=None, sampler=order,  # type: ignore[arg-type]
+        num_workers=config.num_workers, prefetch_factor=config.buffer_size,
+        multiprocessing_context="fork")
     consume = workload.consume
     waits, checksums, samples, every, total = [], [], 0, progress_every(len(order)), len(order)
     clock = time.perf_counter

@@ -249,7 +249,7 @@ def batch_checksum(batch: dict[str, np.ndarray]) -> int:
     for key in sorted(batch):
         array = np.ascontiguousarray(batch[key])
         checksum = zlib.crc32(key.encode(), checksum)
-        checksum = zlib.crc32(memoryview(array).cast("B"), checksum)
+        checksum = zlib.crc32(array.data.cast("B"), checksum)
     return checksum
 
 

@@ -16,6 +16,8 @@ from dlkit.cli.params import check_rank
 from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode
 
 if TYPE_CHECKING:  # imported by the command: it loads the kernels (see dlkit._lazy)
+    from rich.progress import TaskID
+
     from dlkit.bench.report import BenchReport, RunResult
 
 PANEL = "Performance"
@@ -66,30 +68,71 @@ def render(report: BenchReport) -> None:
 @app.command(rich_help_panel=PANEL)
 def bench(
     workload: WorkloadKind = typer.Option(None, "--workload", show_default=False,
-                                 help="Default: relational, or gather with --manifest, --trace or --data. relational: dlkit.Sampler train batches of --db (default: the bundled example) feeding a training step; gather: rows from a memory-mapped file in `dlkit sample` order; synthetic: a CPU-bound nogil kernel per batch."),
-    db: Path = typer.Option(None, "--db", help="relational: the database (made by `dlkit preprocess`). Default: the bundled example, preprocessed into a temporary directory."),
-    steps: int = typer.Option(None, "--steps", "-n", min=1, help="Batches to time. Default: 64 (relational), 400 (gather: NextBatch calls; --trace gives its own; synthetic)."),
+                                 help="Default: relational, or gather with --manifest, --trace "
+                                      "or --data. relational: dlkit.Sampler train batches of "
+                                      "--db (default: the bundled example) feeding a training "
+                                      "step; gather: rows from a memory-mapped file in "
+                                      "`dlkit sample` order; synthetic: a CPU-bound nogil "
+                                      "kernel per batch."),
+    db: Path = typer.Option(None, "--db",
+                            help="relational: the database (made by `dlkit preprocess`). "
+                                 "Default: the bundled example, preprocessed into a temporary "
+                                 "directory."),
+    steps: int = typer.Option(None, "--steps", "-n", min=1,
+                              help="Batches to time. Default: 64 (relational), 400 (gather: "
+                                   "NextBatch calls; --trace gives its own; synthetic)."),
     batch_size: int = typer.Option(None, "--batch-size", "-b", min=1,
-                                   help="Sequences (relational) or rows per batch (with --manifest: global_batch_size / world size instead). Default: 32 (relational), 256."),
+                                   help="Sequences (relational) or rows per batch (with "
+                                        "--manifest: global_batch_size / world size instead). "
+                                        "Default: 32 (relational), 256."),
     workers: int = typer.Option(2, "--workers", min=1, help="Producer threads."),
-    buffers_ahead: int = typer.Option(3, "--buffers-ahead", min=1, help="Batches each producer may have ready ahead of the consumer."),
-    policy: Policy = typer.Option(Policy.STRICT, "--policy", help="strict: deterministic round-robin; best-effort: first ready, bounded lead."),
-    shard_mode: ShardMode = typer.Option(ShardMode.INTERLEAVED, "--shard-mode", help="How steps are split over the producers."),
-    drop_remainder: bool = typer.Option(False, "--drop-remainder", help="Give every producer the same number of steps (drops the rest)."),
-    max_lead: int = typer.Option(4, "--max-lead", min=1, help="best-effort: how far a producer may run ahead of the slowest."),
-    compute_ms: float = typer.Option(0.0, "--compute-ms", min=0.0, help="Synthetic nogil compute added to producing each batch, in ms."),
-    consumer_ms: float = typer.Option(0.0, "--consumer-ms", min=0.0, help="Synthetic nogil compute added to consuming each batch (the 'training step'), in ms. relational: 0 means as long as a batch takes to build, measured first."),
-    madvise: bool = typer.Option(False, "--madvise/--no-madvise", help="madvise(MADV_WILLNEED) the pages of each producer's next batch."),
-    data: Path = typer.Option(None, "--data", help="Raw row file to gather from. Default: a temporary file of --rows rows."),
-    rows: int = typer.Option(131_072, "--rows", min=1, help="Rows of the temporary file (raised to cover the order's largest index) and of the default in-memory manifest."),
+    buffers_ahead: int = typer.Option(3, "--buffers-ahead", min=1,
+                                      help="Batches each producer may have ready ahead of the "
+                                           "consumer."),
+    policy: Policy = typer.Option(Policy.STRICT, "--policy",
+                                  help="strict: deterministic round-robin; best-effort: first "
+                                       "ready, bounded lead."),
+    shard_mode: ShardMode = typer.Option(ShardMode.INTERLEAVED, "--shard-mode",
+                                         help="How steps are split over the producers."),
+    drop_remainder: bool = typer.Option(False, "--drop-remainder",
+                                        help="Give every producer the same number of steps "
+                                             "(drops the rest)."),
+    max_lead: int = typer.Option(4, "--max-lead", min=1,
+                                 help="best-effort: how far a producer may run ahead of the "
+                                      "slowest."),
+    compute_ms: float = typer.Option(0.0, "--compute-ms", min=0.0,
+                                     help="Synthetic nogil compute added to producing each "
+                                          "batch, in ms."),
+    consumer_ms: float = typer.Option(0.0, "--consumer-ms", min=0.0,
+                                      help="Synthetic nogil compute added to consuming each "
+                                           "batch (the 'training step'), in ms. relational: 0 "
+                                           "means as long as a batch takes to build, measured "
+                                           "first."),
+    madvise: bool = typer.Option(False, "--madvise/--no-madvise",
+                                 help="madvise(MADV_WILLNEED) the pages of each producer's next "
+                                      "batch."),
+    data: Path = typer.Option(None, "--data",
+                              help="Raw row file to gather from. Default: a temporary file of "
+                                   "--rows rows."),
+    rows: int = typer.Option(131_072, "--rows", min=1,
+                             help="Rows of the temporary file (raised to cover the order's "
+                                  "largest index) and of the default in-memory manifest."),
     row_bytes: int = typer.Option(512, "--row-bytes", min=8, help="Bytes per row."),
-    manifest: Path = typer.Option(None, "--manifest", "-m", help="Run manifest for the index order. Default: an in-memory one over --rows rows."),
-    dataset: str = typer.Option(None, "--dataset", "-d", help="Dataset key in --manifest. Default: its only dataset, or its only train dataset (otherwise name one)."),
+    manifest: Path = typer.Option(None, "--manifest", "-m",
+                                  help="Run manifest for the index order. Default: an in-memory "
+                                       "one over --rows rows."),
+    dataset: str = typer.Option(None, "--dataset", "-d",
+                                help="Dataset key in --manifest. Default: its only dataset, or "
+                                     "its only train dataset (otherwise name one)."),
     world_size: int = typer.Option(1, "--world-size", "-w", min=1, help="Number of ranks of the index order."),
     rank: int = typer.Option(0, "--rank", "-r", min=0, help="The rank whose batches are gathered."),
     stage: str = typer.Option("train", "--stage", metavar="<train|eval|infer>", help="train, eval or infer."),
-    trace: Path = typer.Option(None, "--trace", help="Replay the steps of a trace from `dlkit sample --trace` (needs --manifest)."),
-    torch: bool = typer.Option(True, "--torch/--no-torch", help="Also time torch.utils.data.DataLoader with worker processes, when torch is installed."),
+    trace: Path = typer.Option(None, "--trace",
+                               help="Replay the steps of a trace from `dlkit sample --trace` "
+                                    "(needs --manifest)."),
+    torch: bool = typer.Option(True, "--torch/--no-torch",
+                               help="Also time torch.utils.data.DataLoader with worker "
+                                    "processes, when torch is installed."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
 ) -> None:
@@ -128,7 +171,7 @@ def bench(
         report = run_bench(request)
     else:
         with progress() as bar:
-            tasks: dict[str, int] = {}
+            tasks: dict[str, TaskID] = {}
 
             def on_progress(phase: str, done: int, total: int) -> None:
                 if phase not in tasks:

@@ -18,6 +18,8 @@ from dlkit.cli.params import check_output_file, check_rank, positive_uint64, uin
 from dlkit.text import counted
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
+    from rich.console import JustifyMethod
+
     from dlkit.sampler.splits import SplitRatios
 
 PANEL = "Relational sampling"
@@ -74,7 +76,8 @@ def manifest(
     out: Path = typer.Option(Path("run.json"), "--out", "-o",
                              help="Manifest file to write (atomically); an existing one only with --overwrite."),
     overwrite: bool = typer.Option(False, "--overwrite",
-                                   help="Replace an existing --out (a symbolic link is replaced itself, never the file it names)."),
+                                   help="Replace an existing --out (a symbolic link is replaced "
+                                        "itself, never the file it names)."),
     split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
@@ -208,7 +211,9 @@ def show(
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Accepted for uniformity: show prints only data (the sequence) on stdout."),  # noqa: ARG001
+    quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
+                               help="Accepted for uniformity: show prints only data (the "
+                                    "sequence) on stdout."),
 ) -> None:
     """Show one seed's sequence as a table: visited rows, their cells, the masked target.
 
@@ -230,8 +235,10 @@ def show(
                   f"{view.obs_time}; epoch {view.epoch}; {counted(len(view.rows), 'row')}, "
                   f"{view.num_cells:,}/{counted(view.sequence_length, 'cell')}", highlight=False)
     table = Table(show_lines=False, header_style="bold")
-    for name, justify in (("#", "right"), ("table", "left"), ("key", "left"),
-                          ("time", "left"), ("reached", "left"), ("cells", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"), ("table", "left"), ("key", "left"), ("time", "left"),
+        ("reached", "left"), ("cells", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     for row in view.rows:
         cells = Text()

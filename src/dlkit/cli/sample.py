@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -44,24 +45,36 @@ def sample(
     world_size: int = typer.Option(1, "--world-size", "-w", parser=positive_uint64,
                                    help="Number of ranks; must divide global_batch_size."),
     stage: str = typer.Option("train", "--stage", metavar="<train|eval|infer>",
-                              help="train (the manifest's shuffled order, no repeats; a partial last batch unless the manifest's drop_last), eval or infer (in order, partial last batch)."),
+                              help="train (the manifest's shuffled order, no repeats; a partial "
+                                   "last batch unless the manifest's drop_last), eval or infer "
+                                   "(in order, partial last batch)."),
     start_index: int = typer.Option(None, "--start-index", parser=uint64,
                                     help="Global position in the epoch to start from. Default: 0."),
     resume: Path = typer.Option(None, "--resume", help="Start from the cursor stored in this checkpoint."),
     steps: str = typer.Option("all", "--steps", "-n", metavar="<int|all>",
-                              help="Calls to make: a positive integer (may roll into later epochs), or 'all' for the rest of the epoch."),
+                              help="Calls to make: a positive integer (may roll into later "
+                                   "epochs), or 'all' for the rest of the epoch."),
     fmt: OutputFormat = typer.Option(OutputFormat.TXT, "--format", "-f",
-                                     help="txt: one line per step, indices separated by spaces (empty line for an empty micro-batch); bin: raw little-endian uint64; npy: one 1-D uint64 array."),
+                                     help="txt: one line per step, indices separated by spaces "
+                                          "(empty line for an empty micro-batch); bin: raw "
+                                          "little-endian uint64; npy: one 1-D uint64 array."),
     out: Path = typer.Option(None, "--out", "-o", help="Output file (written atomically). Default: stdout."),
     trace: Path = typer.Option(None, "--trace", help="Also write the CBOR trace (one record per step) here."),
     checkpoint_out: Path = typer.Option(None, "--checkpoint-out",
-                                        help="Write the cursor after the last step to this checkpoint (bound to this manifest: --resume with another one is refused)."),
+                                        help="Write the cursor after the last step to this "
+                                             "checkpoint (bound to this manifest: --resume with "
+                                             "another one is refused)."),
     overwrite: bool = typer.Option(False, "--overwrite",
-                                   help="Replace existing output files (--out, --trace, --checkpoint-out; a symbolic link is replaced itself, never the file it names)."),
+                                   help="Replace existing output files (--out, --trace, "
+                                        "--checkpoint-out; a symbolic link is replaced itself, "
+                                        "never the file it names)."),
     cardinality: int = typer.Option(None, "--cardinality", parser=uint64,
-                                    help="Actual number of rows of the data; a mismatch with the manifest is CARDINALITY_MISMATCH."),
+                                    help="Actual number of rows of the data; a mismatch with the "
+                                         "manifest is CARDINALITY_MISMATCH."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (needs --out)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr (the indices and --json still print)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="No progress bar or summary on stderr (the indices and "
+                                    "--json still print)."),
 ) -> None:
     """Dump this rank's deterministic batch indices (NextBatch_v2, or v3 if the manifest says so).
 
@@ -144,7 +157,9 @@ def verify_golden_command(
     golden: list[Path] = typer.Argument(None, help="Golden files. Default: every golden file bundled with dlkit."),
     full: bool = typer.Option(False, "--full", help="Also digest whole epochs of the large (N = 10^9) streams."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or per-file summary on stderr (failures are still named)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="No progress or per-file summary on stderr (failures are "
+                                    "still named)."),
 ) -> None:
     """Check golden index streams: digests, first indices and sampled positions.
 
@@ -164,7 +179,7 @@ def verify_golden_command(
         raise InvalidArgumentError(f"no golden files given and none bundled in "
                                    f"{bundled_golden_dir()} (a broken installation?)")
     # Every file is checked: a bad one does not hide the others.
-    documents: dict[Path, dict] = {}
+    documents: dict[Path, dict[str, Any]] = {}
     failures: dict[Path, DlkitError] = {}
     for path in paths:
         try:
@@ -198,8 +213,8 @@ def verify_golden_command(
     if len(failures) == 1:
         raise next(iter(failures.values()))
     if failures:  # each in the order given, then the verdict, which a mismatch decides
-        for exc in failures.values():
-            print_error(exc)
+        for failure in failures.values():
+            print_error(failure)
         mismatch = any(isinstance(e, GoldenMismatchError) for e in failures.values())
         verdict = GoldenMismatchError if mismatch else GoldenFileError
         raise verdict(f"{len(failures)} of {len(paths)} golden files failed (above)")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -248,8 +249,9 @@ def _merge_sort(times, ids, a, b, tmp_times, tmp_ids):
                 right = np.int64(src_t[j] < src_t[i])
                 dst_t[k] = src_t[j] if right else src_t[i]
                 dst_i[k] = src_i[j] if right else src_i[i]
+                # branch-free merge; Numba types i and j as int64 (as plain Python, numpy's)
                 j += right
-                i += 1 - right
+                i += 1 - right  # type: ignore[assignment]
                 k += 1
             while i < mid:
                 dst_t[k] = src_t[i]
@@ -318,7 +320,7 @@ def _runs(bucket_start, first: int, last: int, edges: int) -> list[tuple[int, in
     return runs
 
 
-def _parallel(fn, ranges, workers: int | None = None) -> list:
+def _parallel(fn, ranges, workers: int | None = None) -> list[Any]:
     """``fn(*r)`` for every range ``r``, on ``workers`` threads (default: one per range)."""
     if len(ranges) <= 1:
         return [fn(a, b) for a, b in ranges]

@@ -90,7 +90,7 @@ SECTION_ALIGN = 4096
 # largest sections, to build, hash, write and map.
 MAX_INT32_ROWS = 1 << 31
 MAX_INT32_EDGES = (1 << 31) - 1
-INT_DTYPES = {4: np.dtype("<i4"), 8: np.dtype("<i8")}
+INT_DTYPES: dict[int, np.dtype] = {4: np.dtype("<i4"), 8: np.dtype("<i8")}
 _ID = "ids"  # a section of row ids: the graph's id dtype
 _OFFSET = "offsets"  # a section of edge offsets: the graph's offset dtype
 # (name, dtype, length in elements as a function of (num_rows, num_edges)), in file order: the

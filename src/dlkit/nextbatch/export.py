@@ -67,7 +67,7 @@ def export_steps(plan: SamplingPlan, cursor: Cursor, steps: int | None, fmt: Out
         if fmt is OutputFormat.TXT:
             out.write(_text_lines(chunk.indices, chunk.counts))
         else:
-            out.write(memoryview(np.ascontiguousarray(chunk.indices, dtype="<u8")).cast("B"))
+            out.write(np.ascontiguousarray(chunk.indices, dtype="<u8").data.cast("B"))
         if trace is not None:
             for before, indices in zip(chunk.step_cursors(plan), chunk.split()):
                 trace.record(indices, before, plan.advance(before))

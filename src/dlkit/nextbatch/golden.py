@@ -56,7 +56,7 @@ def digest_stream(plan: SamplingPlan, cursor: Cursor, steps: int | None,
     count = 0
     first: list[int] = []
     for chunk in plan.iter_chunks(cursor, steps):
-        hasher.update(memoryview(np.ascontiguousarray(chunk.indices, dtype="<u8")).cast("B"))
+        hasher.update(np.ascontiguousarray(chunk.indices, dtype="<u8").data.cast("B"))
         if len(first) < FIRST_INDICES:
             first.extend(chunk.indices[: FIRST_INDICES - len(first)].tolist())
         count += chunk.indices.shape[0]
@@ -106,7 +106,7 @@ def make_case(manifest: RunManifest, dataset_key: str, stage: Stage | str, *,
     plan = SamplingPlan.create(manifest, dataset_key, 1, 0, stage)
     epochs = sorted({epoch for epoch, _ in starts}) or [0]
     # Evenly spread positions plus both ends: block boundaries and the tail are covered.
-    positions = []
+    positions: list[list[int]] = []  # [epoch, global position, original index]
     for epoch in epochs:
         picks = np.unique(np.linspace(0, plan.epoch_limit - 1, num_positions, dtype=np.float64)
                           .astype(np.uint64)).tolist()

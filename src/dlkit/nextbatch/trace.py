@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import cbor2
 import numpy as np
@@ -112,7 +112,7 @@ class TraceWriter:
         self._samples += int(indices.shape[0])
         self._cursor = cursor_after
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         assert self._stream is not None
         if exc is None or isinstance(exc, NextBatchError):
             if isinstance(exc, NextBatchError):
@@ -237,14 +237,21 @@ def _cursor_field(record: dict[str, Any], name: str, path: Path, where: str) -> 
         raise TraceError(f"record {where}: {name}: {exc.message}", path=path) from None
 
 
+def _recorded(header: dict[str, Any], key: str) -> Any:
+    """A header value as the trace recorded it (None when missing), of any type:
+    SamplingPlan.create checks each one and raises the coded error for a wrong one."""
+    return header.get(key)
+
+
 def replay_trace(path: str | os.PathLike[str], manifest: RunManifest) -> ReplayReport:
     """Recompute every record of the trace at ``path``; raise at the first difference."""
     path = Path(path)
     trace = read_trace(path)
     header = trace.header
     try:
-        plan = SamplingPlan.create(manifest, header.get("dataset_key"), header.get("world_size"),
-                                   header.get("rank"), header.get("stage"))
+        plan = SamplingPlan.create(manifest, _recorded(header, "dataset_key"),
+                                   _recorded(header, "world_size"), _recorded(header, "rank"),
+                                   _recorded(header, "stage"))
     except NextBatchError as exc:
         raise ReplayMismatchError(f"header does not fit the manifest: {exc.code}: {exc.message}",
                                   path=path) from None

@@ -214,10 +214,11 @@ def strict_order(base: IteratorConfig, config: PrefetchConfig,
     remaining = [None if s.length is None else s.length - o for s, o in zip(shards, offsets)]
     active = sum(1 for r in remaining if r is None or r > 0)
     while active:
-        if remaining[w] is None or remaining[w] > 0:
+        left = remaining[w]
+        if left is None or left > 0:
             yield shards[w].position(offsets[w])
             offsets[w] += 1
-            if remaining[w] is not None:
-                remaining[w] -= 1
-                active -= remaining[w] == 0
+            if left is not None:
+                remaining[w] = left - 1
+                active -= left == 1
         w = (w + 1) % n

@@ -198,6 +198,7 @@ class MultiIteratorPrefetcher:
         self._next_worker = (worker + 1) % self._n
         if slot is None:
             return value
+        assert self._pool is not None, "a slot comes from the pool"
         with self._held_lock:
             self._held += 1
         return Lease(position, worker, value, self._pool.buffers[slot], slot, self._release)
@@ -216,9 +217,11 @@ class MultiIteratorPrefetcher:
 
     def _take_best_effort(self) -> tuple[int, Entry]:
         n, consumed, lengths, ready = self._n, self._consumed, self._lengths, self._ready
+        assert ready is not None, "best-effort: the producers signal readiness"
         skips = 0
         while True:
-            active = [w for w in range(n) if lengths[w] is None or consumed[w] < lengths[w]]
+            active = [w for w, length in enumerate(lengths)
+                      if length is None or consumed[w] < length]
             if not active:
                 raise StopIteration
             limit = min(consumed[w] for w in active) + self.config.max_lead
@@ -229,7 +232,8 @@ class MultiIteratorPrefetcher:
                 raise SamplerShutdown("the prefetcher was closed")
             for k in range(n):
                 w = (self._next_worker + k) % n
-                if consumed[w] < limit and (lengths[w] is None or consumed[w] < lengths[w]):
+                length = lengths[w]
+                if consumed[w] < limit and (length is None or consumed[w] < length):
                     entry = workers[w].channel.try_get()
                     if entry is not None:
                         return w, entry
@@ -248,4 +252,5 @@ class MultiIteratorPrefetcher:
     def _release(self, slot: int) -> None:
         with self._held_lock:
             self._held -= 1
+        assert self._pool is not None, "a lease's slot comes from the pool"
         self._pool.release(slot)

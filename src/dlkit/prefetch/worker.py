@@ -63,13 +63,15 @@ class Worker:
             try:
                 if advise is not None and upcoming is not None:
                     advise(upcoming)
-                value = produce(position) if pool is None else produce(position, pool.buffers[slot])
+                # (slot is None exactly when pool is: a slot comes from the pool)
+                value = (produce(position) if pool is None or slot is None
+                         else produce(position, pool.buffers[slot]))
             except BaseException as exc:  # noqa: BLE001 - every failure goes to the consumer
-                if slot is not None:
+                if pool is not None and slot is not None:
                     pool.release(slot)
                 channel.put((position, None, None, exc))
                 return
             if not channel.put((position, value, slot, None)):
-                if slot is not None:
+                if pool is not None and slot is not None:
                     pool.release(slot)
                 return

@@ -307,8 +307,11 @@ class Sampler:
         mine = self._fingerprint()
         theirs = state.get("config")
         if theirs != mine:
+            if not isinstance(theirs, Mapping):  # missing or not a map: every entry differs
+                raise CheckpointError("the state was taken from a different configuration: "
+                                      "config is malformed")
             diffs = [f"{k}: state has {theirs.get(k)!r}, sampler has {v!r}" for k, v in
-                     mine.items() if not isinstance(theirs, Mapping) or theirs.get(k) != v]
+                     mine.items() if theirs.get(k) != v]
             raise CheckpointError("the state was taken from a different configuration: "
                                   + "; ".join(diffs or ["config is malformed"]))
         restores = []

@@ -30,6 +30,7 @@ from dlkit.core.records import (
     Visits,
     Walk,
 )
+from dlkit.db.schema.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
 from dlkit.sampler.catalog import (
     CATEGORICAL,
@@ -38,9 +39,8 @@ from dlkit.sampler.catalog import (
     build_catalog,
     readonly_view,
 )
-from dlkit.db.schema.task_rules import TaskRules, rules_of
-from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.hugepages import memory_path
+from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.shared import PrivateMemory, SegmentSizer, SharedSegment, segment_key
 
 MAX_U16_EXTENT = 1 << 16

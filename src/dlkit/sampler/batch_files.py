@@ -107,7 +107,8 @@ class BatchesSummary:
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    # numpy's stub types every keyword of savez as its allow_pickle flag (a bool)
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 

@@ -19,7 +19,7 @@ from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TE
 # the units of the target's input cell (z-scored numbers and times, 0/1 for booleans). A text
 # target (preprocess refuses them; other writers may not) is labelled by its text id, the row
 # of the database's text embeddings.
-LABEL_DTYPES = {NUMERIC: np.dtype(np.float32), BOOLEAN: np.dtype(np.float32),
+LABEL_DTYPES: dict[int, np.dtype] = {NUMERIC: np.dtype(np.float32), BOOLEAN: np.dtype(np.float32),
                 TIMESTAMP: np.dtype(np.float32), CATEGORICAL: np.dtype(np.int64),
                 TEXT: np.dtype(np.int64)}
 

@@ -123,6 +123,8 @@ def split_codes_by_rule(task: Any, split_seed: int, ratios: SplitRatios) -> np.n
     table's train, val and test rows its anchor row is)."""
     rules = rules_of(task)
     if rules.split == "time":
+        assert rules.val_from is not None and rules.test_from is not None, \
+            "a time split has both cut-offs"
         obs = np.asarray(task.obs_time, dtype=np.int64)
         return ((obs >= np.int64(rules.val_from)).astype(np.int8)
                 + (obs >= np.int64(rules.test_from)).astype(np.int8))
@@ -167,7 +169,7 @@ def compute_splits(tasks: Iterable[Any], split_seed: int,
         positions = split_positions(codes, np.zeros(3, dtype=np.int64))
         for p in positions:
             p.setflags(write=False)
-        out.append(TaskSplits(task.name, int(task.index), positions,  # type: ignore[arg-type]
+        out.append(TaskSplits(task.name, int(task.index), positions,
                               split_version(split_seed, ratios, rules_of(task))))
     return tuple(out)
 

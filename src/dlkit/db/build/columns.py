@@ -136,7 +136,7 @@ class ColumnWriter:
             self.values_out = hasher.open(values_rel)
         else:  # provisional ids, renumbered in place by finish
             self.values_out = hasher.open(values_rel)
-            self.ids = arrays.empty(self.dtype, plan.num_rows)
+            self.ids: np.ndarray | None = arrays.empty(self.dtype, plan.num_rows)  # finish frees
             self.pos = 0
         self.last: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -149,6 +149,7 @@ class ColumnWriter:
         if stype == fmt.TIMESTAMP:
             return to_micros(arr, self.where)
         if stype == fmt.CATEGORICAL:
+            assert self.encoder is not None, "a categorical column has its encoder"
             return self.encoder.encode(arr, self.where)
         raise AssertionError("text columns are converted by the TextStore")
 
@@ -157,8 +158,9 @@ class ColumnWriter:
             welford_update(values, valid, self.state)
         if self.encoder is None:
             values = np.ascontiguousarray(values, dtype=self.dtype)
-            self.values_out.write(memoryview(values).cast("B"))
+            self.values_out.write(values.data.cast("B"))
         else:
+            assert self.ids is not None, "values appended after finish"
             self.ids[self.pos:self.pos + values.shape[0]] = values
             self.pos += values.shape[0]
         self.bitmap.write(valid)
@@ -176,6 +178,7 @@ class ColumnWriter:
             self.values_out.close()
             return None
         col.categories, final = self.encoder.finish()
+        assert self.ids is not None, "finish called twice"
         remap_ids(self.ids[:self.pos], final)
         self.values_out.write(self.ids[:self.pos], bounded=False)
         self.values_out.close()

@@ -34,6 +34,7 @@ from dlkit.db.build.plan import TablePlan
 from dlkit.db.build.scratch import Arrays, populate
 
 ROW_TABLE_BLOCK = 1 << 20
+_FINISHED = "the graph writer is used before finish, which releases its arrays"
 
 
 class GraphWriter:
@@ -50,17 +51,19 @@ class GraphWriter:
         # Asked for first: the only array written at random (an increment per edge), so
         # the one to keep in memory when the budget cannot hold them all; every other one
         # is written in order, or in a few thousand sequential runs (the transpose).
-        self.child_offsets = arrays.zeros(self.offset_dtype, self.num_rows + 1)
-        self.parent_offsets = arrays.empty(self.offset_dtype, self.num_rows + 1)
-        self.parent_ids = arrays.empty(self.id_dtype, max_edges)
-        self.parent_offsets[0] = 0
+        # (Every array is released by finish: None from then on.)
+        self.child_offsets: np.ndarray | None = arrays.zeros(self.offset_dtype, self.num_rows + 1)
+        parent_offsets = arrays.empty(self.offset_dtype, self.num_rows + 1)
+        parent_offsets[0] = 0
+        self.parent_offsets: np.ndarray | None = parent_offsets
+        self.parent_ids: np.ndarray | None = arrays.empty(self.id_dtype, max_edges)
         self.num_edges = 0
-        self.row_times = arrays.empty(np.int64, self.num_rows)
+        self.row_times: np.ndarray | None = arrays.empty(np.int64, self.num_rows)
         self.size = 0
         # The transpose's output and its largest temporary.
-        self.child_ids = arrays.empty(self.id_dtype, max_edges)
-        self.child_times = arrays.empty(np.int64, max_edges)
-        self.local_parent = arrays.empty(np.uint16, max_edges)
+        self.child_ids: np.ndarray | None = arrays.empty(self.id_dtype, max_edges)
+        self.child_times: np.ndarray | None = arrays.empty(np.int64, max_edges)
+        self.local_parent: np.ndarray | None = arrays.empty(np.uint16, max_edges)
         # Every page faulted in on a helper thread while the first tables stream by (the
         # foreign-key thread idles until a table with foreign keys comes), in order of first
         # use, instead of by the threads that write them (or by the graph stage's prefix
@@ -75,12 +78,14 @@ class GraphWriter:
         """The rows of a table without foreign keys (numpy, not a kernel: the first table's
         pass comes before the kernels are loaded, and must not wait for them)."""
         start = plan.row_offset + 1
+        assert self.parent_offsets is not None, _FINISHED
         self.parent_offsets[start:start + plan.num_rows] = self.num_edges
 
     def append(self, parents: np.ndarray, first_row: int) -> None:
         """Rows ``first_row..`` (global ids) with ``parents`` (``int64[K, n]``, -1 for none;
         stored as the graph's id dtype, which holds every row id)."""
         first_edge = self.num_edges
+        assert self.parent_ids is not None and self.child_offsets is not None, _FINISHED
         self.num_edges = csr.append_parent_csr(parents, first_row, first_edge,
                                                self.parent_offsets, self.parent_ids)
         csr.count_in_degrees(self.parent_ids[first_edge:self.num_edges], self.child_offsets)
@@ -93,11 +98,14 @@ class GraphWriter:
         out = self.hasher.open(fmt.GRAPH_FILE)
         out.write(fmt.graph_header(V, E, len(self.plans), self.id_dtype, self.offset_dtype),
                   bounded=False)
-        parent_offsets, parent_ids = self.parent_offsets, self.parent_ids[:E]
+        parent_offsets, parent_ids, row_times = self.parent_offsets, self.parent_ids, self.row_times
+        assert parent_offsets is not None and parent_ids is not None and row_times is not None, \
+            _FINISHED
+        parent_ids = parent_ids[:E]
         self.parent_offsets = self.parent_ids = None
         _write_section(out, layout, "parent_offsets", parent_offsets)
         _write_section(out, layout, "parent_ids", parent_ids)
-        _write_section(out, layout, "row_times", self.row_times)
+        _write_section(out, layout, "row_times", row_times)
         out.write(bytes(layout["row_table"][0] - out.size), bounded=False)
         for plan in self.plans:  # each table's index, repeated: one small array per table
             block = np.full(max(1, min(plan.num_rows, ROW_TABLE_BLOCK)), plan.index, dtype="<i4")
@@ -105,7 +113,9 @@ class GraphWriter:
                 out.write(block[:min(block.size, plan.num_rows - start)], bounded=False)
         child_offsets, self.child_offsets = self.child_offsets, None
         self.populated.join()
-        child_ids, child_times = self.child_ids[:E], self.child_times[:E]
+        child_ids, child_times = self.child_ids, self.child_times
+        assert child_offsets is not None and child_ids is not None and child_times is not None
+        child_ids, child_times = child_ids[:E], child_times[:E]
         local_parent, self.child_ids, self.child_times, self.local_parent = (
             self.local_parent, None, None, None)
         ids_at, times_at = layout["child_ids"][0], layout["child_times"][0]
@@ -117,7 +127,7 @@ class GraphWriter:
             out.write_ahead(child_times[lo:hi], times_at + lo * child_times.itemsize)
 
         unsorted = csr.transpose_csr(
-            parent_offsets, parent_ids, self.row_times, child_offsets, child_ids, child_times,
+            parent_offsets, parent_ids, row_times, child_offsets, child_ids, child_times,
             empty=self.arrays.empty, counted=True, local_parent=local_parent,
             offsets_ready=lambda: _write_section(out, layout, "child_offsets", child_offsets),
             range_ready=range_ready)

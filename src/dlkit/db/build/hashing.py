@@ -81,7 +81,7 @@ class Hasher:
         self.direct = direct and _O_DIRECT != 0
         # page aligned; used by the writing thread only
         self.stage_map = mmap.mmap(-1, STAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.stage = np.frombuffer(self.stage_map, dtype=np.uint8)
+        self.stage: np.ndarray | None = np.frombuffer(self.stage_map, dtype=np.uint8)
         self.max_backlog = max_backlog
         self.backlog = 0
         self.cond = threading.Condition()
@@ -250,7 +250,7 @@ class HashedFile:
             return
         start = offset + skip
         self.ahead.append((start, start + length))
-        part = memoryview(data).cast("B")[skip:skip + length]
+        part = data.data.cast("B")[skip:skip + length]
         self.hasher._queue(self, part, bounded=False,
                            store=lambda view: self._write_blocks(view, start))
 
@@ -296,6 +296,7 @@ class HashedFile:
                 self._write_blocks(part[:pos])
         # numpy copies release the GIL (a memoryview copy would hold it for the whole block)
         stage = self.hasher.stage
+        assert stage is not None, "the hasher is open while its files are"
         while pos < data.size:
             held = len(self.carry)
             stage[:held] = np.frombuffer(self.carry, dtype=np.uint8)
@@ -304,7 +305,7 @@ class HashedFile:
             pos += take
             filled = held + take
             aligned = filled - filled % ALIGN
-            block = memoryview(stage[:aligned])
+            block = stage[:aligned].data
             self._write_blocks(block)
             block.release()
             self.carry = stage[aligned:filled].tobytes()

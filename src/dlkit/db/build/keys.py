@@ -141,6 +141,7 @@ class PrimaryKeys:
     table is complete (their offsets need the whole column)."""
 
     def __init__(self, plan: TablePlan, hasher: Hasher, arrays: Arrays):
+        assert plan.primary_key is not None, "only a table with a primary key has keys"
         self.plan = plan
         self.arrays = arrays
         self.where = where(plan.name, plan.primary_key)
@@ -149,7 +150,8 @@ class PrimaryKeys:
         self.pos = 0
         if self.integer:
             self.out = hasher.open(fmt.key_values_file(plan.name))
-            self.keys = arrays.empty(np.int64, plan.num_rows)
+            # released by finish
+            self.keys: np.ndarray | None = arrays.empty(np.int64, plan.num_rows)
             self.bounds = (0, 0)
         else:
             self.chunks: list[pa.Array] = []
@@ -160,6 +162,7 @@ class PrimaryKeys:
             row = self.pos + int(np.flatnonzero(~valid_mask(arr))[0])
             raise DataError(f"{self.where}: null primary key at row {row}")
         if self.integer:
+            assert self.keys is not None, "a key added after finish"
             chunk = self.keys[self.pos:self.pos + len(arr)]
             chunk[:] = to_int_keys(arr, self.where)[0]
             # the keys stay in memory until finish: queued without a copy (page aligned
@@ -181,6 +184,7 @@ class PrimaryKeys:
         only kept when a foreign key refers to the table (``referenced``)."""
         if self.integer:
             self.out.close()
+            assert self.keys is not None, "finish called twice"
             keys, self.keys = self.keys[:self.pos], None
             if not referenced:
                 if self.pos:
@@ -193,13 +197,15 @@ class PrimaryKeys:
                  else pa.array([], type=pa.large_string()))
         self.chunks = []
         index = KeyIndex.build_str(array, self.where, self.arrays.empty)
-        base = int(index.offsets[0])
-        end = int(index.offsets[-1])
+        offsets, data = index.offsets, index.data
+        assert offsets is not None and data is not None, "build_str sets both"
+        base = int(offsets[0])
+        end = int(offsets[-1])
         with self.hasher.open(fmt.key_offsets_file(self.plan.name)) as f:
-            f.write((index.offsets - base).astype("<i8"))
+            f.write((offsets - base).astype("<i8"))
         with self.hasher.open(fmt.key_values_file(self.plan.name)) as f:
-            f.write(index.data[base:end])
-        return (index if referenced else None), index.offsets.nbytes + end - base
+            f.write(data[base:end])
+        return (index if referenced else None), offsets.nbytes + end - base
 
 
 def read_primary_keys(plan: TablePlan, batch_rows: int, hasher: Hasher, progress: Progress,
@@ -208,8 +214,10 @@ def read_primary_keys(plan: TablePlan, batch_rows: int, hasher: Hasher, progress
     null, no duplicate), write ``key.*``. Returns ``(index, bytes written)``. (A table no
     earlier table refers to gets this done during its own pass instead.)"""
     keys = PrimaryKeys(plan, hasher, arrays)
-    what = f"column {plan.primary_key!r}"
-    for arr in plan.source.iter_column(plan.primary_key, batch_rows):
+    column = plan.primary_key
+    assert column is not None, "only a table with a primary key has keys"
+    what = f"column {column!r}"
+    for arr in plan.source.iter_column(column, batch_rows):
         check_rows(plan, what, keys.pos + len(arr))
         keys.add(arr)
         progress.advance(len(arr))

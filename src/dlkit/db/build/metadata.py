@@ -34,7 +34,8 @@ def write_schema_embeddings(plans: list[TablePlan], embedder: Any, hasher: Hashe
                             progress: Progress, st: StageReport) -> None:
     """``column_embeddings.bin`` and ``categorical_embeddings.bin``."""
     columns = [(p, c) for p in plans for c in p.columns]
-    cats = [(c, v) for _p, c in columns if c.stype == fmt.CATEGORICAL for v in c.categories]
+    cats = [(c, v) for _p, c in columns if c.stype == fmt.CATEGORICAL
+            for v in c.filled_categories()]
     col_texts = [f"{c.name} of {p.name}" for p, c in columns]
     cat_texts = [f"{c.name} is {category_text(v)}" for c, v in cats]
     for name, texts in ((fmt.COLUMN_EMBEDDINGS_FILE, col_texts),
@@ -49,7 +50,7 @@ def write_schema_embeddings(plans: list[TablePlan], embedder: Any, hasher: Hashe
 
 
 def num_schema_embeddings(plans: list[TablePlan]) -> int:
-    return sum(1 + (len(c.categories) if c.stype == fmt.CATEGORICAL else 0)
+    return sum(1 + (len(c.filled_categories()) if c.stype == fmt.CATEGORICAL else 0)
                for p in plans for c in p.columns)
 
 
@@ -82,7 +83,7 @@ def _column_metadata(c: ColumnPlan) -> ColumnMetadata:
         arrow_type=c.arrow_type, inferred=c.inferred, num_valid=c.num_valid,
         mean=c.mean if stats else None, std=c.std if stats else None,
         cat_emb_start=c.cat_emb_start if categorical else 0,
-        categories=tuple(c.categories) if categorical else None)
+        categories=tuple(c.filled_categories()) if categorical else None)
 
 
 def write_manifest(root: Path, hasher: Hasher, metadata: DatabaseMetadata,

@@ -40,6 +40,11 @@ class ColumnPlan:
     categories: list | None = None
     cat_emb_start: int = 0
 
+    def filled_categories(self) -> list:
+        """A categorical column's categories, once the columns stage has filled them."""
+        assert self.categories is not None, f"column {self.name!r}: categories not filled yet"
+        return self.categories
+
 
 @dataclass
 class ForeignKeyPlan:
@@ -143,19 +148,21 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
             num_rows=src.num_rows, row_offset=offset))
         offset += src.num_rows
     by_name = {p.name: p for p in plans}
-    for plan in plans:
-        for fk in plan.foreign_keys:
+    for table in plans:
+        for fk in table.foreign_keys:
             parent = by_name[fk.parent]
-            child_type = plan.source.column_type(fk.column)
+            # the schema refuses a foreign key to a table without a primary key
+            assert parent.primary_key is not None
+            child_type = table.source.column_type(fk.column)
             if type_family(child_type) != parent.pk_family:
                 raise SchemaError(
-                    f"{where(plan.name, fk.column)}: foreign key has type {child_type}, but the "
+                    f"{where(table.name, fk.column)}: foreign key has type {child_type}, but the "
                     f"primary key {fk.parent}.{parent.primary_key} it refers to has type "
                     f"{parent.source.column_type(parent.primary_key)}")
     for task in schema.tasks:
-        plan = by_name[task.table]
-        if not plan.source.has_column(task.target):
-            raise _missing(plan.source, task.target, f"target of task {task.name!r}")
+        table = by_name[task.table]
+        if not table.source.has_column(task.target):
+            raise _missing(table.source, task.target, f"target of task {task.name!r}")
     return plans
 
 

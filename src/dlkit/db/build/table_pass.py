@@ -79,7 +79,9 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
     tasks = [TaskWriter(task, i, next(c for c in plan.columns if c.name == task.target),
                         ctx.hasher, plan.num_rows, ctx.arrays, plan.source.location_rows)
              for i, task in enumerate(ctx.schema.tasks) if task.table == plan.name]
-    rt = ctx.graph.row_times[plan.row_offset:plan.row_offset + plan.num_rows]
+    row_times = ctx.graph.row_times
+    assert row_times is not None, "table passes run before the graph writer's finish"
+    rt = row_times[plan.row_offset:plan.row_offset + plan.num_rows]
     if plan.time_column is None:
         rt[:] = fmt.NO_TIME
     keys = PrimaryKeys(plan, ctx.hasher, ctx.arrays) if plan.name in ctx.keys_in_pass else None
@@ -134,6 +136,7 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
     warnings = [timeless_warning(task.name, plan.name) for task in ctx.schema.tasks
                 if task.table == plan.name and plan.time_column is None and not task.static]
     if plan.num_null_times:
+        assert plan.time_column is not None, "null times are counted in a time column only"
         warnings.append(f"{where(plan.name, plan.time_column)}: "
                         f"{counted(plan.num_null_times, 'null time')}; those rows get no "
                         "time (always visible)")
@@ -158,6 +161,7 @@ def _convert_batch(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.
                    tasks: list[TaskWriter]) -> None:
     """This thread's share of a batch: primary keys, row times, feature columns, task seeds."""
     if keys is not None:
+        assert plan.primary_key is not None, "only a table with a primary key has keys"
         keys.add(column[plan.primary_key])
     converted = {}
     if plan.time_column is not None:
@@ -177,7 +181,9 @@ def _convert_batch(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.
         for c, (values, valid) in zip(text_cols, encoded):
             writers[c.name].append(values, valid)
     for tw in tasks:
-        values, valid = writers[tw.task.target].last
+        last = writers[tw.task.target].last
+        assert last is not None, "the target column's batch was appended above"
+        values, valid = last
         tw.append(pos, rt[pos:pos + n], values, valid)
 
 

@@ -14,6 +14,8 @@ from dlkit.db.build.scratch import Arrays
 from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.schema.task_rules import TaskRules
 
+_FINISHED = "a task writer takes seeds until its finish, which releases the provisional ids"
+
 
 class TaskWriter:
     """Seeds of one task, appended batch by batch as the table's rows go by.
@@ -36,7 +38,8 @@ class TaskWriter:
         self.categorical = col.stype == fmt.CATEGORICAL
         self.target = hasher.open(fmt.task_file(task.name, "target"))
         if self.categorical:
-            self.provisional = arrays.empty("<f8", num_rows)
+            # kept until finish renumbers and writes them
+            self.provisional: np.ndarray | None = arrays.empty("<f8", num_rows)
         self.num_seeds = 0
         self._ones = np.ones(0, dtype=np.uint8)
         self._spare: dict[str, deque] = {}  # arrays written out, free for the next batch
@@ -45,8 +48,11 @@ class TaskWriter:
         n = valid.shape[0]
         anchor_row = self._buffer("anchor_row", "<i8", n)
         obs_time = self._buffer("obs_time", "<i8", n)
-        target = (self.provisional[self.num_seeds:self.num_seeds + n] if self.categorical
-                  else self._buffer("target", "<f8", n))
+        if self.categorical:
+            assert self.provisional is not None, _FINISHED
+            target = self.provisional[self.num_seeds:self.num_seeds + n]
+        else:
+            target = self._buffer("target", "<f8", n)
         count = int(gather_seeds(valid, start, row_times, values, anchor_row[:n], obs_time[:n],
                                  target[:n]))
         self._write(self.files["anchor_row"], "anchor_row", anchor_row, count)
@@ -76,6 +82,7 @@ class TaskWriter:
         for f in self.files.values():
             f.close()
         if self.categorical:
+            assert self.provisional is not None, _FINISHED
             remap_ids(self.provisional[:self.num_seeds], mapping)
             self.target.write(self.provisional[:self.num_seeds], bounded=False)
             self.provisional = None

@@ -52,8 +52,8 @@ class TextStore:
             self.pending.append(value)
         out = []
         for indices, dictionary, valid, mapping in parts:
-            for j in np.flatnonzero(mapping == -2):
-                mapping[j] = self.ids[dictionary[j]]
+            for k in np.flatnonzero(mapping == -2):
+                mapping[k] = self.ids[dictionary[k]]
             out.append(apply_mapping(indices, mapping, valid, null=0))
         if len(self.pending) >= EMBED_CHUNK:
             self.flush()

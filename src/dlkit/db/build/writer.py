@@ -128,6 +128,7 @@ class _Builder:
         self.num_edges = 0
         self.num_categories = 0
         self.task_meta: list[TaskMetadata] = []
+        self.graph_writer: GraphWriter | None = None  # the tables pass's, until the build ends
 
     @contextmanager
     def _stage(self, name: str, total: int | None, unit: str = "rows") -> Iterator[StageReport]:
@@ -185,6 +186,7 @@ class _Builder:
             for plan in keyed:
                 index, nbytes = read_primary_keys(plan, self.batch_rows, hasher, self.progress,
                                                   arrays)
+                assert index is not None, "referenced (the default): the index is kept"
                 self.indexes[plan.name] = index
                 st.bytes += nbytes
                 st.rows += plan.num_rows
@@ -224,7 +226,7 @@ class _Builder:
                     for col in plan.columns:
                         if col.stype == fmt.CATEGORICAL:
                             col.cat_emb_start = cat_start
-                            cat_start += len(col.categories)
+                            cat_start += len(col.filled_categories())
                     st.rows += plan.num_rows
                     st.columns += len(plan.columns)
                     st.edges += sum(f.num_edges for f in plan.foreign_keys)
@@ -244,14 +246,15 @@ class _Builder:
 
     def graph(self) -> None:
         with self._stage("graph", self.num_edges, "edges") as st:
-            if self.graph_writer.num_edges != self.num_edges:
-                raise AssertionError(f"edge count {self.graph_writer.num_edges} != "
-                                     f"{self.num_edges}")
-            self.unsorted_lists = self.graph_writer.finish()
+            writer = self.graph_writer
+            assert writer is not None, "the tables pass made it"
+            if writer.num_edges != self.num_edges:
+                raise AssertionError(f"edge count {writer.num_edges} != {self.num_edges}")
+            self.unsorted_lists = writer.finish()
             self.progress.advance(self.num_edges)
             st.edges = self.num_edges
             st.rows = self.num_rows
-            st.bytes = self.graph_writer.size
+            st.bytes = writer.size
 
     # -- 5: embeddings ----------------------------------------------------------------------
 

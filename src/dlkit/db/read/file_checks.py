@@ -8,6 +8,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dlkit.db import format as fmt
 from dlkit.db.manifest import HashJob, database_hash, list_files, parse_manifest
@@ -20,7 +21,7 @@ from dlkit.files import read_regular
 class Listing:
     """``manifest.json`` read once and checked against the directory, before any hash."""
 
-    file_map: dict[str, dict]
+    file_map: dict[str, dict[str, Any]]
     recorded: bytes  # the database hash it records
     sized: list[str]  # listed, present, regular and of the listed size: the files to hash
 

@@ -136,6 +136,7 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
     if not ok or len(checks.failures) > failures_before and checks.collect:
         maps.close()
         return None
+    assert graph is not None, "ok: the graph opened"
     return Database(root, meta, file_map, listing.recorded, maps, tuple(tables), graph, tuple(tasks),
                     embeddings, texts)
 
@@ -178,6 +179,7 @@ def _open_graph(meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
     if size < fmt.GRAPH_HEADER_SIZE:
         checks.fail(G, "graph.size", f"{size} bytes: shorter than the {fmt.GRAPH_HEADER_SIZE}-byte "
                     "header", fatal=True)
+    assert mm is not None, "a missing graph file failed its size check"
     magic, version, hsize, rows, edges, tables, id_bytes, offset_bytes = \
         fmt.GRAPH_HEADER.unpack_from(mm, 0)
     if (magic, version, hsize, rows, edges, tables) != (fmt.GRAPH_MAGIC, fmt.FORMAT_VERSION,
@@ -387,6 +389,8 @@ def _check_stats(col: ColumnData, vrel: str, checks: Checks) -> None:
         welford_update(col.values[a:b], valid, state)
     mean, std = column_stats(state)
     scale = abs(mean) + std
+    # the metadata checks require both of a numeric or timestamp column
+    assert col.mean is not None and col.std is not None
     if not (abs(float(col.mean) - mean) <= STATS_RTOL * scale
             and abs(float(col.std) - std) <= STATS_RTOL * std):
         checks.fail(vrel, "column.stats", f"metadata says mean {col.mean!r}, std {col.std!r}; "

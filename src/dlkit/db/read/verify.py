@@ -56,6 +56,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dlkit.db.format import MANIFEST_FILE
 from dlkit.db.read.checks import Failure
@@ -75,7 +76,7 @@ class VerifyReport:
     seconds: float
     failures: list[Failure] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path, "ok": self.ok, "database_hash": self.database_hash,
             "files": self.files, "bytes": self.bytes, "seconds": self.seconds,

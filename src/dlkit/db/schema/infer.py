@@ -450,9 +450,10 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
         pk_guess = keys.primary.get(tname)
         pk = pk_guess.column if pk_guess is not None else None
         if pk_guess is not None:
-            notes[(tname, pk)] = pk_guess.reason
+            notes[(tname, pk_guess.column)] = pk_guess.reason
         fks = []
         for g in keys.foreign.get(tname, []):
+            assert g.parent is not None, "a foreign key guess names its parent"
             fks.append((g.column, g.parent))
             notes[(tname, g.column)] = g.reason
         fk_cols = {c for c, _ in fks}

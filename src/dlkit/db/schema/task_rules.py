@@ -17,7 +17,7 @@ the rules existed:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from dlkit.db import format as fmt
 
@@ -38,7 +38,7 @@ def rules_of(task: Any) -> TaskRules:
     return rules if rules is not None else TaskRules()
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -55,10 +55,13 @@ class TaskRules:
     @classmethod
     def from_schema(cls, task: Any, location_rows: tuple[int, ...]) -> TaskRules:
         """The rules of a ``dlkit.db.schema.spec.TaskSpec`` whose table has ``location_rows``."""
+        split_rows = None
+        if task.split == "given":  # the table has one location per split
+            train, val, test = location_rows
+            split_rows = (train, val, test)
         return cls(label_lag_us=int(task.label_lag_us), strict=bool(task.strict),
                    static=bool(task.static), split=task.split, val_from=task.val_from_us,
-                   test_from=task.test_from_us,
-                   split_rows=tuple(location_rows) if task.split == "given" else None)
+                   test_from=task.test_from_us, split_rows=split_rows)
 
     def to_metadata(self) -> dict[str, Any]:
         rules: dict[str, Any] = {}
