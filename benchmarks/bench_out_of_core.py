@@ -147,6 +147,8 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    for name in ("db-ram", "db-big"):  # a kept run's databases: rebuilt below
+        shutil.rmtree(work / name, ignore_errors=True)
     need = BYTES_PER_EDGE * (a.edges + a.ram_edges)
     free = shutil.disk_usage(work).free
     if free - need < FREE_AFTER:
