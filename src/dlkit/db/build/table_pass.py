@@ -24,8 +24,8 @@ from dlkit.db.build.columns import ColumnWriter
 from dlkit.db.build.convert import to_micros
 from dlkit.db.build.graph_writer import GraphWriter
 from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.keys import KeyIndex, PrimaryKeys
 from dlkit.db.build.plan import TablePlan, check_rows, where
+from dlkit.db.build.primary_keys import KeyIndex, PrimaryKeys
 from dlkit.db.build.report import Progress
 from dlkit.db.build.scratch import Arrays, empty_small_pages
 from dlkit.db.build.source import ReadJob

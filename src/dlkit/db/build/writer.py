@@ -7,7 +7,7 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    text). Nothing is written before this passes.
 2. ``keys``: the primary keys (checked: no null, no duplicate) of the tables that a table at
    the same or an earlier position refers to, written to ``tables/<t>/key.*``; tables a
-   foreign key refers to keep a key index (``dlkit.db.build.keys``). The other tables' keys are
+   foreign key refers to keep a key index (``dlkit.db.build.primary_keys``). The other tables' keys are
    read the same way during their own pass in stage 3.
 3. ``tables``: one pass per table over all its other columns (``dlkit.db.build.table_pass``), in
    record batches decoded on Arrow's threads by one reader that runs on from table to table up
@@ -77,7 +77,6 @@ from dlkit.db.build.convert import dictionary_parts, to_micros, to_numeric
 from dlkit.db.build.embed import HashedNgramEmbedder, embed_texts, load_embedder
 from dlkit.db.build.graph_writer import GraphWriter
 from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.keys import KeyIndex, check_unique_ints, read_primary_keys
 from dlkit.db.build.metadata import (
     database_metadata,
     num_schema_embeddings,
@@ -85,6 +84,7 @@ from dlkit.db.build.metadata import (
     write_schema_embeddings,
 )
 from dlkit.db.build.plan import TablePlan, infer_string_column, plan_tables, where
+from dlkit.db.build.primary_keys import KeyIndex, check_unique_ints, read_primary_keys
 from dlkit.db.build.report import PreprocessReport, Progress, StageReport, timed_stage
 from dlkit.db.build.scratch import Arrays, default_memory_budget
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, ReadAhead
@@ -295,7 +295,7 @@ class _Builder:
         return digest
 
 
-def _warm_up(embedder: Any, done: threading.Event) -> None:
+def _warm_up(embedder: Any, done: threading.Event, strict: bool = False) -> None:
     """Load every kernel's compiled code (numba's cache) on tiny inputs of the real types
     (strided batch slices, arrays over maps, ...), on a background thread while the input is
     scanned; the first real call then costs nothing. Sets ``done`` at the end."""
@@ -333,8 +333,12 @@ def _warm_up(embedder: Any, done: threading.Event) -> None:
         csr.bucket_histogram(pi, np.int64(0), np.int64(3), 6, np.zeros(1, np.int32),
                              np.zeros((1, 1), np.int64)[0])
         embed_texts(embedder, ["warm up"]) if isinstance(embedder, HashedNgramEmbedder) else None
-    except Exception:  # pragma: no cover - warming up is only an optimisation
-        pass
+    except Exception:
+        # Warming up is only an optimisation, so a build never fails for it; but a kernel
+        # whose signature changed would silently lose its warm-up: the tests call this with
+        # ``strict`` (tests/db/test_warm_up.py), where any failure is raised.
+        if strict:
+            raise
     finally:
         done.set()
 

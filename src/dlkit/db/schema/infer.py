@@ -30,7 +30,7 @@ Sampling keeps inference fast on large tables: each key-kind column is read in a
 ``READ_ROWS`` rows (whole row groups spread over the table), of which ``SAMPLE_ROWS`` evenly
 spaced values are its sample. Only a column with no null in what was read and no repeat in
 its sample is read whole: to prove it unique and index it, with the kernels preprocess uses
-for primary keys (:class:`dlkit.db.build.keys.KeyIndex`); every other column's sample is then
+for primary keys (:class:`dlkit.db.build.primary_keys.KeyIndex`); every other column's sample is then
 looked up in that index. docs/schema.md gives the measured speed.
 """
 
@@ -47,8 +47,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dlkit.db.build.convert import to_int_keys
-from dlkit.db.build.keys import KeyIndex
 from dlkit.db.build.plan import infer_string_column
+from dlkit.db.build.primary_keys import KeyIndex
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
 from dlkit.db.format import path_name_problem
 from dlkit.db.schema.arrow_types import KEY_FAMILIES, infer_stype, type_family
