@@ -2,7 +2,7 @@
 """Benchmark value-based key inference (``dlkit schema infer``) on millions of rows.
 
 Generates (once, cached under --workdir) the five-table flights database of the tests
-(tests/db/infer_data.py: string keys carrier / faa / tailnum / obs_key / id, 15% of tail
+(tests/db/schema/infer_data.py: string keys carrier / faa / tailnum / obs_key / id, 15% of tail
 numbers dangling) with --flights rows in ``flights``, then times in one process:
 
 1. ``sampled``: dlkit's key search (``dlkit.db.schema.infer.probe_columns`` + ``find_keys``): each
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from dlkit.db.build.source import TableSource  # noqa: E402
 from dlkit.db.schema import infer  # noqa: E402
 from dlkit.db.schema.arrow_types import KEY_FAMILIES, type_family  # noqa: E402
-from tests.db.infer_data import FLIGHTS_FOREIGN, FLIGHTS_PRIMARY, write_flights  # noqa: E402
+from tests.db.schema.infer_data import FLIGHTS_FOREIGN, FLIGHTS_PRIMARY, write_flights  # noqa: E402
 
 
 def sampled(sources):

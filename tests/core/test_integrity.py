@@ -1,6 +1,6 @@
 """The one-pass kernels of ``dlkit verify`` (:mod:`dlkit.core.integrity`) against plain numpy:
 the edge screen on random graphs and planted corruptions, columns, row times, ``row_table``
-and tasks. (The string and parent-order kernels are tested in ``tests/db/test_verify_content``.)
+and tasks. (The string and parent-order kernels are tested in ``tests/db/read/test_verify_content``.)
 """
 
 from __future__ import annotations

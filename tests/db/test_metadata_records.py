@@ -3,7 +3,7 @@ give back its ``metadata.json`` byte for byte, the reader opens the same records
 ``from_json`` refuses what the checks refuse, with their messages.
 
 The bytes a build writes are pinned independently by the example database's hash
-(tests/db/test_task_rules.py); here every kind of database a build makes (random tables with
+(tests/db/schema/test_task_rules.py); here every kind of database a build makes (random tables with
 integer, string or no keys, with and without times, text, categorical, boolean and numeric
 columns, null and dangling foreign keys, task tables, given and time splits, label lags,
 strict boundaries, static tasks, categorical targets; the bundled example; the RelBench

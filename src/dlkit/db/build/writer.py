@@ -336,7 +336,7 @@ def _warm_up(embedder: Any, done: threading.Event, strict: bool = False) -> None
     except Exception:
         # Warming up is only an optimisation, so a build never fails for it; but a kernel
         # whose signature changed would silently lose its warm-up: the tests call this with
-        # ``strict`` (tests/db/test_warm_up.py), where any failure is raised.
+        # ``strict`` (tests/db/build/test_warm_up.py), where any failure is raised.
         if strict:
             raise
     finally:

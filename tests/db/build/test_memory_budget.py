@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dlkit.db import preprocess, verify_database
 from dlkit.db.format import MANIFEST_FILE
 
-from .conftest import write_db
+from ..conftest import write_db
 
 
 @st.composite

@@ -13,7 +13,7 @@ import pytest
 from dlkit.db import NO_TIME, HashedNgramEmbedder, open_database, preprocess, verify_database
 from dlkit.db import format as fmt
 
-from .conftest import EXAMPLE, write_db
+from ..conftest import EXAMPLE, write_db
 
 UTC = dt.UTC
 N = 23

@@ -16,7 +16,7 @@ from dlkit.db import format as fmt
 from dlkit.db.manifest import HashJob
 from dlkit.db.read import file_checks, graph_checks, reader
 from dlkit.db.read.checks import Checks, Stop
-from tests.db.test_verify_content import rehash
+from tests.db.read.test_verify_content import rehash
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from dlkit.db import open_database, verify_database
 from dlkit.errors import DatabaseError
-from tests.db.test_verify_content import db, meta_of, write_meta  # noqa: F401 - fixture
+from tests.db.read.test_verify_content import db, meta_of, write_meta  # noqa: F401 - fixture
 
 EDITS = {
     "config dim narrower than the vectors": (

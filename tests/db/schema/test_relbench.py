@@ -31,7 +31,7 @@ from dlkit.db.schema.relbench import (
 from dlkit.db.schema.spec import parse_schema
 from dlkit.errors import SchemaError
 
-from .conftest import REPO
+from ..conftest import REPO
 
 FAKE = REPO / "fixtures" / "relbench_fake"
 ENTITY_TASKS = ["item-churn", "user-churn", "user-ltv"]

@@ -16,7 +16,7 @@ from dlkit.db.build.embed import load_embedder
 from dlkit.db.read import file_checks
 from dlkit.errors import DatabaseError
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "example_db"
+EXAMPLE = Path(__file__).resolve().parents[3] / "fixtures" / "example_db"
 
 
 def _build(out: Path, dim: int, overwrite: bool = False) -> None:

@@ -15,7 +15,7 @@ import pytest
 from dlkit.db import open_database, parse_schema, preprocess
 from dlkit.errors import DataError, OutputError, SchemaError
 
-from .conftest import leftovers, write_db
+from ..conftest import leftovers, write_db
 
 USERS = pa.table({"uid": pa.array(["a", "b", "c"]), "age": [30, 40, None]})
 ORDERS = pa.table({

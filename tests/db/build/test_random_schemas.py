@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dlkit.db import NO_TIME, open_database, preprocess, verify_database
 
-from .conftest import write_db
+from ..conftest import write_db
 
 
 @st.composite

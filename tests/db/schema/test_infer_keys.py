@@ -1,6 +1,6 @@
 """Value-based key inference of `dlkit schema infer` (dlkit.db.schema.infer).
 
-The expected keys are those the generators (tests/db/infer_data.py) build the data from, not
+The expected keys are those the generators (tests/db/schema/infer_data.py) build the data from, not
 anything the inference printed; dangling counts are recomputed with pyarrow.
 """
 

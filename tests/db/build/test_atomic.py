@@ -19,7 +19,7 @@ from dlkit.db import preprocess, verify_database
 from dlkit.db.output import DATABASE
 from dlkit.errors import OutputError
 
-from .conftest import leftovers, write_db
+from ..conftest import leftovers, write_db
 
 pytestmark = pytest.mark.slow
 
