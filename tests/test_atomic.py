@@ -120,7 +120,7 @@ def test_a_signal_during_a_commit_waits_for_its_end(tmp_path):
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         with deferred_interrupts():
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
             order.append("block ran on")
         order.append("after")
     finally:
@@ -160,7 +160,7 @@ def test_a_signal_while_outputs_are_set_up_leaves_nothing(tmp_path, monkeypatch)
 
     def interrupted(path, data):
         real(path, data)
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     monkeypatch.setattr(atomic, "_write_synced", interrupted)
     files = atomic.AtomicFiles([tmp_path / "a", tmp_path / "b"])

@@ -5,8 +5,8 @@ that nothing was left behind, or, after the commit, that the output is complete.
 from __future__ import annotations
 
 import json
-import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -93,7 +93,7 @@ def test_a_rank_out_of_range_is_a_usage_error(db_path, manifest_path, tmp_path, 
 
 
 def _terminate_self(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGTERM)
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
 
 def test_an_interrupt_before_the_commit_is_one_line_and_leaves_nothing(dlkit, manifest_path,

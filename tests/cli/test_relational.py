@@ -160,8 +160,8 @@ def test_batches_takes_an_existing_empty_directory_with_overwrite_as_preprocess_
 
 def test_a_terminated_batches_run_leaves_nothing_beside_its_output(dlkit, db_path, tmp_path,
                                                                    monkeypatch):
-    import os
     import signal
+    import threading
 
     from dlkit.sampler import batch_files
 
@@ -170,7 +170,7 @@ def test_a_terminated_batches_run_leaves_nothing_beside_its_output(dlkit, db_pat
     def terminated_after_one(arrays):
         calls.append(1)
         if len(calls) == 2:  # a batch is on disk in the build directory by now
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
         return real(arrays)
 
     def not_taken(signum, frame):  # without the CLI's handler SIGTERM would end pytest
