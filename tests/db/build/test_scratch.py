@@ -6,6 +6,7 @@ import mmap
 import os
 
 import numpy as np
+import pytest
 
 from dlkit.db.build import scratch
 
@@ -71,3 +72,16 @@ def test_the_budget_counts_live_arrays_and_spills_beyond_it(tmp_path):
     assert arrays.used == 0  # freed: its bytes are the budget's again
     third = arrays.empty(np.int64, (2 << 20) // 8)
     assert not scratch.is_spilled(third) and arrays.peak == 2 << 20
+
+
+def test_a_spill_the_disk_has_no_room_for_is_an_output_error(tmp_path, monkeypatch):
+    from dlkit.errors import OutputError
+
+    def full_disk(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full_disk)
+    arrays = scratch.Arrays(tmp_path / "s", budget=0)
+    with pytest.raises(OutputError, match="No space left on device"):
+        arrays.empty(np.int64, 1 << 20)
+    assert os.listdir(tmp_path / "s") == []  # nothing left behind

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dlkit.errors import OutputError
+
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels refuse it (EINVAL)
 _PAGE = mmap.PAGESIZE
 _POPULATE_CHUNK = 4 << 20
@@ -144,23 +146,25 @@ class Arrays:
             array[...] = 0
         return array
 
-    def full(self, dtype, shape, value) -> np.ndarray:
-        array = self.empty(dtype, shape)
-        array.fill(value)
-        return array
-
     def _freed(self, nbytes: int) -> None:
         with self._lock:
             self.used -= nbytes
 
 
 def _spill_file(scratch: Path, number: int, nbytes: int) -> np.ndarray:
-    """``nbytes`` of zeros in a new scratch file, mapped shared and already unlinked."""
+    """``nbytes`` of zeros in a new scratch file, mapped shared and already unlinked. The
+    file's blocks are reserved first: a write to a mapped page the disk has no room for
+    would kill the process (SIGBUS) instead of raising; a full disk is an error here."""
     scratch.mkdir(exist_ok=True)
     path = scratch / f"spill-{number}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        os.ftruncate(fd, nbytes)
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as exc:
+            raise OutputError(f"cannot reserve {nbytes} bytes of scratch space for working "
+                              f"arrays beyond the memory budget: {exc.strerror or exc} (free "
+                              "disk space, or raise --memory-budget)", path=scratch) from None
         mapped = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED)
     finally:
         os.close(fd)
