@@ -163,8 +163,14 @@ def test_a_signal_while_outputs_are_set_up_leaves_nothing(tmp_path, monkeypatch)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     monkeypatch.setattr(atomic, "_write_synced", interrupted)
-    files = atomic.AtomicFiles([tmp_path / "a", tmp_path / "b"])
-    with pytest.raises(KeyboardInterrupt):
-        with files:
-            raise AssertionError("the block must not run")
+    # Ctrl-C's own handler, whatever this process inherited: Python started as a background
+    # job of a non-interactive shell (a CI script's `cmd &`) leaves SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        files = atomic.AtomicFiles([tmp_path / "a", tmp_path / "b"])
+        with pytest.raises(KeyboardInterrupt):
+            with files:
+                raise AssertionError("the block must not run")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert os.listdir(tmp_path) == []
