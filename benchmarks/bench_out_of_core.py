@@ -83,12 +83,6 @@ print(json.dumps({"setup_s": setup, "rates": rates, "path": s.builder.memory_pat
 """
 
 
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    text = text.strip().upper()
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
-
-
 def watch_anon(pid: int, peak: list[int], done: threading.Event) -> None:
     while not done.is_set():
         try:

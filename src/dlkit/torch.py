@@ -199,19 +199,28 @@ def _check_split(split: Any, task: Any) -> None:
                                    "stream mixes tasks by the sampler's task_weights")
 
 
-class TorchBatches:
-    """A plain iterator of torch batches from ``sampler``: endless train batches
-    (``split="train"``) or one pass of ``Sampler.iter_eval(split, task)``. Same conversion
-    as :func:`to_torch`."""
+class _SplitReader:
+    """What both readers of a sampler's split hold: the sampler, the split (and task), and
+    where the tensors go."""
 
-    def __init__(self, sampler: Any, split: str = "train", *, task: str | int | None = None,
-                 device: Any = None, pin_memory: bool = False):
+    def _bind(self, sampler: Any, split: str, task: str | int | None, device: Any,
+              pin_memory: bool) -> None:
         _check_split(split, task)
         self.sampler = sampler
         self.split = split
         self.task = task
         self.device = _resolve_device(device)
         self.pin_memory = pin_memory
+
+
+class TorchBatches(_SplitReader):
+    """A plain iterator of torch batches from ``sampler``: endless train batches
+    (``split="train"``) or one pass of ``Sampler.iter_eval(split, task)``. Same conversion
+    as :func:`to_torch`."""
+
+    def __init__(self, sampler: Any, split: str = "train", *, task: str | int | None = None,
+                 device: Any = None, pin_memory: bool = False):
+        self._bind(sampler, split, task, device, pin_memory)
         self._pin = _pinning(pin_memory)
         self._numpy = self._source()
 
@@ -227,7 +236,7 @@ class TorchBatches:
         return _convert(next(self._numpy), self.device, self._pin)
 
 
-class SamplerDataset(IterableDataset):
+class SamplerDataset(_SplitReader, IterableDataset):
     """``torch.utils.data.IterableDataset`` over ``sampler``'s ``split`` (see the module
     docstring): each ``iter()`` is the endless train stream from where the sampler stands, or
     a new pass of val/test. Stateful for torchdata's ``StatefulDataLoader``: a train state
@@ -238,12 +247,7 @@ class SamplerDataset(IterableDataset):
     def __init__(self, sampler: Any, split: str = "train", *, task: str | int | None = None,
                  device: Any = None, pin_memory: bool = False):
         super().__init__()
-        _check_split(split, task)
-        self.sampler = sampler
-        self.split = split
-        self.task = task
-        self.device = _resolve_device(device)
-        self.pin_memory = pin_memory
+        self._bind(sampler, split, task, device, pin_memory)
         self._eval_batches = 0  # batches of the current eval pass yielded
         self._eval_skip = 0     # batches a restored eval pass starts after
 
