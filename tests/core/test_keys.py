@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dlkit.core import keys as kk
+from dlkit.db.build.convert import to_string_buffers
 from dlkit.db.build.primary_keys import KeyIndex
 from dlkit.errors import DataError
 
@@ -69,7 +70,7 @@ def test_int_duplicate_named(keys):
 @given(st.lists(st.text(max_size=12), unique=True, max_size=40),
        st.lists(st.text(max_size=12), max_size=40))
 def test_string_index_lookup_matches_dict(pk, fk):
-    index = KeyIndex.build_str(pa.array(pk, pa.string()), "t")
+    index = KeyIndex.build_str(*to_string_buffers(pa.array(pk, pa.string()))[:2], "t")
     probe = pk[::2] + fk + [None]
     out = np.empty(len(probe), dtype=np.int64)
     valid, dangling, _ = index.lookup(pa.array(probe, pa.string()), 0, out, "t")
@@ -146,7 +147,8 @@ def test_forced_collision_duplicate_detected():
 
 def test_string_duplicate_error_names_value():
     with pytest.raises(DataError, match=r"duplicate primary key 'b' \(rows 1 and 3\)"):
-        KeyIndex.build_str(pa.array(["a", "b", "c", "b"]), "table 't', column 'k'")
+        KeyIndex.build_str(*to_string_buffers(pa.array(["a", "b", "c", "b"]))[:2],
+                           "table 't', column 'k'")
 
 
 def test_sparse_int_keys_use_hash_index():

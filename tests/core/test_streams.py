@@ -100,9 +100,9 @@ def test_split_proportions_on_many_seeds():
 @given(st.lists(st.integers(0, 2), max_size=300))
 def test_split_positions_are_each_codes_ascending_positions(codes):
     codes = np.asarray(codes, dtype=np.int8)
-    counts = np.full(3, -5, dtype=np.int64)  # overwritten
-    positions = split_positions(codes, counts)
-    for k in range(3):
-        expected = [i for i, c in enumerate(codes.tolist()) if c == k]
-        assert positions[k].dtype == np.int64 and positions[k].tolist() == expected
-        assert counts[k] == len(expected)
+    for dtype in (np.int32, np.int64):
+        positions = [np.full(codes.tolist().count(k), -5, dtype=dtype) for k in range(3)]
+        split_positions(codes, *positions)
+        for k in range(3):
+            expected = [i for i, c in enumerate(codes.tolist()) if c == k]
+            assert positions[k].tolist() == expected

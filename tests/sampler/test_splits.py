@@ -44,6 +44,8 @@ def test_splits_partition_the_seeds_in_ascending_order(n, index, split_seed):
     assert np.array_equal(everything, np.arange(n))
     for k, positions in enumerate(splits.positions):
         assert np.all(np.diff(positions) > 0)
+        # held for the whole run: 4 bytes a seed, and never changed
+        assert positions.dtype == np.int32 and not positions.flags.writeable
         for p in positions[:20]:
             assert naive.split_of(int(t.anchor_row[p]), index, split_seed,
                                   (0.7, 0.2, 0.1)) == k

@@ -264,3 +264,61 @@ def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, pk_offs
                     s = (s + 1) & (size - 1)
             out[i] = row
     return resolve_rows(out, valid, base)
+
+
+# --- interning: distinct strings numbered as they come ------------------------------------
+
+
+@kernel
+def rehash_strings(old, new):
+    """Every entry of the string table ``old`` into ``new`` (any contents; its size a power
+    of two above twice the entries), each at its hash's slot: a table grown in place of one
+    that filled up."""
+    size = new.shape[0]
+    mask = np.uint64(size - 1)
+    new[:, :] = 0
+    new[:, 1] = -1
+    for t in range(old.shape[0]):
+        if old[t, 1] >= 0:
+            s = np.int64(np.uint64(old[t, 0]) & mask)
+            while new[s, 1] >= 0:
+                s = (s + 1) & (size - 1)
+            new[s, :] = old[t, :]
+
+
+@kernel
+def intern_strings(order, hashes, data, offsets, table, store_data, store_offsets, count, ids):
+    """Intern strings ``order[0], order[1], ...`` of ``data``/``offsets`` (``hashes`` their
+    :func:`hash_strings`): ``ids[i]`` gets the id of string ``i`` in the store
+    ``store_data``/``store_offsets`` of ``count`` strings, indexed by ``table`` (as
+    :func:`hash_index_strings`), a string not yet there being appended with id ``count``,
+    ``count + 1``, ... in turn. The caller reserves room for every string (store capacity,
+    and a table of at least ``table_size`` of the final count). Returns the new count."""
+    size = table.shape[0]
+    mask = np.uint64(size - 1)
+    for k in range(order.shape[0]):
+        i = order[k]
+        h = hashes[i]
+        a = offsets[i]
+        b = offsets[i + 1]
+        s = np.int64(np.uint64(h) & mask)
+        found = -1
+        while table[s, 1] >= 0:
+            j = table[s, 1]
+            if table[s, 0] == h and table[s, 3] == b - a and bytes_equal(
+                    data, a, b, store_data, store_offsets[j], store_offsets[j + 1]):
+                found = j
+                break
+            s = (s + 1) & (size - 1)
+        if found < 0:
+            found = count
+            start = store_offsets[count]
+            store_data[start:start + b - a] = data[a:b]
+            store_offsets[count + 1] = start + b - a
+            table[s, 0] = h
+            table[s, 1] = count
+            table[s, 2] = np.int64(word_at(data, a, b))
+            table[s, 3] = b - a
+            count += 1
+        ids[i] = found
+    return count

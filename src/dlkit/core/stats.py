@@ -120,16 +120,18 @@ def gather_seeds(valid, first_row, row_times, values, anchor_row, obs_time, targ
 
 
 @kernel
-def mark_used_entries(indices, valid, used):
-    """``used[indices[i]] = True`` for every valid row; returns the first valid row whose
-    index lies outside ``used`` (-1 when none), which is then left unmarked."""
-    size = used.shape[0]
+def first_uses(indices, valid, first):
+    """``first[k]`` = the first valid row whose index is ``k`` (entries no valid row uses keep
+    what the caller put there, ``-1``); returns the first valid row whose index lies outside
+    ``first`` (-1 when none), where it stops."""
+    size = first.shape[0]
     for i in range(indices.shape[0]):
         if valid[i]:
             k = indices[i]
             if k < 0 or k >= size:
                 return i
-            used[k] = True
+            if first[k] < 0:
+                first[k] = i
     return -1
 
 
@@ -137,7 +139,7 @@ def mark_used_entries(indices, valid, used):
 def map_entries(indices, mapping, valid, null, values):
     """``values[i] = mapping[indices[i]]`` for valid rows whose entry maps to an id (``>= 0``);
     every other row becomes a null: ``valid[i] = False``, ``values[i] = null``. The valid
-    rows' indices must lie inside ``mapping`` (checked by :func:`mark_used_entries`)."""
+    rows' indices must lie inside ``mapping`` (checked by :func:`first_uses`)."""
     for i in range(indices.shape[0]):
         v = mapping[indices[i]] if valid[i] else -1
         if v >= 0:

@@ -43,16 +43,10 @@ def split_buckets(anchor_rows, task_idx, split_seed):
 
 
 @kernel
-def split_positions(codes, counts):
-    """The positions of each split code (``codes`` in 0..2), ascending, in one pass: one
-    int64 array per code, as ``np.flatnonzero(codes == k)`` for k = 0, 1, 2.
-    ``counts[k]`` receives how many there are."""
-    counts[:] = 0
-    for i in range(codes.shape[0]):
-        counts[codes[i]] += 1
-    train = np.empty(counts[0], dtype=np.int64)
-    val = np.empty(counts[1], dtype=np.int64)
-    test = np.empty(counts[2], dtype=np.int64)
+def split_positions(codes, train, val, test):
+    """The positions of each split code (``codes`` in 0..2), ascending, in one pass:
+    ``train``, ``val`` and ``test`` receive ``np.flatnonzero(codes == k)`` for k = 0, 1, 2
+    (the caller sizes them by the counts of the codes)."""
     a = 0
     b = 0
     c = 0
@@ -67,7 +61,6 @@ def split_positions(codes, counts):
         else:
             test[c] = i
             c += 1
-    return train, val, test
 
 
 @kernel

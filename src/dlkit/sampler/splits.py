@@ -138,7 +138,8 @@ def split_codes_by_rule(task: Any, split_seed: int, ratios: SplitRatios) -> np.n
 
 @dataclass(frozen=True)
 class TaskSplits:
-    """Positions (into a task's ascending seed list) of each split's seeds."""
+    """Positions (into a task's ascending seed list) of each split's seeds (int32 for a
+    task under 2^31 seeds: see :func:`positions_by_split`)."""
 
     task: str
     task_index: int
@@ -157,6 +158,18 @@ def split_index(split: str) -> int:
             from None
 
 
+def positions_by_split(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ascending positions of split codes 0, 1 and 2 in ``codes`` (int8), read-only:
+    int32 below 2^31 seeds (4 bytes a seed held for the whole run, not 8), int64 beyond."""
+    counts = np.bincount(codes, minlength=3) if codes.size else np.zeros(3, dtype=np.int64)
+    dtype = np.int32 if codes.size <= np.iinfo(np.int32).max else np.int64
+    positions = tuple(np.empty(int(count), dtype=dtype) for count in counts)
+    split_positions(codes, *positions)
+    for p in positions:
+        p.setflags(write=False)
+    return positions[0], positions[1], positions[2]
+
+
 def compute_splits(tasks: Iterable[Any], split_seed: int,
                    ratios: SplitRatios) -> tuple[TaskSplits, ...]:
     """``TaskSplits`` of every task (objects with ``name``, ``index``, ``anchor_row``)."""
@@ -166,9 +179,7 @@ def compute_splits(tasks: Iterable[Any], split_seed: int,
         codes = np.ascontiguousarray(codes, dtype=np.int8)
         if codes.size and not 0 <= int(codes.min()) <= int(codes.max()) <= 2:
             raise AssertionError(f"split codes of task {task.name!r} outside 0..2")
-        positions = split_positions(codes, np.zeros(3, dtype=np.int64))
-        for p in positions:
-            p.setflags(write=False)
+        positions = positions_by_split(codes)
         out.append(TaskSplits(task.name, int(task.index), positions,
                               split_version(split_seed, ratios, rules_of(task))))
     return tuple(out)

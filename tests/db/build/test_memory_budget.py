@@ -1,9 +1,9 @@
 """A build under a small memory budget spills its working arrays and writes the same bytes.
 
 Random relational databases, large enough that the working arrays (row times, both CSRs,
-primary keys, key indexes, category ids, task targets) exceed a page and so can spill, are
-built with every array in memory and with budgets that spill some or all of them; the
-databases must match file for file, byte for byte.
+primary keys, key indexes, category ids, task targets, distinct texts) exceed a page and so
+can spill, are built with every array in memory and with budgets that spill some or all of
+them; the databases must match file for file, byte for byte.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from ..conftest import write_db
 @st.composite
 def databases(draw):
     """``(tables, toml)``: 1-3 tables of 600-3000 rows with integer or string keys, times,
-    a categorical and a numeric column, and foreign keys (some null, some dangling)."""
+    a categorical, a numeric and a text column, and foreign keys (some null, some
+    dangling)."""
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     num_tables = draw(st.integers(1, 3))
@@ -42,6 +43,9 @@ def databases(draw):
                              mask=rng.random(n) < 0.05),
             "kind": pa.array(rng.choice(["a", "b", "c", "d"], n), mask=rng.random(n) < 0.1),
             "amount": pa.array(rng.normal(size=n), mask=rng.random(n) < 0.1),
+            # texts shared between tables, more of them than a page of the text index holds
+            "note": pa.array([f"note {int(i)}" for i in rng.integers(0, 2000, n)],
+                             mask=rng.random(n) < 0.1),
         }
         fks = []
         for k in range(draw(st.integers(0, 2))):
@@ -61,7 +65,7 @@ def databases(draw):
             columns[column] = pa.array(values, pa.string() if string_keys[parent] else pa.int64())
         parquet[f"t{t}"] = pa.table(columns)
         lines += [f"[tables.t{t}]", 'primary_key = "key"', 'time_column = "when"',
-                  'types = { kind = "categorical" }']
+                  'types = { kind = "categorical", note = "text" }']
         if fks:
             lines.append("foreign_keys = { " + ", ".join(f'{c} = "t{p}"' for c, p, _ in fks)
                          + " }")

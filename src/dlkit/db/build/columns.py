@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from dlkit.core.stats import (
     column_stats,
+    first_uses,
     map_entries,
-    mark_used_entries,
     remap_ids,
     welford_state,
     welford_update,
@@ -50,14 +50,15 @@ class BitmapWriter:
         self.out.close()
 
 
-def _used_entries(indices: np.ndarray, valid: np.ndarray, size: int, where: str) -> np.ndarray:
-    """Which dictionary entries some non-null row refers to (dictionaries may hold extras)."""
-    used = np.zeros(size, dtype=bool)
-    bad = int(mark_used_entries(indices, valid, used))
+def first_rows(indices: np.ndarray, valid: np.ndarray, size: int, where: str) -> np.ndarray:
+    """The first non-null row of the batch using each dictionary entry, ``-1`` for an entry no
+    non-null row uses (dictionaries may hold extras)."""
+    first = np.full(size, -1, dtype=np.int64)
+    bad = int(first_uses(indices, valid, first))
     if bad >= 0:
         raise DataError(f"{where}: corrupt dictionary-encoded data: row {bad} refers to entry "
                         f"{int(indices[bad])} of a dictionary of {size}")
-    return used
+    return first
 
 
 def map_dictionary(arr: pa.Array, ids: dict[Any, int], dtype,
@@ -68,7 +69,7 @@ def map_dictionary(arr: pa.Array, ids: dict[Any, int], dtype,
     ``-2`` for a used entry not in ``ids`` yet; ``new`` lists those entries' positions.
     """
     indices, dictionary, valid = dictionary_parts(arr, where)
-    used = _used_entries(indices, valid, len(dictionary), where)
+    used = first_rows(indices, valid, len(dictionary), where) >= 0
     mapping = np.empty(len(dictionary), dtype=dtype)
     new = []
     for j, value in enumerate(dictionary):

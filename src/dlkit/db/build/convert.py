@@ -181,19 +181,24 @@ def unique_values(arr: pa.Array, where: str) -> list:
 def dictionary_parts(arr: pa.Array, where: str) -> tuple[np.ndarray, list, np.ndarray]:
     """``(indices int32, dictionary values, valid)`` of a batch, nulls at index 0; every
     distinct string is checked to be valid UTF-8 (the dictionary holds each once)."""
-    valid = valid_mask(arr)
     if pa.types.is_boolean(arr.type):
         indices = np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.int32)
-        dictionary = [False, True]
-    else:
-        if not pa.types.is_dictionary(arr.type):
-            arr = plain(arr).dictionary_encode()
-        codes = arr.indices
-        if codes.null_count:
-            codes = codes.fill_null(0)
-        # Arrow's own buffer when there is nothing to fill; int32 whatever the index width (a
-        # batch's dictionary never has 2^31 entries)
-        indices = codes.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-        dictionary = _as_python(arr.dictionary, where)
+        return _read_only(indices), [False, True], valid_mask(arr)
+    indices, dictionary, valid = dictionary_arrow(arr)
+    return indices, _as_python(dictionary, where), valid
+
+
+def dictionary_arrow(arr: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+    """``(indices int32, dictionary, valid)`` of a batch of any type but boolean, the
+    dictionary an Arrow array (not checked); nulls at index 0."""
+    valid = valid_mask(arr)
+    if not pa.types.is_dictionary(arr.type):
+        arr = plain(arr).dictionary_encode()
+    codes = arr.indices
+    if codes.null_count:
+        codes = codes.fill_null(0)
+    # Arrow's own buffer when there is nothing to fill; int32 whatever the index width (a
+    # batch's dictionary never has 2^31 entries)
+    indices = codes.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     # read-only whether Arrow's buffer or a new array: one kernel
-    return _read_only(indices), dictionary, valid
+    return _read_only(indices), arr.dictionary, valid

@@ -16,6 +16,7 @@ from dlkit.db.build.hashing import Hasher
 from dlkit.db.build.plan import TablePlan, check_rows, where
 from dlkit.db.build.report import Progress
 from dlkit.db.build.scratch import Arrays
+from dlkit.db.build.strings import StringColumn
 from dlkit.errors import DataError
 
 Allocate = Callable[[np.dtype, int], np.ndarray]  # ``empty(dtype, n)``
@@ -36,7 +37,6 @@ class KeyIndex:
     kmin: int | None = None  # dense integer index when set
     data: np.ndarray | None = None
     offsets: np.ndarray | None = None
-    _hold: object = None
 
     @classmethod
     def build_int(cls, keys: np.ndarray, where: str, bounds: tuple[int, int] | None = None,
@@ -60,10 +60,11 @@ class KeyIndex:
         return cls(family="integer", num_rows=n, slots=slots, keys=keys)
 
     @classmethod
-    def build_str(cls, array: pa.Array, where: str, empty: Allocate = heap_empty) -> KeyIndex:
-        """Index string keys (the slots from ``empty(dtype, n)``)."""
-        data, offsets, _valid, held = to_string_buffers(array)
-        n = len(held)
+    def build_str(cls, data: np.ndarray, offsets: np.ndarray, where: str,
+                  empty: Allocate = heap_empty) -> KeyIndex:
+        """Index the string keys ``data``/``offsets`` (Arrow's large-string buffers, kept by
+        the index; the slots from ``empty(dtype, n)``)."""
+        n = offsets.shape[0] - 1
         hashes = empty(np.dtype(np.int64), n)
         kk.hash_strings(data, offsets, hashes)
         slots = empty(np.dtype(np.int64), kk.table_size(n) * kk.STRING_SLOT).reshape(
@@ -71,9 +72,9 @@ class KeyIndex:
         dup, first = kk.hash_index_strings(hashes, data, offsets, slots)
         del hashes
         if dup >= 0:
-            raise _duplicate(where, held[int(dup)].as_py(), first, dup)
-        return cls(family="string", num_rows=n, slots=slots, data=data, offsets=offsets,
-                   _hold=held)
+            value = bytes(data[offsets[dup]:offsets[dup + 1]]).decode(errors="replace")
+            raise _duplicate(where, value, first, dup)
+        return cls(family="string", num_rows=n, slots=slots, data=data, offsets=offsets)
 
     def lookup(self, arr: pa.Array, base: int, out: np.ndarray, where: str) -> tuple[int, int, int]:
         """Resolve a batch of foreign keys into ``out`` (global parent id or -1).
@@ -153,8 +154,8 @@ class PrimaryKeys:
             # released by finish
             self.keys: np.ndarray | None = arrays.empty(np.int64, plan.num_rows)
             self.bounds = (0, 0)
-        else:
-            self.chunks: list[pa.Array] = []
+        else:  # a string column in the budget's arrays, written when complete
+            self.strings = StringColumn(arrays, plan.num_rows)
 
     def add(self, arr: pa.Array) -> None:
         """The next batch of keys (the caller checks the row count against the footer)."""
@@ -174,9 +175,9 @@ class PrimaryKeys:
                     lo, hi = min(lo, self.bounds[0]), max(hi, self.bounds[1])
                 self.bounds = (lo, hi)
         else:
-            keys = arr.cast(pa.large_string())
+            data, offsets, _valid, keys = to_string_buffers(arr)
             check_utf8(keys, self.where)
-            self.chunks.append(keys)
+            self.strings.extend(data, offsets)
         self.pos += len(arr)
 
     def finish(self, referenced: bool) -> tuple[KeyIndex | None, int]:
@@ -193,19 +194,14 @@ class PrimaryKeys:
             index = KeyIndex.build_int(keys, self.where, self.bounds if self.pos else None,
                                        self.arrays.empty)
             return index, self.out.size
-        array = (pa.concat_arrays(self.chunks) if self.chunks
-                 else pa.array([], type=pa.large_string()))
-        self.chunks = []
-        index = KeyIndex.build_str(array, self.where, self.arrays.empty)
-        offsets, data = index.offsets, index.data
-        assert offsets is not None and data is not None, "build_str sets both"
-        base = int(offsets[0])
-        end = int(offsets[-1])
+        offsets, data = self.strings.offsets, self.strings.data
+        index = KeyIndex.build_str(data, offsets, self.where, self.arrays.empty)
         with self.hasher.open(fmt.key_offsets_file(self.plan.name)) as f:
-            f.write((offsets - base).astype("<i8"))
+            f.write(offsets, bounded=False)
         with self.hasher.open(fmt.key_values_file(self.plan.name)) as f:
-            f.write(data[base:end])
-        return (index if referenced else None), offsets.nbytes + end - base
+            f.write(data, bounded=False)
+        del self.strings  # the index keeps them while a foreign key needs them
+        return (index if referenced else None), offsets.nbytes + data.nbytes
 
 
 def read_primary_keys(plan: TablePlan, batch_rows: int, hasher: Hasher, progress: Progress,

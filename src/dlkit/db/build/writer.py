@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -65,15 +66,15 @@ import pyarrow as pa
 from dlkit.atomic import AtomicDirectory, check_target
 from dlkit.core import csr
 from dlkit.core.stats import (
+    first_uses,
     gather_seeds,
     map_entries,
-    mark_used_entries,
     remap_ids,
     welford_state,
     welford_update,
 )
 from dlkit.db import format as fmt
-from dlkit.db.build.convert import dictionary_parts, to_micros, to_numeric
+from dlkit.db.build.convert import dictionary_parts, to_micros, to_numeric, to_string_buffers
 from dlkit.db.build.embed import HashedNgramEmbedder, embed_texts, load_embedder
 from dlkit.db.build.graph_writer import GraphWriter
 from dlkit.db.build.hashing import Hasher
@@ -88,8 +89,9 @@ from dlkit.db.build.primary_keys import KeyIndex, check_unique_ints, read_primar
 from dlkit.db.build.report import PreprocessReport, Progress, StageReport, timed_stage
 from dlkit.db.build.scratch import Arrays, default_memory_budget
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, ReadAhead
+from dlkit.db.build.strings import StringColumn
 from dlkit.db.build.table_pass import TablePassContext, read_job, stream_table
-from dlkit.db.build.texts import TextStore
+from dlkit.db.build.texts import TextIndex, TextStore
 from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.output import DATABASE
 from dlkit.db.schema.spec import SCHEMA_FILE, Schema, load_schema
@@ -199,7 +201,7 @@ class _Builder:
     def tables(self, hasher: Hasher, arrays: Arrays) -> None:
         with self._stage("tables", self.num_rows) as st:
             self.graph_writer = GraphWriter(self.plans, hasher, arrays)
-            self.texts = TextStore(hasher, self.embedder)
+            self.texts = TextStore(hasher, self.embedder, arrays)
             ctx = TablePassContext(
                 plans={p.name: p for p in self.plans}, indexes=self.indexes,
                 schema=self.schema, graph=self.graph_writer, texts=self.texts, hasher=hasher,
@@ -239,7 +241,7 @@ class _Builder:
         emb.seconds += self.texts.embed_seconds
         self.stages["tables"].seconds -= self.texts.embed_seconds
         emb.bytes += hasher.files[fmt.TEXT_EMBEDDINGS_FILE].size
-        emb.rows += len(self.texts.ids)
+        emb.rows += self.texts.count
         self.num_edges = sum(f.num_edges for p in self.plans for f in p.foreign_keys)
 
     # -- 4: graph ---------------------------------------------------------------------------
@@ -268,7 +270,7 @@ class _Builder:
     def manifest(self, root: Path, hasher: Hasher) -> bytes:
         with self._stage("manifest", None, "files") as st:
             metadata = database_metadata(
-                self.schema, self.plans, num_texts=len(self.texts.ids), tasks=self.task_meta,
+                self.schema, self.plans, num_texts=self.texts.count, tasks=self.task_meta,
                 embedder=self.embedder, on_dangling=self.on_dangling)
             digest, self.total_bytes = write_manifest(root, hasher, metadata, st)
             self.progress.advance(1)
@@ -308,12 +310,15 @@ def _warm_up(embedder: Any, done: threading.Event, strict: bool = False) -> None
         welford_update(numbers, np.ones(2, bool), state)
         to_numeric(pa.array([1.0, 2.0]))  # no null: the same kernel with an empty bitmap
         indices, _, valid = dictionary_parts(pa.array(["a", "a"]), "")
-        mark_used_entries(indices, valid, np.zeros(1, bool))
+        first_uses(indices, valid, np.full(1, -1, np.int64))
         map_entries(indices, np.zeros(1, np.int32), valid, np.int32(-1), np.empty(2, np.int32))
         for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):
             KeyIndex.build_int(keys, "").lookup(pa.array([1, 5]), 0, np.empty(2, np.int64), "")
-        KeyIndex.build_str(pa.array(["a", "b"]), "").lookup(
+        strings = StringColumn(Arrays(Path(tempfile.gettempdir()), budget=1 << 30))
+        strings.extend(*to_string_buffers(pa.array(["a", "b"]))[:2])
+        KeyIndex.build_str(strings.data, strings.offsets, "").lookup(
             pa.array(["a", None]), 0, np.empty(2, np.int64), "")
+        TextIndex(strings.arrays).encode_row_major([pa.array(["a", None, "bb"])] * 2, ["", ""])
         # the id and offset dtype of every graph below 2^31 rows and edges
         ids, offsets = fmt.graph_id_dtype(1), fmt.graph_offset_dtype(1)
         po = np.zeros(4, offsets)
@@ -395,7 +400,7 @@ def preprocess(
         num_rows=builder.num_rows,
         num_edges=builder.num_edges,
         num_columns=sum(len(p.columns) for p in builder.plans),
-        num_texts=len(builder.texts.ids),
+        num_texts=builder.texts.count,
         num_categories=builder.num_categories,
         num_tasks=len(schema.tasks),
         bytes=builder.total_bytes,

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlkit.db.build.convert import to_int_keys
+from dlkit.db.build.convert import to_int_keys, to_string_buffers
 from dlkit.db.build.plan import infer_string_column
 from dlkit.db.build.primary_keys import KeyIndex
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
@@ -242,7 +242,7 @@ def _key_index(values: pa.ChunkedArray, family: str) -> KeyIndex | None:
         if family == "integer":
             keys, _ = to_int_keys(arr, "")
             return KeyIndex.build_int(keys, "")
-        return KeyIndex.build_str(arr, "")
+        return KeyIndex.build_str(*to_string_buffers(arr)[:2], "")
     except DataError:  # a duplicate, or an integer beyond int64
         return None
 
