@@ -245,6 +245,17 @@ def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, pk_offs
         end = min(block + PROBE_BLOCK, fk_hashes.shape[0])
         for i in range(block, end):
             prefetch(slots, np.int64(np.uint64(fk_hashes[i]) & mask) * STRING_SLOT)
+        # a key over eight bytes whose home slot holds its hash is compared with the stored
+        # key: its offset, then its bytes, each a cache miss of its own, fetched for the
+        # whole block at once
+        for i in range(block, end):
+            s = np.int64(np.uint64(fk_hashes[i]) & mask)
+            if table[s, 1] >= 0 and table[s, 0] == fk_hashes[i] and table[s, 3] > 8:
+                prefetch(pk_offsets, table[s, 1])
+        for i in range(block, end):
+            s = np.int64(np.uint64(fk_hashes[i]) & mask)
+            if table[s, 1] >= 0 and table[s, 0] == fk_hashes[i] and table[s, 3] > 8:
+                prefetch(pk_data, pk_offsets[table[s, 1]] + 8)
         for i in range(block, end):
             row = -1
             if valid[i]:
@@ -296,7 +307,11 @@ def intern_strings(order, hashes, data, offsets, table, store_data, store_offset
     and a table of at least ``table_size`` of the final count). Returns the new count."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
+    slots = table.reshape(-1)  # the same memory, for prefetch
     for k in range(order.shape[0]):
+        if k % PROBE_BLOCK == 0:  # the home slots of the next block, their misses overlapped
+            for ahead in range(k, min(k + PROBE_BLOCK, order.shape[0])):
+                prefetch(slots, np.int64(np.uint64(hashes[order[ahead]]) & mask) * STRING_SLOT)
         i = order[k]
         h = hashes[i]
         a = offsets[i]
