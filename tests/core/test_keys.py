@@ -92,7 +92,7 @@ def test_forced_hash_collisions_never_link_wrong_rows():
     _, pdata, poffsets = _buffers(probe)
     out = np.empty(len(probe), dtype=np.int64)
     dangling, first = kk.hash_lookup_strings(np.zeros(4, np.int64), np.ones(4, bool), pdata,
-                                             poffsets, slots, data, offsets, 0, out)
+                                             poffsets, slots, data, 0, out)
     assert out.tolist() == [2, -1, 0, 3]
     assert (dangling, first) == (1, 1)
 
@@ -122,7 +122,7 @@ def test_lookalike_keys_resolve_to_their_own_rows(forced):
         kk.hash_strings(pdata, poffsets, phashes)
     out = np.empty(len(probe), dtype=np.int64)
     dangling, first = kk.hash_lookup_strings(phashes, np.ones(len(probe), bool), pdata, poffsets,
-                                             slots, data, offsets, 1000, out)
+                                             slots, data, 1000, out)
     expect = [1000 + n - 1 - i for i in range(n)] + [-1, -1, -1]
     assert out.tolist() == expect
     assert (dangling, first) == (3, n)

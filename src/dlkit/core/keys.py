@@ -195,10 +195,32 @@ def hash_lookup_ints(fk, valid, keys, slots, base, out):
     return resolve_rows(out, valid, base)
 
 
-# A string slot is four int64: (hash, row, first eight bytes as a word, length); row -1 marks
-# an empty slot. A probe reads that one cache line; a key of up to eight bytes is confirmed
-# from it alone, a longer one also compares its remaining bytes.
+# A string slot is four int64: (hash, row, key, length); row -1 marks an empty slot. ``key``
+# is the key itself for a key of up to eight bytes (its bytes as a word), confirmed from the
+# slot alone, and where its bytes start in the stored keys for a longer one, whose bytes are
+# then compared: one cache miss beyond the slot's, not two (its offset, then its bytes).
 STRING_SLOT = 4
+
+
+@kernel
+def slot_key(data, a, b):
+    """The ``key`` field of a slot for key ``data[a:b]`` (see ``STRING_SLOT``)."""
+    if b - a <= 8:
+        return np.int64(word_at(data, a, b))
+    return np.int64(a)
+
+
+@kernel
+def slot_holds(table, s, h, data, a, b, key, stored):
+    """Whether slot ``s`` holds key ``data[a:b]`` (hash ``h``, slot key field ``key``), the
+    slot's longer keys read from ``stored``."""
+    n = b - a
+    if table[s, 0] != h or table[s, 3] != n:
+        return False
+    if n <= 8:
+        return table[s, 2] == key
+    start = table[s, 2]
+    return bytes_equal(data, a, b, stored, start, start + n)
 
 
 @kernel
@@ -216,27 +238,28 @@ def hash_index_strings(hashes, data, offsets, table):
         h = hashes[i]
         a = offsets[i]
         b = offsets[i + 1]
+        key = slot_key(data, a, b)
         s = np.int64(np.uint64(h) & mask)
         while table[s, 1] >= 0:
-            j = table[s, 1]
-            if table[s, 0] == h and bytes_equal(data, offsets[j], offsets[j + 1], data, a, b):
-                return i, j
+            if slot_holds(table, s, h, data, a, b, key, data):
+                return i, table[s, 1]
             s = (s + 1) & (size - 1)
         table[s, 0] = h
         table[s, 1] = i
-        table[s, 2] = np.int64(word_at(data, a, b))
+        table[s, 2] = key
         table[s, 3] = b - a
     return -1, -1
 
 
 @kernel
-def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, pk_offsets, base, out):
-    """Resolve string foreign keys through :func:`hash_index_strings` (built over
-    ``pk_data``/``pk_offsets``); see :func:`dense_lookup`.
+def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, base, out):
+    """Resolve string foreign keys through :func:`hash_index_strings` (built over the keys
+    ``pk_data``); see :func:`dense_lookup`.
 
-    The home slots of a block of keys are prefetched first, so their cache misses overlap;
-    each probe then compares hash, length and first word from the slot, and only a key
-    longer than eight bytes reads the rest of the stored key.
+    The home slots of a block of keys are prefetched first, then, for the keys over eight
+    bytes whose home slot holds their hash, the stored key's bytes: their cache misses
+    overlap instead of following each other. A key of up to eight bytes is confirmed from
+    its slot alone.
     """
     size = table.shape[0]
     mask = np.uint64(size - 1)
@@ -245,32 +268,21 @@ def hash_lookup_strings(fk_hashes, valid, data, offsets, table, pk_data, pk_offs
         end = min(block + PROBE_BLOCK, fk_hashes.shape[0])
         for i in range(block, end):
             prefetch(slots, np.int64(np.uint64(fk_hashes[i]) & mask) * STRING_SLOT)
-        # a key over eight bytes whose home slot holds its hash is compared with the stored
-        # key: its offset, then its bytes, each a cache miss of its own, fetched for the
-        # whole block at once
         for i in range(block, end):
             s = np.int64(np.uint64(fk_hashes[i]) & mask)
             if table[s, 1] >= 0 and table[s, 0] == fk_hashes[i] and table[s, 3] > 8:
-                prefetch(pk_offsets, table[s, 1])
-        for i in range(block, end):
-            s = np.int64(np.uint64(fk_hashes[i]) & mask)
-            if table[s, 1] >= 0 and table[s, 0] == fk_hashes[i] and table[s, 3] > 8:
-                prefetch(pk_data, pk_offsets[table[s, 1]] + 8)
+                prefetch(pk_data, table[s, 2])
         for i in range(block, end):
             row = -1
             if valid[i]:
                 h = fk_hashes[i]
                 a = offsets[i]
                 b = offsets[i + 1]
-                word = np.int64(word_at(data, a, b))
+                key = slot_key(data, a, b)
                 s = np.int64(np.uint64(h) & mask)
                 while table[s, 1] >= 0:
-                    j = table[s, 1]
-                    if (table[s, 0] == h and table[s, 3] == b - a and table[s, 2] == word
-                            and (b - a <= 8 or bytes_equal(data, a + 8, b, pk_data,
-                                                            pk_offsets[j] + 8,
-                                                            pk_offsets[j + 1]))):
-                        row = j
+                    if slot_holds(table, s, h, data, a, b, key, pk_data):
+                        row = table[s, 1]
                         break
                     s = (s + 1) & (size - 1)
             out[i] = row
@@ -316,13 +328,12 @@ def intern_strings(order, hashes, data, offsets, table, store_data, store_offset
         h = hashes[i]
         a = offsets[i]
         b = offsets[i + 1]
+        key = slot_key(data, a, b)
         s = np.int64(np.uint64(h) & mask)
         found = -1
         while table[s, 1] >= 0:
-            j = table[s, 1]
-            if table[s, 0] == h and table[s, 3] == b - a and bytes_equal(
-                    data, a, b, store_data, store_offsets[j], store_offsets[j + 1]):
-                found = j
+            if slot_holds(table, s, h, data, a, b, key, store_data):
+                found = table[s, 1]
                 break
             s = (s + 1) & (size - 1)
         if found < 0:
@@ -332,7 +343,7 @@ def intern_strings(order, hashes, data, offsets, table, store_data, store_offset
             store_offsets[count + 1] = start + b - a
             table[s, 0] = h
             table[s, 1] = count
-            table[s, 2] = np.int64(word_at(data, a, b))
+            table[s, 2] = slot_key(store_data, start, start + b - a)
             table[s, 3] = b - a
             count += 1
         ids[i] = found

@@ -111,6 +111,7 @@ def test_the_store_writes_every_text_and_gives_its_arrays_back_when_closed(tmp_p
     store.encode_row_major([pa.array(values[::-1] + ["one more"])], ["t.c"])
     assert arrays.used > 0
     store.close()
+    hasher.digests()  # waits until every write is on disk
     hasher.close()
     assert store.count == len(values) + 1
     assert arrays.used == 0  # the graph stage that follows gets the whole budget

@@ -32,11 +32,10 @@ class KeyIndex:
 
     family: str  # "integer" | "string"
     num_rows: int
-    slots: np.ndarray  # dense/hash slots; for strings the (hash, row, word, length) table
+    slots: np.ndarray  # dense/hash slots; for strings the (hash, row, key, length) table
     keys: np.ndarray | None = None  # integer keys (hash index only)
     kmin: int | None = None  # dense integer index when set
-    data: np.ndarray | None = None
-    offsets: np.ndarray | None = None
+    data: np.ndarray | None = None  # string keys' bytes (the slots hold where each starts)
 
     @classmethod
     def build_int(cls, keys: np.ndarray, where: str, bounds: tuple[int, int] | None = None,
@@ -62,8 +61,8 @@ class KeyIndex:
     @classmethod
     def build_str(cls, data: np.ndarray, offsets: np.ndarray, where: str,
                   empty: Allocate = heap_empty) -> KeyIndex:
-        """Index the string keys ``data``/``offsets`` (Arrow's large-string buffers, kept by
-        the index; the slots from ``empty(dtype, n)``)."""
+        """Index the string keys ``data``/``offsets`` (Arrow's large-string buffers; the index
+        keeps ``data``; the slots from ``empty(dtype, n)``)."""
         n = offsets.shape[0] - 1
         hashes = empty(np.dtype(np.int64), n)
         kk.hash_strings(data, offsets, hashes)
@@ -74,7 +73,7 @@ class KeyIndex:
         if dup >= 0:
             value = bytes(data[offsets[dup]:offsets[dup + 1]]).decode(errors="replace")
             raise _duplicate(where, value, first, dup)
-        return cls(family="string", num_rows=n, slots=slots, data=data, offsets=offsets)
+        return cls(family="string", num_rows=n, slots=slots, data=data)
 
     def lookup(self, arr: pa.Array, base: int, out: np.ndarray, where: str) -> tuple[int, int, int]:
         """Resolve a batch of foreign keys into ``out`` (global parent id or -1).
@@ -94,8 +93,7 @@ class KeyIndex:
             hashes = np.empty(len(valid), dtype=np.int64)
             kk.hash_strings(data, offsets, hashes)
             dangling, first = kk.hash_lookup_strings(hashes, valid, data, offsets, self.slots,
-                                                     self.data, self.offsets, np.int64(base),
-                                                     out)
+                                                     self.data, np.int64(base), out)
         return int(np.count_nonzero(valid)), int(dangling), int(first)
 
 

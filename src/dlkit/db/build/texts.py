@@ -65,7 +65,7 @@ class TextIndex:
             kk.hash_strings(data, offsets, hashes)
             ids = np.empty(len(values), dtype=np.int64)
             kk.hash_lookup_strings(hashes, first >= 0, data, offsets, self.table,
-                                   self.texts.data_buffer, self.texts.offsets, np.int64(0), ids)
+                                   self.texts.data_buffer, np.int64(0), ids)
             unseen = np.flatnonzero((ids < 0) & (first >= 0))
             if unseen.size:
                 new.append(_Unseen(ids, unseen, first[unseen], c, values.take(pa.array(unseen)),
