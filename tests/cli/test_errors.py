@@ -5,7 +5,10 @@ that nothing was left behind, or, after the commit, that the output is complete.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -142,3 +145,50 @@ def test_an_interrupt_after_preprocess_committed_says_the_database_is_complete(
                                               f"its output was complete: {out}")
     assert dlkit("verify", out, "-q").returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
+
+
+# Run as ``python -m``: only that path kills the process by SIGINT when CPython flagged a
+# KeyboardInterrupt as unhandled (its C entry point checks the flag after the program exits).
+_BOOM = """
+import sys
+
+import dlkit.cli.app as cli
+
+
+def interrupted_in_exec():
+    # where a signal lands in code made by exec of a string (dataclasses, numba)
+    exec("raise KeyboardInterrupt")
+
+
+def kernel_interrupted():
+    # what a signal handled while numba's dispatcher runs a kernel turns into
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        raise SystemError("CPUDispatcher(<function k>) returned a result with an exception "
+                          "set") from exc
+
+
+register = cli._register_commands
+
+
+def register_boom():
+    register()
+    cli.app.command("boom")(BOOM)
+
+
+BOOM = {"exec": interrupted_in_exec, "kernel": kernel_interrupted}[sys.argv[1]]
+cli._register_commands = register_boom
+cli.main(["boom"])
+"""
+
+
+@pytest.mark.parametrize("where", ["exec", "kernel"])
+def test_a_handled_interrupt_exits_130_under_python_m(tmp_path, where):
+    (tmp_path / "boom_cli.py").write_text(_BOOM)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    result = subprocess.run([sys.executable, "-m", "boom_cli", where], capture_output=True,
+                            text=True, env=env, cwd=tmp_path, timeout=120)
+    assert result.returncode == 130, result  # not -SIGINT, not a traceback's 1
+    assert result.stderr == ("error INTERRUPTED: dlkit boom was interrupted; it wrote no file "
+                             "and left no temporary file\n")

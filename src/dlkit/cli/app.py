@@ -54,6 +54,10 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+def _command_name(ctx) -> str:
+    return " ".join(["dlkit", *filter(None, [ctx.invoked_subcommand])])
+
+
 class _Group(TyperGroup):
     """The root command group. A ``BrokenPipeError`` leaving a command becomes
     :class:`_ReaderGone` when stdout's reader left, an ``OutputError`` otherwise (a plug-in's
@@ -63,8 +67,14 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
-            name = " ".join(["dlkit", *filter(None, [ctx.invoked_subcommand])])
-            raise _Interrupted(name) from exc
+            raise _Interrupted(_command_name(ctx)) from exc
+        except SystemError as exc:
+            # A signal handled while numba's dispatcher runs a kernel leaves the interrupt set
+            # as the kernel returns, and CPython reports "returned a result with an exception
+            # set", caused by that KeyboardInterrupt: still an interrupt
+            if isinstance(exc.__cause__, KeyboardInterrupt):
+                raise _Interrupted(_command_name(ctx)) from exc
+            raise
         except BrokenPipeError as exc:
             if _stdout_reader_gone():
                 raise _ReaderGone from exc
@@ -201,6 +211,18 @@ def _print_help_for(exc: click_exceptions.UsageError) -> int:
     return 2
 
 
+def _forget_unhandled_interrupt() -> None:
+    """Keep ``python -m dlkit`` from dying by SIGINT after an interrupt it handled.
+
+    CPython flags a KeyboardInterrupt as unhandled whenever one leaves code run by ``exec`` of
+    a string (dataclasses and numba make functions that way, so a signal can land there), and
+    ``python -m`` checks that flag once the program has exited: set, it kills the process with
+    SIGINT instead of returning our exit code. Each ``exec`` of a string clears the flag
+    first, so a harmless one does.
+    """
+    exec("pass")  # noqa: S102 - a constant string: see above
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; never lets a traceback out unless debugging.
 
@@ -255,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
                 import traceback
 
                 traceback.print_exc()
+            _forget_unhandled_interrupt()
             if committed:
                 print_note(f"{exc.command} was interrupted after its output was complete: "
                            + ", ".join(committed))
