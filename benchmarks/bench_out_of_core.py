@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_preprocess import generate  # noqa: E402
+from bench_preprocess import GENERATOR_VERSION, generate  # noqa: E402
 
 BYTES_PER_EDGE = 70  # input ~14, database ~52, scratch beyond the budget
 FREE_AFTER = 15 << 30
@@ -153,7 +153,7 @@ def main() -> None:
     print(f"cores {os.cpu_count()}, memory {gib(memory)}, load {os.getloadavg()[0]:.1f}")
     sources = {}
     for edges in (a.ram_edges, a.edges):
-        source = work / f"in-{edges}"
+        source = work / f"in-{edges}-{GENERATOR_VERSION}"
         if not (source / "dlkit.toml").exists():
             print(f"generating {edges:,} edges of Parquet in {source} ...", flush=True)
             generate(source, edges)

@@ -21,6 +21,7 @@ from minute to minute). ``--baseline-src DIR`` also runs ``dlkit verify`` from a
 tree (``PYTHONPATH=DIR``, e.g. the code before a change) in the same rounds.
 
     python benchmarks/bench_verify.py [--rows 10_000_000] [--repeat 3] [--baseline-src DIR]
+        [--work DIR] [--json]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_sampler import ensure_database  # noqa: E402
 
-BLOCK = 1 << 22
+from dlkit.db.manifest import HASH_BLOCK  # noqa: E402
 
 
 def database_files(db: Path) -> tuple[list[Path], int]:
@@ -52,7 +53,7 @@ def database_files(db: Path) -> tuple[list[Path], int]:
 
 
 def warm(files: list[Path]) -> None:
-    buf = bytearray(BLOCK)
+    buf = bytearray(HASH_BLOCK)
     for path in files:
         with open(path, "rb", buffering=0) as f:
             while f.readinto(buf):
@@ -102,7 +103,7 @@ def verify_run(db: Path, src: Path | None) -> dict[str, float]:
 
 def hashlib_run(files: list[Path]) -> dict[str, float]:
     started, cpu = time.perf_counter(), time.process_time()
-    buf = bytearray(BLOCK)
+    buf = bytearray(HASH_BLOCK)
     view = memoryview(buf)
     for path in files:
         h = hashlib.sha256()

@@ -164,8 +164,8 @@ def time_epoch(resolve_chunk, n: int, buf: np.ndarray) -> tuple[float, float]:
 def throughput(n: int, repeat: int) -> dict:
     buf = np.empty(CHUNK, dtype=np.uint64)
     v2_plan, v3_plan = plan_for(0, n, SAMPLING_MODE_TRAIN), plan_for(0, n, SAMPLING_MODE_TRAIN_V3)
-    _, words, order = v2_plan._epoch(0)
-    _, _, keys = v3_plan._epoch(0)
+    _, words, order = v2_plan.order.epoch_state(0)
+    _, _, keys = v3_plan.order.epoch_state(0)
     n64 = np.uint64(n)
     resolvers = {
         "v2": lambda s, c, out: resolve_shuffled(order, words, n64, np.uint64(2**20), s, c, out),
@@ -180,7 +180,7 @@ def throughput(n: int, repeat: int) -> dict:
             best[m] = (min(best[m][0], cpu), min(best[m][1], wall))
     # The 64-bit path (N > 2^32), on the first 2^24 positions of a 10^12 epoch.
     wide_n = 10**12
-    wide_keys = plan_for(0, wide_n, SAMPLING_MODE_TRAIN_V3)._epoch(0)[2]
+    wide_keys = plan_for(0, wide_n, SAMPLING_MODE_TRAIN_V3).order.epoch_state(0)[2]
     cpu, _ = time_epoch(lambda s, c, out: resolve_feistel(wide_keys, np.uint64(wide_n), s, c, out),
                         1 << 24, buf)
     return {"n": n, "v2_cpu_s": best["v2"][0], "v3_cpu_s": best["v3"][0],

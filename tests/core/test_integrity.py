@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.core import csr, integrity
-
-NO_TIME = np.iinfo(np.int64).min
+from dlkit.core.codes import NO_TIME
 
 
 def _graph(rng, rows: int, max_parents: int, id_dtype=np.int64):

@@ -32,7 +32,9 @@ from dlkit.db.read.checks import Checks, Stop
 from dlkit.db.schema.relbench import relbench_schema
 from dlkit.errors import DatabaseError
 
-from .conftest import REPO, write_db
+from .conftest import write_db
+from .read.test_verify_content import meta_of
+from .schema.test_relbench import ENTITY_TASKS, FAKE
 
 # The key order of docs/database_format.md ("metadata.json"), written out here.
 TOP_ORDER = ["format", "format_version", "database_id", "num_tables", "num_rows", "num_edges",
@@ -100,9 +102,8 @@ def test_the_example_round_trips(example_db):
 
 
 def test_the_relbench_fixture_round_trips(tmp_path):
-    fake = REPO / "fixtures" / "relbench_fake"
-    schema, _text = relbench_schema(fake, tasks=["item-churn", "user-churn", "user-ltv"])
-    preprocess(fake, tmp_path / "db", schema=schema, fsync=False)
+    schema, _text = relbench_schema(FAKE, tasks=ENTITY_TASKS)
+    preprocess(FAKE, tmp_path / "db", schema=schema, fsync=False)
     meta = assert_round_trip(tmp_path / "db")
     assert all(t.rules.split == "given" for t in meta.tasks)
 
@@ -238,10 +239,6 @@ def test_random_databases_round_trip_byte_for_byte(database):
 # --- from_json validates ---------------------------------------------------------------------
 
 
-def _example_doc(example_db: Path) -> dict:
-    return json.loads((example_db / fmt.METADATA_FILE).read_text())
-
-
 @pytest.mark.parametrize("edit,check,message", [
     (lambda m: m.update(format_version=2), "metadata.schema",
      "format_version 2; this dlkit reads version 3"),
@@ -254,7 +251,7 @@ def _example_doc(example_db: Path) -> dict:
      "split must be {kind: time|given, ...}"),
 ])
 def test_from_json_refuses_what_the_checks_refuse(example_db, edit, check, message):
-    doc = _example_doc(example_db)
+    doc = meta_of(example_db)
     edit(doc)
     with pytest.raises(DatabaseError, match=f"{check}: .*{re.escape(message)}"):
         DatabaseMetadata.from_json(doc)
@@ -269,7 +266,7 @@ def test_from_json_refuses_what_the_checks_refuse(example_db, edit, check, messa
 def test_the_keys_only_verify_checks_are_carried_as_found(example_db):
     """Opening checks what it sizes arrays from; ``dlkit verify`` the rest: a record of a
     file with a bad ``arrow_type`` is made, and to_json gives the value back."""
-    doc = _example_doc(example_db)
+    doc = meta_of(example_db)
     doc["tables"][0]["columns"][0]["arrow_type"] = 7
     meta = DatabaseMetadata.from_json(copy.deepcopy(doc))
     assert meta.tables[0].columns[0].arrow_type == 7

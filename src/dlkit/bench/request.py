@@ -28,7 +28,6 @@ class BenchRequest:
     steps: int = 400                      # batches to time (gather: NextBatch_v2 calls)
     batch_size: int = 256                 # rows (relational: sequences) per batch
     db: str | None = None                 # relational: the database; None: the example
-    consumer_calibrated: bool = False     # relational: consumer_ms from the batch time
     prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
     compute_ms: float = 0.0               # synthetic nogil cost added to producing a batch
     consumer_ms: float = 0.0              # synthetic nogil cost added to consuming a batch

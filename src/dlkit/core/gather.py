@@ -94,7 +94,7 @@ def burn(iterations, seed):
     """Synthetic CPU-bound work: ``iterations`` dependent xorshift64 steps (not vectorisable).
 
     Returns the sum of the states so the compiler cannot drop the loop; cost is linear in
-    ``iterations`` and calibrated at run time (``dlkit.prefetch.workloads.calibrate_burn``).
+    ``iterations`` and calibrated at run time (``dlkit.bench.workloads.calibrate_burn``).
     """
     x = np.uint64(seed) | np.uint64(1)
     acc = np.uint64(0)

@@ -331,12 +331,12 @@ def task_agreement(anchor, bitmap, num_rows, values, target, target_valid, obs_t
     times the anchor rows' ``row_times[row_offset + row]`` (an empty ``row_times``: not
     checked). Anchor rows must already be checked in ``[0, num_rows)``.
 
-    One pass without branches (no early exit: an intact task is read whole anyway). The
+    Passes without branches (no early exit: an intact task is read whole anyway). The
     anchor rows are the valid rows exactly when they ascend strictly, each has its bit set,
     and there are as many as bits set.
     """
     n = anchor.shape[0]
-    descending = False
+    ascending = strictly_ascending(anchor)
     unset = False
     targets_differ = False
     invalid = False
@@ -346,10 +346,8 @@ def task_agreement(anchor, bitmap, num_rows, values, target, target_valid, obs_t
         unset |= _bit(bitmap, r) == 0
         targets_differ |= target[i] != np.float64(values[r])
         invalid |= target_valid[i] != 1
-    for i in range(1, n):
-        descending |= anchor[i] <= anchor[i - 1]
     if row_times.shape[0] > 0:
         for i in range(n):
             times_differ |= obs_time[i] != row_times[row_offset + anchor[i]]
-    seeds = not descending and not unset and _bits_set(bitmap, num_rows) == n
-    return not descending, seeds, not targets_differ, not invalid, not times_differ
+    seeds = ascending and not unset and _bits_set(bitmap, num_rows) == n
+    return ascending, seeds, not targets_differ, not invalid, not times_differ

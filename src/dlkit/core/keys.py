@@ -224,6 +224,13 @@ def slot_holds(table, s, h, data, a, b, key, stored):
 
 
 @kernel
+def clear_string_table(table):
+    """Every slot of a string table empty (see ``STRING_SLOT``)."""
+    table[:, :] = 0
+    table[:, 1] = -1
+
+
+@kernel
 def hash_index_strings(hashes, data, offsets, table):
     """Index string keys with precomputed ``hashes`` into ``table`` (``int64[size,
     STRING_SLOT]``, any contents; see ``STRING_SLOT``; ``size`` a power of two, at least
@@ -232,8 +239,7 @@ def hash_index_strings(hashes, data, offsets, table):
     """
     size = table.shape[0]
     mask = np.uint64(size - 1)
-    table[:, :] = 0
-    table[:, 1] = -1
+    clear_string_table(table)
     for i in range(hashes.shape[0]):
         h = hashes[i]
         a = offsets[i]
@@ -299,8 +305,7 @@ def rehash_strings(old, new):
     that filled up."""
     size = new.shape[0]
     mask = np.uint64(size - 1)
-    new[:, :] = 0
-    new[:, 1] = -1
+    clear_string_table(new)
     for t in range(old.shape[0]):
         if old[t, 1] >= 0:
             s = np.int64(np.uint64(old[t, 0]) & mask)

@@ -125,12 +125,6 @@ class TableMetadata:
     foreign_keys: tuple[ForeignKeyMetadata, ...]
     columns: tuple[ColumnMetadata, ...]
 
-    def column(self, name: str) -> ColumnMetadata:
-        for col in self.columns:
-            if col.name == name:
-                return col
-        raise KeyError(f"table {self.name!r} has no column {name!r}")
-
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "index": self.index, "num_rows": self.num_rows,
                 "row_offset": self.row_offset, "primary_key": self.primary_key,
@@ -247,12 +241,6 @@ class DatabaseMetadata:
     def table_offsets(self) -> tuple[int, ...]:
         """Global row id of each table's first row, then the number of rows."""
         return tuple(t.row_offset for t in self.tables) + (self.num_rows,)
-
-    def table(self, name: str) -> TableMetadata:
-        for table in self.tables:
-            if table.name == name:
-                return table
-        raise KeyError(f"no table {name!r} in metadata.json")
 
     def expected_files(self) -> set[str]:
         """Every file of the database this metadata implies (``manifest.json`` aside)."""

@@ -30,7 +30,7 @@ from dlkit.errors import (
 )
 from dlkit.nextbatch import tokens
 from dlkit.nextbatch.cursor import Cursor
-from dlkit.nextbatch.orders import TRAIN_ORDERS, EpochOrder, EpochState, order_for
+from dlkit.nextbatch.orders import TRAIN_ORDERS, EpochOrder, order_for
 from dlkit.nextbatch.run_manifest import RunManifest
 
 MAX_BLOCK_SIZE = 1 << 32
@@ -238,10 +238,6 @@ class SamplingPlan:
 
     def epoch_seed(self, epoch: int) -> bytes:
         return self.order.epoch_seed(epoch)
-
-    def _epoch(self, epoch: int) -> EpochState:
-        """The epoch's seed, Philox words and order table (for benchmarks of the kernels)."""
-        return self.order.epoch_state(epoch)
 
     def resolve(self, epoch: int, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Original indices of the position slices (all below the epoch limit) of ``epoch``."""

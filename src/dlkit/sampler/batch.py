@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records, table_links_of
+from dlkit.core.codes import CATEGORICAL
 from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
 from dlkit.core.records import (
@@ -33,7 +34,6 @@ from dlkit.core.records import (
 from dlkit.db.schema.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
 from dlkit.sampler.catalog import (
-    CATEGORICAL,
     ColumnCatalog,
     RowRecords,
     build_catalog,

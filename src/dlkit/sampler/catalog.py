@@ -16,13 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.core.codes import BOOLEAN, CATEGORICAL, NUMERIC, TEXT, TIMESTAMP
 from dlkit.core.lists import EMPTY_LISTS, append_array
 from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
 from dlkit.db.schema.task_rules import rules_of
 from dlkit.errors import DatabaseError
 
-NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
-STYPE_NAMES = ("numeric", "boolean", "timestamp", "categorical", "text")
 _VALUE_DTYPES = {NUMERIC: np.float64, BOOLEAN: np.uint8, TIMESTAMP: np.int64,
                  CATEGORICAL: np.int32, TEXT: np.int64}
 

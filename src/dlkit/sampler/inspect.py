@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
-from dlkit.core.codes import NO_TIME
+from dlkit.core.codes import BOOLEAN, CATEGORICAL, NO_TIME, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.batch import BatchBuilder, BatchConfig
-from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
 from dlkit.sampler.database import DatabaseSource, InspectableDatabase, SamplerDatabase, open_db
 from dlkit.sampler.splits import check_seed
 

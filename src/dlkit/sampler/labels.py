@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.sampler.catalog import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
+from dlkit.core.codes import BOOLEAN, CATEGORICAL, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
 
 # Class indices are int64, what torch's cross-entropy takes; every other label is a float32 in
 # the units of the target's input cell (z-scored numbers and times, 0/1 for booleans). A text

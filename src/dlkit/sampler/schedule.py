@@ -44,7 +44,7 @@ class SplitStream:
         start, count = self.plan.slice_of(cursor)
         order = self.plan.resolve(cursor.epoch, np.asarray([start if count else 0], np.uint64),
                                   np.asarray([count], np.uint64))
-        return self.positions[order.astype(np.int64)].astype(np.int64)
+        return self.positions[order.astype(np.int64)]  # int32 or int64: the builder widens
 
 
 @dataclass(frozen=True)

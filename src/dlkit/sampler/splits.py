@@ -161,7 +161,7 @@ def split_index(split: str) -> int:
 def positions_by_split(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ascending positions of split codes 0, 1 and 2 in ``codes`` (int8), read-only:
     int32 below 2^31 seeds (4 bytes a seed held for the whole run, not 8), int64 beyond."""
-    counts = np.bincount(codes, minlength=3) if codes.size else np.zeros(3, dtype=np.int64)
+    counts = np.bincount(codes, minlength=3)
     dtype = np.int32 if codes.size <= np.iinfo(np.int32).max else np.int64
     positions = tuple(np.empty(int(count), dtype=dtype) for count in counts)
     split_positions(codes, *positions)

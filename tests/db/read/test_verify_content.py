@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import struct
 from pathlib import Path
 
@@ -170,13 +169,6 @@ def test_first_parent_misorder_matches_python(id_dtype, data):
 
 
 # --- corrupt, re-hash, verify --------------------------------------------------------------
-
-
-@pytest.fixture
-def db(example_db, tmp_path) -> Path:
-    dst = tmp_path / "db"
-    shutil.copytree(example_db, dst)
-    return dst
 
 
 def rehash(db: Path) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from dlkit.db import open_database, verify_database
 from dlkit.errors import DatabaseError
-from tests.db.read.test_verify_content import db, meta_of, write_meta  # noqa: F401 - fixture
+from tests.db.read.test_verify_content import meta_of, write_meta
 
 EDITS = {
     "config dim narrower than the vectors": (
@@ -30,7 +30,7 @@ EDITS = {
 
 
 @pytest.mark.parametrize("case", sorted(EDITS))
-def test_absurd_or_inconsistent_metadata_is_refused(db, case):  # noqa: F811 - the fixture
+def test_absurd_or_inconsistent_metadata_is_refused(db, case):
     check, fragment, edit = EDITS[case]
     meta = meta_of(db)
     edit(meta)

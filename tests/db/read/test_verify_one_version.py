@@ -16,8 +16,7 @@ from dlkit.db import preprocess, verify_database
 from dlkit.db.build.embed import load_embedder
 from dlkit.db.read import file_checks
 from dlkit.errors import DatabaseError
-
-EXAMPLE = Path(__file__).resolve().parents[3] / "fixtures" / "example_db"
+from tests.db.conftest import EXAMPLE
 
 
 def _build(out: Path, dim: int, overwrite: bool = False) -> None:

@@ -5,7 +5,6 @@ that order; the edge screen names graph corruptions as the exact checks do."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,7 @@ from dlkit.db import format as fmt
 from dlkit.db.manifest import HashJob
 from dlkit.db.read import file_checks, graph_checks, reader
 from dlkit.db.read.checks import Checks, Stop
-from tests.db.read.test_verify_content import rehash
-
-
-@pytest.fixture
-def db(example_db, tmp_path) -> Path:
-    dst = tmp_path / "db"
-    shutil.copytree(example_db, dst)
-    return dst
+from tests.db.read.test_verify_content import graph_array, patch, write_graph_array
 
 
 class InlineGraphChecks:
@@ -77,16 +69,14 @@ CORRUPTIONS = {
 
 def _graph_and_table_content(db: Path) -> None:
     """Failures of the graph's full checks and of a table's, behind a re-hashed manifest."""
-    times, off = _graph_section(db, "child_times")
+    times = graph_array(db, "child_times")
     times[-1] += 1
+    write_graph_array(db, "child_times", times)
     raw = bytearray((db / "graph.bin").read_bytes())
-    raw[off:off + times.nbytes] = times.tobytes()
     raw[fmt.GRAPH_HEADER_SIZE - 1] = 1  # a reserved header byte
     (db / "graph.bin").write_bytes(bytes(raw))
     keys = np.fromfile(db / fmt.key_values_file("products"), dtype="<i8")
-    keys[3] = keys[2]
-    keys.tofile(db / fmt.key_values_file("products"))
-    rehash(db)
+    patch(db, fmt.key_values_file("products"), "<i8", 3, keys[2])  # a duplicate key
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
@@ -144,31 +134,15 @@ def test_hash_job_matches_hashlib_and_raises_the_first_unreadable_in_path_order(
 # --- graph corruptions behind a re-hashed manifest: named as the exact checks name them ----
 
 
-def _graph_section(db: Path, name: str) -> tuple[np.ndarray, int]:
-    raw = (db / "graph.bin").read_bytes()
-    _, _, _, rows, edges, _, id_bytes, offset_bytes = fmt.GRAPH_HEADER.unpack_from(raw, 0)
-    layout = fmt.graph_layout(rows, edges, fmt.INT_DTYPES[id_bytes],
-                              fmt.INT_DTYPES[offset_bytes])[0]
-    off, dtype, count = layout[name]
-    return np.frombuffer(raw, dtype=dtype, count=count, offset=off).copy(), off
-
-
-def _write_section(db: Path, values: np.ndarray, off: int) -> None:
-    raw = bytearray((db / "graph.bin").read_bytes())
-    raw[off:off + values.nbytes] = values.tobytes()
-    (db / "graph.bin").write_bytes(bytes(raw))
-    rehash(db)
-
-
 def _graph_failures(db: Path) -> list[tuple[str, str, str]]:
     return [(f.file, f.check, f.message) for f in check_database(db) if f.file == "graph.bin"]
 
 
 def test_a_child_moved_to_another_list_is_a_transpose_failure(db):
-    offsets, off = _graph_section(db, "child_offsets")
+    offsets = graph_array(db, "child_offsets")
     p = int(np.flatnonzero(np.diff(offsets) >= 2)[0])
     offsets[p + 1] -= 1  # p's last child becomes the next parent's first
-    _write_section(db, offsets, off)
+    write_graph_array(db, "child_offsets", offsets)
     failures = _graph_failures(db)
     transpose = "the child lists are not the transpose of the parent lists"
     assert ("graph.bin", "graph.transpose", transpose) in failures
@@ -176,19 +150,19 @@ def test_a_child_moved_to_another_list_is_a_transpose_failure(db):
 
 
 def test_a_wrong_child_time_is_named_at_its_edge(db):
-    times, off = _graph_section(db, "child_times")
+    times = graph_array(db, "child_times")
     i = times.size - 1  # the last edge: the order of its list still holds
     times[i] += 1
-    _write_section(db, times, off)
+    write_graph_array(db, "child_times", times)
     assert _graph_failures(db) == [
         ("graph.bin", "graph.child_times", f"child_times[{i}] is not the child's row time")]
 
 
 def test_a_swapped_child_between_lists_is_a_transpose_failure(db):
-    ids, off = _graph_section(db, "child_ids")
-    offsets, _ = _graph_section(db, "child_offsets")
+    ids = graph_array(db, "child_ids")
+    offsets = graph_array(db, "child_offsets")
     i, j = (int(x) for x in offsets[np.flatnonzero(np.diff(offsets) >= 1)[:2]])
     ids[i], ids[j] = ids[j], ids[i]
-    _write_section(db, ids, off)
+    write_graph_array(db, "child_ids", ids)
     checks = {f[1] for f in _graph_failures(db)}
     assert "graph.transpose" in checks

@@ -18,6 +18,7 @@ from dlkit.db.schema.spec import parse_duration, parse_schema, render_schema
 from dlkit.errors import DatabaseError, SchemaError
 from dlkit.sampler import Sampler, SamplerWarning
 from dlkit.sampler.run_manifest import write_run_manifest
+from tests.db.conftest import EXAMPLE
 from tests.db.read.test_verify_content import rehash
 
 HOUR = 3_600_000_000
@@ -280,8 +281,7 @@ def test_bad_rules_in_metadata_are_refused_by_name(shop, tmp_path):
 def test_a_schema_without_the_rules_builds_the_same_database(tmp_path):
     """The bundled example (no lag, boundary, static or split key) hashes as it did before
     those keys existed: this digest was produced at commit af9f521, before them."""
-    example = Path(__file__).resolve().parents[3] / "fixtures" / "example_db"
-    report = preprocess(example, tmp_path / "db", fsync=False)
+    report = preprocess(EXAMPLE, tmp_path / "db", fsync=False)
     assert report.database_hash == ("e651bca299f45504885e7f5a91d63f62016b5114028b1cf15b30f7c8"
                                     "22c923b8")
 

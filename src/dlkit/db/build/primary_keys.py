@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from dlkit.core import integrity
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
 from dlkit.db.build.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
@@ -115,12 +116,16 @@ def _dense(span: int, n: int) -> bool:
     return span <= 4 * n + 1024
 
 
-def check_unique_ints(keys: np.ndarray, where: str, bounds: tuple[int, int],
+def check_unique_ints(keys: np.ndarray, where: str, bounds: tuple[int, int] | None = None,
                       empty: Allocate = heap_empty) -> None:
-    """The uniqueness check of integer keys no foreign key refers to (no row index kept)."""
-    kmin, kmax = bounds
+    """The uniqueness check of integer keys no foreign key refers to (no row index kept;
+    ``bounds``: their min and max, when already known). Keys in strictly ascending order,
+    as tables are often exported, are distinct without building anything."""
     n = keys.shape[0]
-    if n and _dense(kmax - kmin + 1, n):
+    if n < 2 or integrity.strictly_ascending(keys):
+        return
+    kmin, kmax = bounds if bounds is not None else (int(keys.min()), int(keys.max()))
+    if _dense(kmax - kmin + 1, n):
         dup = int(kk.dense_first_duplicate(keys, np.int64(kmin), kmax - kmin + 1))
         if dup >= 0:
             first = int(np.flatnonzero(keys[:dup] == keys[dup])[0])
@@ -186,8 +191,7 @@ class PrimaryKeys:
             assert self.keys is not None, "finish called twice"
             keys, self.keys = self.keys[:self.pos], None
             if not referenced:
-                if self.pos:
-                    check_unique_ints(keys, self.where, self.bounds, self.arrays.empty)
+                check_unique_ints(keys, self.where, self.bounds, self.arrays.empty)
                 return None, self.out.size
             index = KeyIndex.build_int(keys, self.where, self.bounds if self.pos else None,
                                        self.arrays.empty)

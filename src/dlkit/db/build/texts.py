@@ -17,7 +17,7 @@ import pyarrow as pa
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
 from dlkit.db.build.columns import apply_mapping, first_rows
-from dlkit.db.build.convert import check_utf8, dictionary_arrow, plain, to_string_buffers
+from dlkit.db.build.convert import check_utf8, dictionary_arrow, to_string_buffers
 from dlkit.db.build.embed import EMBED_CHUNK, embed_texts
 from dlkit.db.build.hashing import Hasher
 from dlkit.db.build.scratch import Arrays
@@ -56,9 +56,8 @@ class TextIndex:
         columns, new = [], []
         for c, (arr, at) in enumerate(zip(arrays, wheres, strict=True)):
             indices, dictionary, valid = dictionary_arrow(arr)
-            values = plain(dictionary).cast(pa.large_string())
+            data, offsets, entry_valid, values = to_string_buffers(dictionary)
             check_utf8(values, at)
-            data, offsets, entry_valid, _held = to_string_buffers(values)
             first = first_rows(indices, valid, len(values), at)
             first[~entry_valid] = -1  # a null in the dictionary: its rows are nulls
             hashes = np.empty(len(values), dtype=np.int64)
@@ -100,7 +99,7 @@ class TextIndex:
     def _new_table(self, count: int) -> np.ndarray:
         """An empty hash index with room for ``count`` texts (see ``kk.STRING_SLOT``)."""
         table = self.arrays.empty(np.int64, (kk.table_size(count), kk.STRING_SLOT))
-        kk.rehash_strings(table[:0], table)
+        kk.clear_string_table(table)
         return table
 
 

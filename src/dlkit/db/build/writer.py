@@ -36,16 +36,16 @@ CSRs, about ``16 V + 18 E`` bytes at the peak of the graph stage (V rows, E edge
 arrays are sized for the most edges there could be, every foreign key non-null, and faulted
 in by a helper thread while the first tables stream by), the primary keys of the table in
 its pass (8 bytes per row for integer keys), the key indexes of the tables a foreign key
-refers to (4 bytes per key value in the key range of integer keys, 8 beyond 2^31 rows), and
-the provisional ids of categorical columns and targets (4 and 8 bytes per row). They come
+refers to (4 bytes per key value in the key range of integer keys, 8 beyond 2^31 rows; string
+keys with their bytes and a 32-byte slot per two keys at least), the provisional ids of
+categorical columns and targets (4 and 8 bytes per row), and the distinct texts seen so far
+with their index. They come
 from one :class:`dlkit.db.build.scratch.Arrays`: in memory while the live ones fit
 ``memory_budget``, spilled to memory-mapped scratch files in the build directory beyond it
 (the page cache's pages, written to disk under memory pressure), the array written at random
 (the in-degree counts) asked for first. Which arrays spill never changes the bytes written.
 Beside them: a few record batches (up to ``STARTUP_READ_AHEAD_BYTES`` of them at the start, a
-sixteenth of the budget at most), the writer's backlog, the loaded kernels, and what is not
-yet budgeted: string primary keys (the keys themselves and about 64 bytes per row, for the
-tables a foreign key refers to) and the distinct texts seen so far.
+sixteenth of the budget at most), the writer's backlog and the loaded kernels.
 """
 
 from __future__ import annotations
@@ -131,10 +131,11 @@ class _Builder:
         self.num_categories = 0
         self.task_meta: list[TaskMetadata] = []
         self.graph_writer: GraphWriter | None = None  # the tables pass's, until the build ends
+        self.arrays: Arrays | None = None  # the working arrays, once the build runs
 
     @contextmanager
     def _stage(self, name: str, total: int | None, unit: str = "rows") -> Iterator[StageReport]:
-        arrays = getattr(self, "arrays", None)
+        arrays = self.arrays
         before = arrays.spilled if arrays is not None else 0
         try:
             with timed_stage(self.progress, self.stages[name], total, unit) as report:
@@ -329,8 +330,9 @@ def _warm_up(embedder: Any, done: threading.Event, strict: bool = False) -> None
         csr.append_parent_csr(parents[:, :2], 1, 0, po, pi)  # a shorter one: strided
         gather_seeds(valid, 0, np.zeros(2, np.int64), numbers, np.empty(2, np.int64),
                      np.empty(2, np.int64), np.empty(2))
-        for keys in (np.arange(3, dtype=np.int64), np.array([0, 1 << 40], dtype=np.int64)):
-            check_unique_ints(keys, "", (int(keys.min()), int(keys.max())))
+        # out of order (ascending keys need no index): the dense and the hash check
+        for keys in (np.array([2, 0, 1], dtype=np.int64), np.array([1 << 40, 0], dtype=np.int64)):
+            check_unique_ints(keys, "")
         remap_ids(np.zeros(2, np.int32), np.zeros(1, np.int32))
         remap_ids(np.zeros(2, np.float64), np.zeros(1, np.int32))
         csr.transpose_csr(po, pi, np.zeros(3, np.int64), np.zeros(4, offsets),
@@ -415,5 +417,5 @@ def preprocess(
                   for f in p.foreign_keys},
         warnings=builder.warnings,
         memory_budget=budget,
-        spilled_bytes=builder.arrays.spilled,
+        spilled_bytes=builder.arrays.spilled if builder.arrays is not None else 0,
     )
