@@ -46,12 +46,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlkit.db.build.convert import to_int_keys, to_string_buffers
+from dlkit.db.build.convert import to_int_keys, to_string_buffers, unique_values
 from dlkit.db.build.plan import infer_string_column
 from dlkit.db.build.primary_keys import KeyIndex
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
 from dlkit.db.format import path_name_problem
-from dlkit.db.schema.arrow_types import KEY_FAMILIES, infer_stype, type_family
+from dlkit.db.schema.arrow_types import (
+    CATEGORICAL_MAX_DISTINCT,
+    KEY_FAMILIES,
+    infer_stype,
+    type_family,
+)
 from dlkit.db.schema.spec import Schema, TableSpec, render_schema
 from dlkit.errors import DataError, InvalidArgumentError, SchemaError
 
@@ -67,6 +72,8 @@ SAMPLE_ROWS = 20_000
 READ_ROWS = 1 << 20
 # A string key is a code or a name; a column holding a longer sampled value is not one.
 MAX_KEY_BYTES = 256
+# Tables of at most READ_ROWS rows and this many (uncompressed) bytes are read whole, once.
+SMALL_TABLE_BYTES = 64 << 20
 
 # Last words of key names: ``user_id``, ``userId``, ``tail_no``, ``airport_code``, ...
 _KEY_SUFFIXES = ("id", "key", "code", "no", "num", "number", "uuid", "guid")
@@ -159,6 +166,8 @@ class ColumnProbe:
     maybe_unique: bool                 # no null in what was read, no repeat in the sample
     complete: pa.ChunkedArray | None   # the whole column, when reading the part read it all
     unique: bool = False               # proven: no null and no repeat in the whole column
+    num_rows: int = 0                  # rows of its table
+    has_null: bool = False             # a null in what was read
     # key candidates: share of each other column's sample found among this column's values
     shares: dict[tuple[str, str], float] = field(default_factory=dict)
 
@@ -190,6 +199,14 @@ class _Reader:
         self.groups = [(i, g) for i, f in enumerate(self.files)
                        for g in range(f.metadata.num_row_groups)]
         self.total = sum(f.metadata.num_rows for f in self.files)
+        size = sum(f.metadata.row_group(g).total_byte_size for f in self.files
+                   for g in range(f.metadata.num_row_groups))
+        # a small table is read once, whole (a wide one column by column would parse its
+        # footer once per column)
+        self.table: pa.Table | None = None
+        if self.total <= READ_ROWS and size <= SMALL_TABLE_BYTES:
+            self.table = pa.concat_tables([f.read() for f in self.files]) \
+                if len(self.files) != 1 else self.files[0].read()
 
     def _chunked(self, parts: list[pa.ChunkedArray], column: str) -> pa.ChunkedArray:
         return pa.chunked_array([c for p in parts for c in p.chunks],
@@ -207,6 +224,8 @@ class _Reader:
         return self._chunked(parts, column), len(chosen) == len(self.groups)
 
     def whole(self, column: str) -> pa.ChunkedArray:
+        if self.table is not None:
+            return self.table.column(column)
         return self._chunked([f.read(columns=[column]).column(0) for f in self.files], column)
 
 
@@ -227,7 +246,8 @@ def _probe(reader: _Reader, column: str, family: str, position: int) -> ColumnPr
         maybe_unique = False  # unique prose (reviews, descriptions): not worth reading whole
     return ColumnProbe(table=reader.source.name, column=column, family=family, position=position,
                        sample=sample, distinct=distinct, maybe_unique=maybe_unique,
-                       complete=part if complete and maybe_unique else None)
+                       complete=part if complete and maybe_unique else None,
+                       num_rows=reader.total, has_null=part.null_count > 0)
 
 
 def _key_index(values: pa.ChunkedArray, family: str) -> KeyIndex | None:
@@ -257,17 +277,19 @@ def _share_found(index: KeyIndex, sample: pa.Array) -> float:
     return 1.0 - dangling / num_valid if num_valid else 0.0
 
 
-def probe_columns(sources: dict[str, TableSource]) -> list[ColumnProbe]:
+def probe_columns(sources: dict[str, TableSource],
+                  readers: dict[str, _Reader] | None = None) -> list[ColumnProbe]:
     """Sample every integer and string column; prove unique each column whose read part has
     no null and whose sample no repeat, indexing its values as preprocess would; and look up
     every other column's sample of the same kind in that index."""
     probes: list[ColumnProbe] = []
-    readers = {t: _Reader(s) for t, s in sources.items()}
+    readers = readers if readers is not None else {t: _Reader(s) for t, s in sources.items()}
     for tname, src in sources.items():
         for position, f in enumerate(src.schema):
             family = type_family(f.type)
             if family in KEY_FAMILIES:
                 probes.append(_probe(readers[tname], f.name, family, position))
+    pairs = _Pairs(probes)
     for key in probes:
         if not key.maybe_unique:
             continue
@@ -278,12 +300,82 @@ def probe_columns(sources: dict[str, TableSource]) -> list[ColumnProbe]:
         if index is None:
             continue
         key.unique = True
-        for child in probes:
-            if child is not key and child.family == key.family and len(child.sample):
-                key.shares[(child.table, child.column)] = _share_found(index, child.sample)
+        for child in pairs.children(key):
+            key.shares[(child.table, child.column)] = _share_found(index, child.sample)
     for p in probes:
         p.complete = None
     return probes
+
+
+def _bounds_array(values: list, family: str) -> np.ndarray:
+    """Sample minima or maxima as an array numpy compares in bulk: integers as float64 (an
+    order-preserving, if coarse, image: ranges compare safely with ``<=``), strings as
+    their UTF-8 bytes."""
+    if family == "integer":
+        return np.array([float(v) for v in values], dtype=np.float64)
+    return np.array([v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v)
+                     for v in values], dtype=np.bytes_)
+
+
+def _suffix_names(column: str) -> list[str]:
+    """The column's name and the names after each of its leading words (a role):
+    ``buyer_user_id`` -> [buyeruserid, userid, id]; the first is the whole name."""
+    words = _words(column)
+    return ["".join(words[i:]) for i in range(len(words))] or [""]
+
+
+class _Pairs:
+    """Which columns are worth looking up in a key candidate's index, found by cheap
+    signatures instead of trying every pair (a table of 10,000 columns would make 10^8):
+    the same type family, overlapping value ranges, a name that points at the key's table
+    or enough distinct values to tell a reference from chance, and, for integers (small
+    ids lie inside every ``0..n`` key), a name that says key."""
+
+    def __init__(self, probes: list[ColumnProbe]):
+        self.groups: dict[str, list[ColumnProbe]] = {}
+        for p in probes:
+            if len(p.sample):
+                self.groups.setdefault(p.family, []).append(p)
+        self.lo: dict[str, np.ndarray] = {}
+        self.hi: dict[str, np.ndarray] = {}
+        self.plain: dict[str, np.ndarray] = {}  # telling without a name pointing at the key
+        self.where: dict[str, dict[tuple[str, str], int]] = {}
+        self.by_name: dict[str, dict[str, list[int]]] = {}
+        for family, group in self.groups.items():
+            bounds = [pc.min_max(p.sample) for p in group]
+            lo = [b["min"].as_py() for b in bounds]
+            hi = [b["max"].as_py() for b in bounds]
+            self.lo[family] = _bounds_array(lo, family)
+            self.hi[family] = _bounds_array(hi, family)
+            distinct = np.array([p.distinct >= FK_MIN_DISTINCT for p in group], dtype=bool)
+            keyish = np.array([family == "string" or _named_like_a_key(p.column)
+                               for p in group], dtype=bool)
+            self.plain[family] = distinct & keyish
+            self.where[family] = {(p.table, p.column): i for i, p in enumerate(group)}
+            names: dict[str, list[int]] = {}
+            for i, p in enumerate(group):
+                for name in _suffix_names(p.column):
+                    names.setdefault(name, []).append(i)
+            self.by_name[family] = names
+
+    def children(self, key: ColumnProbe) -> list[ColumnProbe]:
+        group = self.groups.get(key.family, [])
+        if not group or not len(key.sample):
+            return []
+        family = key.family
+        pointed = np.zeros(len(group), dtype=bool)
+        named = {w + s for w in _table_words(key.table) for s in ("", *_KEY_SUFFIXES)}
+        if _norm(key.column) != "id":
+            named.add(_norm(key.column))
+        for name in named:
+            for i in self.by_name[family].get(name, ()):
+                pointed[i] = True
+        bounds = pc.min_max(key.sample)
+        lo, hi = _bounds_array([bounds["min"].as_py(), bounds["max"].as_py()], family)
+        overlap = (self.lo[family] <= hi) & (self.hi[family] >= lo)
+        mask = overlap & (pointed | self.plain[family])
+        mask[self.where[family][(key.table, key.column)]] = False
+        return [group[i] for i in np.flatnonzero(mask)]
 
 
 @dataclass(frozen=True)
@@ -338,16 +430,25 @@ def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
               arrow_types: dict[tuple[str, str], pa.DataType]) -> FoundKeys:
     """Choose each table's primary key, then each column's foreign key, from the probes."""
     candidates = [p for p in probes if p.unique]
-    refs = [r for child in probes for key in candidates
-            if (r := _reference(child, key)) is not None]
+    by_column = {(p.table, p.column): p for p in probes}
+    refs = [r for key in candidates for child_at in key.shares
+            if (r := _reference(by_column[child_at], key)) is not None]
+    refs_to: dict[int, list[_Ref]] = {}
+    refs_from: dict[int, list[_Ref]] = {}
+    for r in refs:
+        refs_to.setdefault(id(r.key), []).append(r)
+        refs_from.setdefault(id(r.child), []).append(r)
+    mine_of: dict[str, list[ColumnProbe]] = {}
+    for p in candidates:
+        mine_of.setdefault(p.table, []).append(p)
     out = FoundKeys()
     for table in tables:
-        mine = [p for p in candidates if p.table == table]
+        mine = mine_of.get(table, [])
         if not mine:
             continue
 
         def incoming(p: ColumnProbe) -> list[_Ref]:
-            return [r for r in refs if r.key is p and r.child.table != table and r.telling]
+            return [r for r in refs_to.get(id(p), ()) if r.child.table != table and r.telling]
 
         def rank(p: ColumnProbe) -> tuple:
             inc = incoming(p)
@@ -373,14 +474,17 @@ def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
             reason += "; guess"
         out.primary[table] = KeyGuess(table, best.column, None, sure, reason)
     chosen = {(g.table, g.column) for g in out.primary.values()}
+    probes_of: dict[str, list[ColumnProbe]] = {}
+    for p in probes:
+        probes_of.setdefault(p.table, []).append(p)
     for table in tables:
         fks = []
         pk = out.primary.get(table)
-        for child in sorted((p for p in probes if p.table == table), key=lambda p: p.position):
+        for child in sorted(probes_of.get(table, ()), key=lambda p: p.position):
             if pk is not None and child.column == pk.column:
                 continue
-            options = [r for r in refs
-                       if r.child is child and (r.key.table, r.key.column) in chosen]
+            options = [r for r in refs_from.get(id(child), ())
+                       if (r.key.table, r.key.column) in chosen]
             if not options:
                 continue
             # names first, then values, then the same Arrow type, then a fixed order
@@ -398,6 +502,20 @@ def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
         if fks:
             out.foreign[table] = fks
     return out
+
+
+def _string_stype(reader: _Reader, src: TableSource, column: str, batch_rows: int) -> str:
+    """``categorical`` or ``text`` for a string column, as preprocess infers it
+    (:func:`infer_string_column`), from the table read whole when it was."""
+    if reader.table is None:
+        return infer_string_column(src, column, batch_rows)
+    values = reader.table.column(column)
+    if pc.count_distinct(values).as_py() > CATEGORICAL_MAX_DISTINCT:
+        return "text"
+    seen = set(unique_values(values.combine_chunks(), f"table {src.name!r}, column {column!r}"))
+    if len(seen) > CATEGORICAL_MAX_DISTINCT:
+        return "text"
+    return infer_stype("string", len(seen), len(values) - values.null_count)
 
 
 def _time_column(src: TableSource, fam: dict[str, str], skip: set[str]) -> str | None:
@@ -442,7 +560,8 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
                           "parts)", path=root)
     fam = {t: {f.name: type_family(f.type) for f in s.schema} for t, s in sources.items()}
     arrow_types = {(t, f.name): f.type for t, s in sources.items() for f in s.schema}
-    keys = find_keys(probe_columns(sources), list(sources), arrow_types)
+    readers = {t: _Reader(s) for t, s in sources.items()}
+    keys = find_keys(probe_columns(sources, readers), list(sources), arrow_types)
 
     specs = []
     notes: dict[tuple[str, str], str] = {}
@@ -469,7 +588,7 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
                 notes[(tname, f.name)] = f"{f.type}: not supported"
                 continue
             if family == "string":
-                stype = infer_string_column(src, f.name, batch_rows)
+                stype = _string_stype(readers[tname], src, f.name, batch_rows)
             else:
                 stype = infer_stype(family)
             types[f.name] = stype
