@@ -37,7 +37,8 @@ looked up in that index. docs/schema.md gives the measured speed.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,6 +191,17 @@ class FoundKeys:
     suggestions: dict[str, str] = field(default_factory=dict)  # table -> unique column
 
 
+@contextmanager
+def _reading(source: TableSource) -> Iterator[None]:
+    """Reading ``source``'s data: a corrupt page (Arrow's I/O error) is bad input, not an
+    output error."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"table {source.name!r}: cannot read its Parquet data: {exc}",
+                        path=source.location) from None
+
+
 class _Reader:
     """Row groups of one table, to read a spread-out part of a column."""
 
@@ -205,8 +217,9 @@ class _Reader:
         # footer once per column)
         self.table: pa.Table | None = None
         if self.total <= READ_ROWS and size <= SMALL_TABLE_BYTES:
-            self.table = pa.concat_tables([f.read() for f in self.files]) \
-                if len(self.files) != 1 else self.files[0].read()
+            with _reading(source):
+                self.table = pa.concat_tables([f.read() for f in self.files]) \
+                    if len(self.files) != 1 else self.files[0].read()
 
     def _chunked(self, parts: list[pa.ChunkedArray], column: str) -> pa.ChunkedArray:
         return pa.chunked_array([c for p in parts for c in p.chunks],
@@ -219,14 +232,16 @@ class _Reader:
             return self.whole(column), True
         k = max(1, min(len(self.groups), round(READ_ROWS * len(self.groups) / self.total)))
         chosen = sorted({round(x) for x in np.linspace(0, len(self.groups) - 1, k)})
-        parts = [self.files[i].read_row_group(g, columns=[column]).column(0)
-                 for i, g in (self.groups[j] for j in chosen)]
+        with _reading(self.source):
+            parts = [self.files[i].read_row_group(g, columns=[column]).column(0)
+                     for i, g in (self.groups[j] for j in chosen)]
         return self._chunked(parts, column), len(chosen) == len(self.groups)
 
     def whole(self, column: str) -> pa.ChunkedArray:
         if self.table is not None:
             return self.table.column(column)
-        return self._chunked([f.read(columns=[column]).column(0) for f in self.files], column)
+        with _reading(self.source):
+            return self._chunked([f.read(columns=[column]).column(0) for f in self.files], column)
 
 
 def _probe(reader: _Reader, column: str, family: str, position: int) -> ColumnProbe:
@@ -307,6 +322,25 @@ def probe_columns(sources: dict[str, TableSource],
     return probes
 
 
+def _proven_unique(p: ColumnProbe) -> bool:
+    """Unique with no null, known from the sample alone (it is the whole column)."""
+    return p.maybe_unique and len(p.sample) == p.num_rows
+
+
+def _plain_child(p: ColumnProbe) -> bool:
+    """Whether ``p`` may refer to a key whose table its name does not point at: it has
+    enough distinct values to tell a reference from chance, is not its own table's key
+    (unique in every row: a second key, not a reference, unless its name points) and, an
+    integer, is named like a key but not like its own table's (``id``, ``<table>_id``)."""
+    if p.distinct < FK_MIN_DISTINCT:
+        return False
+    if _proven_unique(p):
+        return False
+    if p.family == "string":
+        return True
+    return _named_like_a_key(p.column) and pk_name_score(p.table, p.column) < 3
+
+
 def _bounds_array(values: list, family: str) -> np.ndarray:
     """Sample minima or maxima as an array numpy compares in bulk: integers as float64 (an
     order-preserving, if coarse, image: ranges compare safely with ``<=``), strings as
@@ -327,9 +361,8 @@ def _suffix_names(column: str) -> list[str]:
 class _Pairs:
     """Which columns are worth looking up in a key candidate's index, found by cheap
     signatures instead of trying every pair (a table of 10,000 columns would make 10^8):
-    the same type family, overlapping value ranges, a name that points at the key's table
-    or enough distinct values to tell a reference from chance, and, for integers (small
-    ids lie inside every ``0..n`` key), a name that says key."""
+    the same type family, overlapping value ranges, and a name that points at the key's
+    table, or else :func:`_plain_child`."""
 
     def __init__(self, probes: list[ColumnProbe]):
         self.groups: dict[str, list[ColumnProbe]] = {}
@@ -339,6 +372,7 @@ class _Pairs:
         self.lo: dict[str, np.ndarray] = {}
         self.hi: dict[str, np.ndarray] = {}
         self.plain: dict[str, np.ndarray] = {}  # telling without a name pointing at the key
+        self.proven: dict[str, np.ndarray] = {}  # unique: the sample is the whole column
         self.where: dict[str, dict[tuple[str, str], int]] = {}
         self.by_name: dict[str, dict[str, list[int]]] = {}
         for family, group in self.groups.items():
@@ -347,10 +381,8 @@ class _Pairs:
             hi = [b["max"].as_py() for b in bounds]
             self.lo[family] = _bounds_array(lo, family)
             self.hi[family] = _bounds_array(hi, family)
-            distinct = np.array([p.distinct >= FK_MIN_DISTINCT for p in group], dtype=bool)
-            keyish = np.array([family == "string" or _named_like_a_key(p.column)
-                               for p in group], dtype=bool)
-            self.plain[family] = distinct & keyish
+            self.plain[family] = np.array([_plain_child(p) for p in group], dtype=bool)
+            self.proven[family] = np.array([_proven_unique(p) for p in group], dtype=bool)
             self.where[family] = {(p.table, p.column): i for i, p in enumerate(group)}
             names: dict[str, list[int]] = {}
             for i, p in enumerate(group):
@@ -363,13 +395,13 @@ class _Pairs:
         if not group or not len(key.sample):
             return []
         family = key.family
-        pointed = np.zeros(len(group), dtype=bool)
-        named = {w + s for w in _table_words(key.table) for s in ("", *_KEY_SUFFIXES)}
-        if _norm(key.column) != "id":
-            named.add(_norm(key.column))
-        for name in named:
-            for i in self.by_name[family].get(name, ()):
-                pointed[i] = True
+        pointed = np.zeros(len(group), dtype=bool)  # names the key's table
+        for name in {w + s for w in _table_words(key.table) for s in ("", *_KEY_SUFFIXES)}:
+            pointed[self.by_name[family].get(name, [])] = True
+        if _norm(key.column) != "id":  # names the key itself: not a key of its own table
+            same = np.zeros(len(group), dtype=bool)
+            same[self.by_name[family].get(_norm(key.column), [])] = True
+            pointed |= same & ~self.proven[family]
         bounds = pc.min_max(key.sample)
         lo, hi = _bounds_array([bounds["min"].as_py(), bounds["max"].as_py()], family)
         overlap = (self.lo[family] <= hi) & (self.hi[family] >= lo)
@@ -508,7 +540,8 @@ def _string_stype(reader: _Reader, src: TableSource, column: str, batch_rows: in
     """``categorical`` or ``text`` for a string column, as preprocess infers it
     (:func:`infer_string_column`), from the table read whole when it was."""
     if reader.table is None:
-        return infer_string_column(src, column, batch_rows)
+        with _reading(src):
+            return infer_string_column(src, column, batch_rows)
     values = reader.table.column(column)
     if pc.count_distinct(values).as_py() > CATEGORICAL_MAX_DISTINCT:
         return "text"
