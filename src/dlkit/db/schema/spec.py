@@ -224,8 +224,8 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
             parts = spec.fk_columns(column)
             if len(parts) != len(key_columns(parent_key)):
                 raise _err(source, f"table {spec.name!r}, foreign key {column!r}: "
-                                   f"{len(parts)} column(s) {list(parts)}, but table {parent!r}'s "
-                                   f"primary key {key_label(parent_key)} has "
+                                   f"{len(parts)} column(s) {list(parts)}, but the primary key "
+                                   f"{key_label(parent_key)} of table {parent!r} has "
                                    f"{len(key_columns(parent_key))}")
 
     tasks: list[TaskSpec] = []
