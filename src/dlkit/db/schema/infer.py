@@ -504,7 +504,7 @@ def _self_reference_notes(key: ColumnProbe, out: FoundKeys) -> None:
     self-reference: most rows point at themselves (a copy of the key: built, each would be
     a self-loop), or too few values are found."""
     for (table, column), share in key.shares.items():
-        if table != key.table or share < FK_MIN_FOUND:
+        if table != key.table or share < SMALL_SHARE:
             continue
         if fk_name_score(column, key.table, key.column) == 2:
             continue
