@@ -328,6 +328,11 @@ def probe_columns(sources: dict[str, TableSource],
     for key in probes:
         if not key.maybe_unique:
             continue
+        children = pairs.children(key)
+        if not children and _proven_unique(key) and not pa.types.is_uint64(key.sample.type):
+            key.unique = True  # nothing to look up in its index: no need to build it
+            key.complete = None
+            continue
         values = key.complete if key.complete is not None else readers[key.table].whole(key.column)
         key.complete = None  # read once: free it
         index = _key_index(values, key.family)
@@ -335,7 +340,7 @@ def probe_columns(sources: dict[str, TableSource],
         if index is None:
             continue
         key.unique = True
-        for child in pairs.children(key):
+        for child in children:
             share = _share_found(index, child.sample)
             key.shares[(child.table, child.column)] = share
             if child.table == key.table and share >= FK_MIN_FOUND:
@@ -440,12 +445,15 @@ class _Pairs:
             same = np.zeros(len(group), dtype=bool)
             same[self.by_name[family].get(_norm(key.column), [])] = True
             pointed |= same & ~self.proven[family]
+        maybe = pointed | self.plain[family]
+        maybe[self.where[family][(key.table, key.column)]] = False
+        at = np.flatnonzero(maybe)
+        if not len(at):
+            return []
         bounds = pc.min_max(key.sample)
         lo, hi = _bounds_array([bounds["min"].as_py(), bounds["max"].as_py()], family)
-        overlap = (self.lo[family] <= hi) & (self.hi[family] >= lo)
-        mask = overlap & (pointed | self.plain[family])
-        mask[self.where[family][(key.table, key.column)]] = False
-        return [group[i] for i in np.flatnonzero(mask)]
+        overlap = (self.lo[family][at] <= hi) & (self.hi[family][at] >= lo)
+        return [group[i] for i in at[overlap]]
 
 
 @dataclass(frozen=True)
