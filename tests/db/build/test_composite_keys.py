@@ -282,3 +282,29 @@ def test_a_repeated_tuple_is_a_clear_error(keys):
         value = info.value.message.split("duplicate primary key ")[1].split(" (rows")[0]
         assert keys.count(ast.literal_eval(value)) > 1
         assert not (root / "db").exists()
+
+
+# --- verify: composite keys re-checked from their bytes --------------------------------------
+
+@pytest.mark.parametrize("change, check", [
+    # Teams' keys are (1871, "BS1"), (1871, "CH1"), (1872, "BS1"): make the second the first
+    (lambda raw: raw.replace(b"CH1", b"BS1"), "key.unique"),
+    # a string part's length that runs past the key's end
+    (lambda raw: raw.replace(b"\x00\x00\x00\x03CH1", b"\x00\x00\x00\x04CH1"), "key.composite"),
+    # a string part that is not UTF-8
+    (lambda raw: raw.replace(b"CH1", b"C\xff1"), "key.composite"),
+    ])
+def test_verify_rechecks_composite_keys(tmp_path, change, check):
+    from dlkit.db import check_database
+    from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
+
+    write_db(tmp_path / "in", _baseball(), BASEBALL_TOML)
+    db = tmp_path / "db"
+    preprocess(tmp_path / "in", db, fsync=False)
+    assert check_database(db) == []
+    values = db / "tables" / "Teams" / "key.values"
+    values.write_bytes(change(values.read_bytes()))
+    file_map = hash_files(db, list_files(db))
+    (db / "manifest.json").write_bytes(render_manifest(file_map, database_hash(file_map)))
+    found = {(f.file, f.check) for f in check_database(db)}
+    assert ("tables/Teams/key.values", check) in found
