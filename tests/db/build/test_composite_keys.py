@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -308,3 +309,37 @@ def test_verify_rechecks_composite_keys(tmp_path, change, check):
     (db / "manifest.json").write_bytes(render_manifest(file_map, database_hash(file_map)))
     found = {(f.file, f.check) for f in check_database(db)}
     assert ("tables/Teams/key.values", check) in found
+
+
+def test_composite_keys_spill_to_the_same_bytes(tmp_path):
+    """Composite keys and their index in the memory budget: the same database, spilled."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    years, codes = rng.integers(1900, 2000, n), rng.choice(["BS1", "CH1", "NY2", "PH1"], n)
+    seen, parent_rows = set(), []
+    for r in range(n):
+        if (int(years[r]), str(codes[r])) not in seen:
+            seen.add((int(years[r]), str(codes[r])))
+            parent_rows.append(r)
+    teams = pa.table({"yearID": years[parent_rows], "teamID": codes[parent_rows],
+                      "W": rng.integers(0, 100, len(parent_rows))})
+    picks = rng.integers(0, len(parent_rows), 2 * n)
+    batting = pa.table({"yearID": teams["yearID"].take(picks),
+                        "teamID": pa.array(teams["teamID"].take(picks).to_pylist(),
+                                           mask=rng.random(2 * n) < 0.05),
+                        "H": rng.integers(0, 200, 2 * n)})
+    toml = ('[tables.Teams]\nprimary_key = ["yearID", "teamID"]\n[tables.Batting.foreign_keys]\n'
+            'team = { columns = ["yearID", "teamID"], table = "Teams" }\n')
+    write_db(tmp_path / "in", {"Batting": batting, "Teams": teams}, toml)
+    in_memory = preprocess(tmp_path / "in", tmp_path / "ram", fsync=False, batch_rows=500)
+    spilled = preprocess(tmp_path / "in", tmp_path / "spill", fsync=False, batch_rows=500,
+                         memory_budget=0)
+    assert spilled.spilled_bytes > 0
+    assert spilled.database_hash == in_memory.database_hash
+    with open_database(tmp_path / "spill") as db:
+        teams_t, batting_t = db.tables
+        row_of = {teams_t.key(r): teams_t.row_offset + r for r in range(teams_t.num_rows)}
+        for r in range(0, 2 * n, 97):
+            team = batting["teamID"][r].as_py()
+            want = [] if team is None else [row_of[(batting["yearID"][r].as_py(), team)]]
+            assert db.graph.parents(batting_t.row_offset + r).tolist() == want
