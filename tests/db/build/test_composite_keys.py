@@ -343,3 +343,13 @@ def test_composite_keys_spill_to_the_same_bytes(tmp_path):
             team = batting["teamID"][r].as_py()
             want = [] if team is None else [row_of[(batting["yearID"][r].as_py(), team)]]
             assert db.graph.parents(batting_t.row_offset + r).tolist() == want
+
+
+def test_notes_with_control_characters_stay_comments():
+    from dlkit.db.schema.spec import parse_schema, render_schema
+
+    schema = parse_schema(BASEBALL_TOML)
+    text = render_schema(schema, {("Teams", "(yearID, teamID)"): "why\nnot = 1"},
+                         table_notes={"Batting": ["a\rb\nc = 2"]})
+    assert parse_schema(text) == schema
+    assert "# why\\x0anot = 1" in text and "# a\\x0db\\x0ac = 2" in text
