@@ -353,3 +353,16 @@ def test_notes_with_control_characters_stay_comments():
                          table_notes={"Batting": ["a\rb\nc = 2"]})
     assert parse_schema(text) == schema
     assert "# why\\x0anot = 1" in text and "# a\\x0db\\x0ac = 2" in text
+
+
+def test_a_composite_foreign_key_may_be_named_after_a_key_column_not_a_feature(tmp_path):
+    tables = _baseball()
+    named_as_part = BASEBALL_TOML.replace("team = {", "teamID = {")
+    write_db(tmp_path / "ok", tables, named_as_part)
+    report = preprocess(tmp_path / "ok", tmp_path / "db", fsync=False)
+    assert report.dangling == {"Batting.teamID": 1}
+    assert verify_database(tmp_path / "db").ok
+    write_db(tmp_path / "bad", tables, BASEBALL_TOML.replace("team = {", "H = {"))
+    with pytest.raises(SchemaError, match="foreign key 'H': a composite foreign key's name "
+                                          "cannot be a feature column"):
+        preprocess(tmp_path / "bad", tmp_path / "db2", fsync=False)
