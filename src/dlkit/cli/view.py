@@ -57,6 +57,17 @@ def _human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _print_table(table: Table) -> None:
+    """A table at its natural width off a terminal (a pipe, a file): never wrapped or cut at
+    the 80 columns rich assumes there."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.console import Console
+
+    Console(file=console.file, width=100_000, color_system=None).print(table)
+
+
 def _degrees(d: Degrees) -> str:
     return f"{d.p50:g} / {d.p99:g} / {d.max:,}"
 
@@ -111,7 +122,7 @@ def info(
         tables.add_row(plain(t.name), f"{t.num_rows:,}", plain(t.primary_key or "-"),
                        plain(t.time_column or "-"), columns, _utc(t.time_range.first_us),
                        _utc(t.time_range.last_us))
-    console.print(tables)
+    _print_table(tables)
     if summary.foreign_keys:
         fks = Table(title="foreign keys", title_justify="left", header_style="bold")
         for name in ("child.column", "parent", "edges", "null", "dangling",
@@ -122,7 +133,7 @@ def info(
                         f"{f.num_null:,}", f"{f.num_dangling:,}",
                         _degrees(f.children_per_parent) + (" *" if f.shared_with else ""),
                         f"{100 * f.linked_share:.1f}%")
-        console.print(fks)
+        _print_table(fks)
     if summary.tasks:
         tasks = Table(title="tasks", title_justify="left", header_style="bold")
         for name in ("task", "table.target", "type", "seeds", "train/val/test", "split",
@@ -133,7 +144,7 @@ def info(
             tasks.add_row(plain(k.name), plain(f"{k.table}.{k.target}"), k.target_type,
                           f"{k.num_seeds:,}", per, k.split_rule,
                           f"{k.label_lag_us / 1e6:g} s" if k.label_lag_us else "0", k.boundary)
-        console.print(tasks)
+        _print_table(tasks)
     e = summary.embeddings
     console.print(f"embeddings: {plain(e.embedder)}, text {e.text_dim}, column {e.column_dim}, "
                   f"categorical {e.categorical_dim} dimensions; "

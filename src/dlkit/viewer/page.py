@@ -82,9 +82,14 @@ def page_data(db: Database, options: PageOptions, mode: Mode, curves: tuple[Seri
         "tasks": tasks,
         "contexts": contexts,
         "diagram": {"mermaid": diagram.to_mermaid(),
-                    "svg": diagram.to_svg() if graphviz_dot() is not None else None},
+                    "svg": _inline_svg(diagram.to_svg()) if graphviz_dot() is not None else None},
         "curves": [series_svg(s) for s in curves],
     }
+
+
+def _inline_svg(svg: str) -> str:
+    """Graphviz's SVG document as an element to put in a page (no XML prolog or DOCTYPE)."""
+    return svg[svg.find("<svg"):]
 
 
 def num_contexts(db: Database, options: PageOptions) -> int:
