@@ -4,6 +4,7 @@ foreign-key links), and its child counts agree with the source tables read with 
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -95,3 +96,31 @@ def test_a_row_that_is_no_seed_is_refused(example_db):
     with open_database(example_db) as db:
         with pytest.raises(dlkit.errors.InvalidArgumentError, match="not a seed"):
             build_context(db, "review_rating", 10**9, Knobs())
+
+
+@pytest.mark.parametrize("split, step", [("train", 0), ("train", 45), ("val", 6)])
+def test_a_step_is_the_batch_dlkit_batches_writes(example_db, tmp_path, split, step):
+    """Step K's seeds and their contexts (at the step's epoch) are those of the batch
+    `dlkit batches` writes as step K."""
+    from dlkit.viewer.context import step_seeds
+    from tests.cli.helpers import run_dlkit
+
+    out = tmp_path / "batches"
+    done = run_dlkit("batches", example_db, "--task", "review_rating", "--split", split,
+                     "--steps", step + 1, "-b", 4, "-S", 64, "-R", 16, "--bfs-child-width", 2,
+                     "--out", out, "-q")
+    assert done.returncode == 0, done.stderr.decode()
+    index = json.loads((out / "index.json").read_text())
+    written = index["batches"][step]
+    batch = np.load(out / f"step_{step:06d}.npz")
+    with open_database(example_db) as db:
+        found = step_seeds(db, "review_rating", split, step, batch_size=4)
+        assert list(found.anchors) == written["anchor_rows"]
+        assert found.epoch == written["epoch"]
+        for b, anchor in enumerate(found.anchors):
+            ctx = build_context(db, "review_rating", anchor, Knobs(64, 16, 2),
+                                epoch=found.epoch)
+            real = int((batch["is_padding"][b] == 0).sum())
+            assert ctx["num_cells"] == real
+            rows = [r["index"] for r in ctx["rows"] for _ in r["cells"]]
+            assert rows == batch["seq_row_ids"][b, :real].tolist()

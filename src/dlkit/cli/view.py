@@ -252,6 +252,14 @@ def view(
                                         help="Children taken per row (or several)."),
     seed: int = typer.Option(0, "--seed", "-s", min=0, help="Sampling seed (the BFS draws)."),
     split_seed: int = typer.Option(0, "--split-seed", min=0, help="Split seed (hash splits)."),
+    step: int = typer.Option(
+        None, "--step", min=0,
+        help="Show the seeds of this step of each task's train, val and test stream (the "
+             "batches `dlkit batches` builds, at their epoch) instead of the first --seeds."),
+    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1,
+                                   help="--step's global batch size."),
+    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
+                                      help="--step's train order."),
     record: list[Path] = typer.Option(
         None, "--record", help="A training run's --record JSONL to plot (repeatable)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
@@ -268,13 +276,14 @@ def view(
     the schema and, with --record, the training curves. Examples:
 
         dlkit view out/db -o view.html -S 128,1024 -W 4,16
+        dlkit view out/db --step 1000 --batch-size 64 -o step1000.html
         dlkit view out/db --serve --port 8765
     """
     from dlkit.atomic import atomic_write_bytes
     from dlkit.db import open_database
+    from dlkit.sampler.splits import train_sampling_mode
     from dlkit.viewer.curves import read_record
-    from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, \
-        render_page
+    from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, render_page
 
     knobs = knob_grid(_int_list(sequence_length, "--sequence-length", 1),
                       _int_list(max_rows, "--max-rows", 1),
@@ -298,7 +307,9 @@ def view(
                                                          else f"; tasks: {', '.join(known)}"),
                     code="USAGE")
         options = PageOptions(knobs=knobs, seeds_per_split=seeds, seed=seed,
-                              split_seed=split_seed, tasks=tuple(task) if task else None)
+                              split_seed=split_seed, tasks=tuple(task) if task else None,
+                              step=step, batch_size=batch_size,
+                              sampling_mode=train_sampling_mode(sampling_mode))
         if serve:
             _serve(db, options, curves, port, quiet)
             return
@@ -329,7 +340,7 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
         server = make_server(db, page, port=port, seed=options.seed)
     except OSError as exc:
         raise OutputError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
-    host, bound = server.server_address[:2]
+    host, bound = str(server.server_address[0]), int(server.server_address[1])
     if not quiet:
         err_console.print(f"serving {plain(db.path)} on http://{host}:{bound}/ (Ctrl-C stops)",
                           highlight=False)

@@ -18,8 +18,9 @@ import numpy as np
 from dlkit.core.codes import NO_TIME
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.batch_files import BatchRequest, stream_schedule
 from dlkit.sampler.inspect import describe_sequence, format_time
-from dlkit.sampler.splits import SPLITS, SplitRatios, compute_splits
+from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS, SplitRatios, compute_splits
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,30 @@ def seeds_by_split(db: Database, task: str, *, split_seed: int = 0,
     (splits,) = compute_splits([data], split_seed, ratios or SplitRatios())
     anchors = np.asarray(data.anchor_row, dtype=np.int64)
     return {split: anchors[np.asarray(splits.of(split), dtype=np.int64)] for split in SPLITS}
+
+
+@dataclass(frozen=True)
+class StepSeeds:
+    """The seeds of one step of a (task, split) stream, as ``dlkit batches`` builds it: the
+    global batch (rank 0 of one) and the epoch its BFS draws are made at."""
+
+    step: int
+    epoch: int
+    anchors: tuple[int, ...]
+
+
+def step_seeds(db: Database, task: str, split: str, step: int, *, seed: int = 0,
+               split_seed: int = 0, batch_size: int = 32,
+               sampling_mode: str = DEFAULT_SAMPLING_MODE) -> StepSeeds:
+    """Step ``step``'s seeds of ``task``'s ``split`` stream under the run manifest ``dlkit
+    manifest --seed SEED --global-batch-size BATCH_SIZE`` describes (O(1) in ``step``)."""
+    request = BatchRequest(task=task, split=split, steps=1, seed=seed, split_seed=split_seed,
+                           batch_size=batch_size, sampling_mode=sampling_mode)
+    _builder, view, schedule = stream_schedule(db, request)
+    job = schedule.job(step)
+    positions = job.stream.seed_indices(job.cursor)
+    anchors = np.asarray(view.anchor_row)[np.asarray(positions, dtype=np.int64)]
+    return StepSeeds(step, int(job.cursor.epoch), tuple(int(a) for a in anchors))
 
 
 def _children_in_view(db: Database, row: int, obs_time: int, strict: bool,
@@ -114,4 +139,4 @@ def build_context(db: Database, task: str, anchor_row: int, knobs: Knobs, *, see
     }
 
 
-__all__ = ["Knobs", "build_context", "seeds_by_split"]
+__all__ = ["Knobs", "StepSeeds", "build_context", "seeds_by_split", "step_seeds"]

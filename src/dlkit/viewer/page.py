@@ -20,8 +20,9 @@ from typing import Any
 
 from dlkit.core.codes import STYPE_NAMES
 from dlkit.db.read.mapped import Database
-from dlkit.sampler.splits import SPLITS
-from dlkit.viewer.context import Knobs, build_context, seeds_by_split
+from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS
+from dlkit.viewer.context import Knobs, build_context, seeds_by_split, step_seeds
 from dlkit.viewer.curves import Series, series_svg
 from dlkit.viewer.diagram import diagram_of_metadata, graphviz_dot
 
@@ -39,6 +40,11 @@ class PageOptions:
     split_seed: int = 0
     tasks: tuple[str, ...] | None = None  # None: every task
     max_listed_seeds: int = 500  # seeds a served page lists per split (any anchor is fetched)
+    # A step of the run: each (task, split) shows the seeds of that step of its stream, with
+    # the run's global batch size and train order (as `dlkit batches` builds them)
+    step: int | None = None
+    batch_size: int = 32
+    sampling_mode: str = DEFAULT_SAMPLING_MODE
 
 
 def knob_grid(sequence_lengths: Sequence[int], max_rows: Sequence[int],
@@ -62,17 +68,18 @@ def page_data(db: Database, options: PageOptions, mode: Mode, curves: tuple[Seri
     tasks, contexts = [], {}
     for name in names:
         task = next(t for t in meta.tasks if t.name == name)
-        splits = seeds_by_split(db, name, split_seed=options.split_seed)
         listed = options.max_listed_seeds if mode == Mode.SERVE else options.seeds_per_split
+        seeds, epochs = _seeds(db, name, options, listed)
         tasks.append({"name": name, "table": task.table, "target": task.target_column,
-                      "type": STYPE_NAMES[task.target_stype],
-                      "splits": {s: [int(a) for a in splits[s][:listed]] for s in SPLITS}})
+                      "type": STYPE_NAMES[task.target_stype], "splits": seeds,
+                      "epochs": epochs, "step": options.step})
         if mode == Mode.STATIC:
             for split in SPLITS:
-                for anchor in splits[split][:options.seeds_per_split]:
+                for anchor in seeds[split]:
                     for knobs in options.knobs:
-                        contexts[context_key(name, split, int(anchor), knobs)] = build_context(
-                            db, name, int(anchor), knobs, seed=options.seed, split=split)
+                        contexts[context_key(name, split, anchor, knobs)] = build_context(
+                            db, name, anchor, knobs, seed=options.seed, split=split,
+                            epoch=epochs[split])
                         if progress is not None:
                             progress(1)
     return {
@@ -92,14 +99,34 @@ def _inline_svg(svg: str) -> str:
     return svg[svg.find("<svg"):]
 
 
+def _seeds(db: Database, task: str, options: PageOptions, listed: int
+           ) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Per split: the anchor rows to list, and the epoch their contexts are drawn at (a
+    step's epoch, else 0). A split with no batch at that step lists none."""
+    if options.step is None:
+        splits = seeds_by_split(db, task, split_seed=options.split_seed)
+        return ({s: [int(a) for a in splits[s][:listed]] for s in SPLITS},
+                dict.fromkeys(SPLITS, 0))
+    seeds: dict[str, list[int]] = {}
+    epochs: dict[str, int] = {}
+    for split in SPLITS:
+        try:
+            found = step_seeds(db, task, split, options.step, seed=options.seed,
+                               split_seed=options.split_seed, batch_size=options.batch_size,
+                               sampling_mode=options.sampling_mode)
+        except InvalidArgumentError:  # too few seeds for one batch of this split
+            seeds[split], epochs[split] = [], 0
+            continue
+        seeds[split], epochs[split] = list(found.anchors), found.epoch
+    return seeds, epochs
+
+
 def num_contexts(db: Database, options: PageOptions) -> int:
     """How many contexts a written page holds (for a progress bar)."""
     names = options.tasks if options.tasks is not None else tuple(
         t.name for t in db.metadata_record.tasks)
-    total = 0
-    for name in names:
-        splits = seeds_by_split(db, name, split_seed=options.split_seed)
-        total += sum(min(len(splits[s]), options.seeds_per_split) for s in SPLITS)
+    total = sum(len(anchors) for name in names
+                for anchors in _seeds(db, name, options, options.seeds_per_split)[0].values())
     return total * len(options.knobs)
 
 

@@ -71,8 +71,10 @@ def make_server(db: Database, page: str, *, port: int = 0, seed: int = 0,
                 anchor = _int(query, "anchor", 0, 2**62)
                 knobs = Knobs(_int(query, "S", 1, MAX_KNOB), _int(query, "R", 1, MAX_KNOB),
                               _int(query, "W", 0, MAX_KNOB))
+                epoch = _int(query, "epoch", 0, 2**62) if "epoch" in query else 0
                 with lock:
-                    context = build_context(db, task, anchor, knobs, seed=seed, split=split)
+                    context = build_context(db, task, anchor, knobs, seed=seed, split=split,
+                                            epoch=epoch)
             except (ValueError, DlkitError) as exc:
                 self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
                 return
