@@ -41,6 +41,13 @@ def _int_list(text: str, what: str, minimum: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(values))
 
 
+def _key_text(key: str | tuple[str, ...] | None) -> str:
+    """A primary key for the table: its column, ``(a, b)`` for a composite key, or ``-``."""
+    if key is None:
+        return "-"
+    return key if isinstance(key, str) else f"({', '.join(key)})"
+
+
 def _utc(us: int | None) -> str:
     if us is None:
         return "-"
@@ -119,7 +126,7 @@ def info(
         tables.add_column(name, justify="right" if name == "rows" else "left")
     for t in summary.tables:
         columns = ", ".join(f"{n} {k}" for k, n in t.columns_by_type.items()) or "-"
-        tables.add_row(plain(t.name), f"{t.num_rows:,}", plain(t.primary_key or "-"),
+        tables.add_row(plain(t.name), f"{t.num_rows:,}", plain(_key_text(t.primary_key)),
                        plain(t.time_column or "-"), columns, _utc(t.time_range.first_us),
                        _utc(t.time_range.last_us))
     _print_table(tables)

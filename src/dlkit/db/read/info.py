@@ -51,7 +51,7 @@ class TimeRange:
 class TableInfo:
     name: str
     num_rows: int
-    primary_key: str | None
+    primary_key: str | tuple[str, ...] | None  # a tuple: a composite key's columns
     time_column: str | None
     columns_by_type: dict[str, int]
     time_range: TimeRange
