@@ -43,6 +43,7 @@ class ColumnData:
     cat_emb_count: int
     categories: tuple | None
     arrow_type: str
+    known_after_us: int = 0  # metadata's known_after_us: the value shows this long after its row
 
     @property
     def stype_name(self) -> str:
@@ -70,6 +71,8 @@ class TableData:
     columns: tuple[ColumnData, ...]
     key_values: np.ndarray | None
     key_offsets: np.ndarray | None
+    time_unit: str | None = None  # metadata's time_unit of an integer time column
+    time_position: str | None = None
 
     def column(self, name: str) -> ColumnData:
         for col in self.columns:
