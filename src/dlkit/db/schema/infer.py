@@ -52,6 +52,7 @@ from dlkit.db.build.primary_keys import KeyIndex
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
 from dlkit.db.format import path_name_problem
 from dlkit.db.schema.arrow_types import KEY_FAMILIES, infer_stype, type_family
+from dlkit.db.schema.infer_time import with_int_time
 from dlkit.db.schema.spec import Schema, TableSpec, render_schema
 from dlkit.errors import DataError, InvalidArgumentError, SchemaError
 
@@ -482,6 +483,7 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
         specs.append(TableSpec(name=tname, path=None if rel == default_rel else rel,
                                primary_key=pk, time_column=time_column, foreign_keys=tuple(fks),
                                exclude=tuple(exclude), types=types))
+        specs[-1] = with_int_time(specs[-1], src.files, src.schema, notes)  # integer times
     schema = Schema(name=name or root.resolve().name, tables=tuple(specs), tasks=())
     header = (f"dlkit.toml drafted by `dlkit schema infer` from {root}.\n"
               "Review it: primary keys, foreign keys, time columns and types are guesses;\n"
