@@ -184,3 +184,27 @@ def test_epoch_seconds_build_like_timestamps(tmp_path):
         assert np.asarray(a.graph.row_times).tolist() == (secs * 10**6).tolist()
         assert np.asarray(a.graph.row_times).tolist() == np.asarray(b.graph.row_times).tolist()
         assert a.task("a").rules == b.task("a").rules
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: m["tables"][1]["columns"][2].update(known_after_us=0), "known_after_us must be"),
+    (lambda m: m["tables"][1]["columns"][2].update(known_after_us=1 << 63),
+     "known_after_us must be"),
+    (lambda m: m["tables"][1].update(time_unit="month"), "time_unit 'month' is not one of"),
+    (lambda m: m["tables"][1].update(time_position="start"), "time_position 'start' must be"),
+])
+def test_bad_time_keys_in_metadata_are_refused(ball, tmp_path, change, message):
+    import shutil
+
+    from dlkit.db.read.reader import check_database
+    from tests.db.read.test_verify_content import rehash
+
+    db_path, _, _ = ball
+    copy = tmp_path / "db"
+    shutil.copytree(db_path, copy)
+    meta = json.loads((copy / "metadata.json").read_text())
+    change(meta)
+    (copy / "metadata.json").write_text(json.dumps(meta, indent=2))
+    rehash(copy)
+    failures = check_database(copy, verify_hashes=False)
+    assert any(message in f.message for f in failures), failures
