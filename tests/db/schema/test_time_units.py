@@ -210,3 +210,16 @@ def test_more_bad_time_options():
     with pytest.raises(SchemaError, match="val_from must be a date"):  # no unit: no integers
         parse_schema('[tables.t]\ntime_column = "m"\n[tasks.a]\ntable = "t"\ntarget = "x"\n'
                      'split = "time"\nval_from = 2023\ntest_from = 2024\n')
+
+
+def test_a_task_table_may_have_an_integer_time_column():
+    text = ('[tables.users]\nprimary_key = "uid"\n[tasks.churn]\nentity_table = "users"\n'
+            'entity_column = "uid"\ntime_column = "month"\ntime_unit = "yyyymm"\n'
+            'time_position = "end"\ntarget = "churned"\nsplit = "time"\nval_from = 202301\n'
+            'test_from = 202307\n')
+    schema = parse_schema(text)
+    churn = schema.table("churn")
+    assert (churn.time_unit, churn.time_position) == (TimeUnit.YYYYMM, TimePosition.END)
+    assert schema.tasks[0].val_from_us == reference(202301, TimeUnit.YYYYMM, TimePosition.END)
+    again = parse_schema(render_schema(schema))
+    assert again.tables == schema.tables and again.tasks == schema.tasks
