@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlkit.core.calendar_units import YEAR, YYYYMM, YYYYMMDD, calendar_to_micros
 from dlkit.core.stats import convert_fixed_width
 from dlkit.db import format as fmt
 from dlkit.db.schema.time_units import TimePosition, TimeUnit, int_times_to_micros
@@ -134,6 +135,9 @@ def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
     return values, valid
 
 
+_CALENDAR = {TimeUnit.YEAR: YEAR, TimeUnit.YYYYMM: YYYYMM, TimeUnit.YYYYMMDD: YYYYMMDD}
+
+
 def int_to_micros(arr: pa.Array, unit: TimeUnit, position: TimePosition, where: str,
                   first_row: int) -> tuple[np.ndarray, np.ndarray]:
     """An integer time column's batch (its first row is the table's ``first_row``) as int64
@@ -145,7 +149,14 @@ def int_to_micros(arr: pa.Array, unit: TimeUnit, position: TimePosition, where: 
                         f"{unit.value!r})")
     valid = valid_mask(arr)
     raw = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False))
-    values, bad = int_times_to_micros(raw, valid, unit, position)
+    if unit.calendar and raw.dtype != np.uint64:  # the kernel; the epoch units are numpy's
+        ints = raw.astype(np.int64, copy=False).view()
+        ints.flags.writeable = False  # Arrow's buffer or not: one compiled kernel
+        values = np.empty(raw.shape[0], dtype=np.int64)
+        bad = calendar_to_micros(ints, valid, _CALENDAR[unit], position is TimePosition.END,
+                                 values)
+    else:
+        values, bad = int_times_to_micros(raw, valid, unit, position)
     if bad >= 0:
         raise DataError(f"{where}: row {first_row + bad} holds {int(raw[bad])}, which is not a "
                         f"valid time in unit {unit.value!r} (e.g. {unit.example})")

@@ -68,37 +68,57 @@ _S_LIMIT = INT64_MAX // 1_000_000
 _MS_LIMIT = INT64_MAX // 1_000
 
 
+def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of proleptic Gregorian dates (integer arithmetic only: H.
+    Hinnant's ``days_from_civil``), for arrays of valid years, months and days."""
+    y = y - (m <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * np.where(m > 2, m - 3, m + 9) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146_097 + doe - 719_468
+
+
+_DAY_US = 86_400_000_000
+# Days since 1970-01-01 of the first day of month i = (year - 1) * 12 + (month - 1), for every
+# month of years 1-9999 and the one after (a table: a lookup per value instead of the date
+# arithmetic per value); made on first use.
+_month_days: np.ndarray | None = None
+
+
+def _month_start_days() -> np.ndarray:
+    global _month_days
+    if _month_days is None:
+        i = np.arange((MAX_YEAR - MIN_YEAR + 1) * 12 + 1, dtype=np.int64)
+        _month_days = _days_from_civil(i // 12 + MIN_YEAR, i % 12 + 1, np.ones_like(i))
+        _month_days.flags.writeable = False
+    return _month_days
+
+
 def _calendar_start(values: np.ndarray, unit: TimeUnit, next_period: bool) -> tuple[
         np.ndarray, np.ndarray]:
     """``(start microseconds, ok)`` of each period (of the next one with ``next_period``);
     ``ok`` is False where the value names no period."""
     v = values.astype(np.int64, copy=False)
     if unit is TimeUnit.YEAR:
-        year, month, day = v, np.ones_like(v), np.ones_like(v)
-    elif unit is TimeUnit.YYYYMM:
-        year, month, day = v // 100, v % 100, np.ones_like(v)
+        ok = (v >= MIN_YEAR) & (v <= MAX_YEAR)
+        i = np.where(ok, v - MIN_YEAR, 0) * 12
+        step = 12
     else:
-        year, month, day = v // 10_000, (v // 100) % 100, v % 100
-    ok = (year >= MIN_YEAR) & (year <= MAX_YEAR) & (month >= 1) & (month <= 12) & (day >= 1)
-    # Out-of-range values are replaced by 1970-01 before any date arithmetic (no overflow).
-    y = np.where(ok, year, 1970)
-    m = np.where(ok, month, 1)
-    d = np.where(ok, day, 1)
-    month_index = (y - 1970) * 12 + (m - 1)
-    month_start = month_index.astype("datetime64[M]").astype("datetime64[D]")
-    next_month = (month_index + 1).astype("datetime64[M]").astype("datetime64[D]")
-    days_in_month = (next_month - month_start).astype(np.int64)
-    ok &= d <= days_in_month
-    d = np.where(ok, d, 1)
-    start = month_start + (d - 1).astype("timedelta64[D]")
-    if next_period:
-        if unit is TimeUnit.YEAR:
-            start = (y - 1970 + 1).astype("datetime64[Y]").astype("datetime64[D]")
-        elif unit is TimeUnit.YYYYMM:
-            start = next_month
-        else:
-            start = start + np.timedelta64(1, "D")
-    return start.astype("datetime64[us]").astype(np.int64), ok
+        ym = v if unit is TimeUnit.YYYYMM else v // 100
+        year, month = ym // 100, ym % 100
+        ok = (year >= MIN_YEAR) & (year <= MAX_YEAR) & (month >= 1) & (month <= 12)
+        i = np.where(ok, (year - MIN_YEAR) * 12 + month - 1, 0)
+        step = 1
+    table = _month_start_days()
+    days = table[i]
+    if unit is TimeUnit.YYYYMMDD:
+        day = v % 100
+        ok &= (day >= 1) & (day <= table[i + 1] - days)
+        days = days + np.where(ok, day, 1) - (0 if next_period else 1)
+    elif next_period:
+        days = table[i + step]
+    return days * _DAY_US, ok
 
 
 def int_times_to_micros(values: np.ndarray, valid: np.ndarray, unit: TimeUnit,
