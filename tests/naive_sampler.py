@@ -179,8 +179,13 @@ def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S:
     visits = bfs(db, seed_row, obs_time, width, S, R, stream,
                  strict=bool(rules is not None and rules.strict))
     known_until = INT64_MAX if obs_time == NO_TIME else obs_time
-    # A column is lagged by the largest label lag of the tasks that predict it.
+    # A column is lagged by the largest of its own known_after lag and the label lags of the
+    # tasks that predict it.
     lags: dict[tuple[str, str], int] = {}
+    for t in db.tables:
+        for column in t.columns:
+            if getattr(column, "known_after_us", 0):
+                lags[(t.name, column.name)] = int(column.known_after_us)
     for other in db.tasks:
         lag = other.rules.label_lag_us if getattr(other, "rules", None) is not None else 0
         if lag:

@@ -41,7 +41,9 @@ TOP_ORDER = ["format", "format_version", "database_id", "num_tables", "num_rows"
              "num_columns", "num_texts", "num_categories", "num_tasks", "table_offsets",
              "no_time", "stypes", "tables", "tasks", "embeddings", "options"]
 TABLE_ORDER = ["name", "index", "num_rows", "row_offset", "primary_key", "primary_key_type",
-               "time_column", "num_null_times", "foreign_keys", "columns"]
+               "time_column", "time_unit", "time_position", "num_null_times", "foreign_keys",
+               "columns"]
+OPTIONAL_TABLE_KEYS = ["time_unit", "time_position"]  # each only when set
 FOREIGN_KEY_ORDER = ["column", "parent_table", "num_edges", "num_null", "num_dangling"]
 COLUMN_ORDER = ["name", "index", "column_id", "stype", "stype_name", "arrow_type", "inferred",
                 "num_valid"]
@@ -60,13 +62,15 @@ def assert_documented_order(doc: dict) -> None:
     assert list(doc) == TOP_ORDER
     assert list(doc["embeddings"]) == EMBEDDINGS_ORDER and list(doc["options"]) == ["on_dangling"]
     for table in doc["tables"]:
-        assert list(table) == TABLE_ORDER
+        assert list(table) == [k for k in TABLE_ORDER
+                               if k not in OPTIONAL_TABLE_KEYS or k in table]
         for fk in table["foreign_keys"]:
             assert list(fk) == FOREIGN_KEY_ORDER
         for col in table["columns"]:
             extra = (STATS_ORDER if col["stype"] in (fmt.NUMERIC, fmt.TIMESTAMP)
                      else CATEGORY_ORDER if col["stype"] == fmt.CATEGORICAL else [])
-            assert list(col) == COLUMN_ORDER + extra
+            lag = ["known_after_us"] if "known_after_us" in col else []  # only when set
+            assert list(col) == COLUMN_ORDER + extra + lag
     for task in doc["tasks"]:
         rules = list(task)[len(TASK_ORDER):]
         assert list(task)[:len(TASK_ORDER)] == TASK_ORDER
@@ -134,9 +138,17 @@ def databases(draw):
         cols, types = {}, {}
         if key_kinds[t]:
             cols["key"] = pa.array(keyed_values[t].tolist())
+        unit = draw(st.sampled_from([None, None, "year", "s"])) if timed[t] else None
         if timed[t]:
-            cols["when"] = pa.array(T0 + rng.integers(0, 100, n) * HOUR, pa.timestamp("us"),
-                                    mask=rng.random(n) < 0.1)
+            mask = rng.random(n) < 0.1
+            if unit == "year":  # integer times: the optional table keys
+                cols["when"] = pa.array(rng.integers(1990, 2030, n), pa.int64(), mask=mask)
+            elif unit == "s":
+                cols["when"] = pa.array((T0 + rng.integers(0, 100, n) * HOUR) // 10**6,
+                                        pa.int64(), mask=mask)
+            else:
+                cols["when"] = pa.array(T0 + rng.integers(0, 100, n) * HOUR, pa.timestamp("us"),
+                                        mask=mask)
             targets.append((t, "when"))
         for column in draw(st.sets(st.sampled_from(
                 ["num", "flag", "kind", "code", "yes", "note", "city"]))):
@@ -169,6 +181,14 @@ def databases(draw):
             lines.append('primary_key = "key"')
         if timed[t]:
             lines.append('time_column = "when"')
+            if unit is not None:
+                lines.append(f'time_unit = "{unit}"')
+            if unit == "year" and draw(st.booleans()):
+                lines.append('time_position = "end"')
+            features = sorted(c for c in cols if c not in ("key", "when"))
+            if features and draw(st.booleans()):  # a column known later: its optional key
+                lines.append(f'known_after = {{ {draw(st.sampled_from(features))} = '
+                             f'"{draw(st.integers(0, 48))}h" }}')
         parents = [p for p in range(num_tables) if key_kinds[p] and p != t]
         fks = {}
         for k in range(draw(st.integers(0, min(2, len(parents))))):

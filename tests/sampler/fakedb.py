@@ -32,6 +32,7 @@ class FakeColumn:
     std: float = 1.0
     cat_emb_start: int = 0
     cat_emb_count: int = 0
+    known_after_us: int = 0  # the schema's known_after lag (0: none)
 
 
 @dataclass
@@ -241,6 +242,14 @@ def random_database(seed: int, *, num_tables: int = 3, max_rows: int = 40, fk_pr
             lag = int(rules_rng.choice([0, time_span // 20, time_span // 3, time_span * 2]))
             task.rules = TaskRules(label_lag_us=lag if timed else 0,
                                    strict=bool(rules_rng.random() < 0.5))
+        # Columns known later than their row (known_after) on tables with a time column, from
+        # their own stream: the draws above are unchanged.
+        lag_rng = np.random.default_rng([seed, 2])
+        for table in tables:
+            for column in table.columns:
+                if table.time_column is not None and column.name != table.time_column:
+                    column.known_after_us = int(lag_rng.choice(
+                        [0, 0, time_span // 20, time_span // 3, time_span * 2]))
     return FakeDatabase(
         tables=tuple(tables), graph=graph, tasks=tuple(tasks),
         text_emb=rng.normal(size=(num_texts, D_TEXT)).astype(np.float16),

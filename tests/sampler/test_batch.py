@@ -121,11 +121,13 @@ def test_no_value_is_shown_before_it_is_known():
     """Whatever task a sequence was drawn for, a lagged column's value shows only once its
     row's time plus the lag has passed (checked from the sequences' own rows and times,
     without the reference); a hidden cell carries no value and no null flag."""
-    shown = hidden = 0
+    shown = hidden = ties = seed_hidden = 0
     for db_seed in range(60):
         db = random_database(db_seed, num_tables=3, max_rows=50, num_tasks=3, time_rules=True,
                              time_span=(12, 10**9)[db_seed % 2])
-        lags = {}
+        # A column's own known_after lag and the label lags of the tasks predicting it.
+        lags = {(t.name, c.name): c.known_after_us for t in db.tables for c in t.columns
+                if c.known_after_us}
         for task in db.tasks:
             if task.rules.label_lag_us:
                 key = (task.table, task.target_column)
@@ -153,6 +155,8 @@ def test_no_value_is_shown_before_it_is_known():
                     row_time = int(db.graph.row_times[row])
                     known = row_time == naive.NO_TIME or row_time + lag <= known_until
                     assert a["is_hidden"][b, p] == (0 if known else 1)
+                    ties += row_time != naive.NO_TIME and row_time + lag == known_until
+                    seed_hidden += a["seq_row_ids"][b, p] == 0 and not known
                     if not known:
                         hidden += 1
                         assert a["is_null"][b, p] == 0
@@ -161,7 +165,10 @@ def test_no_value_is_shown_before_it_is_known():
                             assert not a[key][b, p].any(), key
                     else:
                         shown += 1
-    assert hidden > 50 and shown > 50, (hidden, shown)
+    # the boundary itself (known exactly at the observation time: shown) and the seed row's
+    # own lagged cells (hidden like any row's) both occur
+    assert hidden > 50 and shown > 50 and ties > 5 and seed_hidden > 5, (
+        hidden, shown, ties, seed_hidden)
 
 
 def test_sequence_length_must_hold_the_seed_row():

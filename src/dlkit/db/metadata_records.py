@@ -50,6 +50,9 @@ class ColumnMetadata:
     std: float | None = None
     cat_emb_start: int = 0  # categorical columns: first row of categorical_embeddings.bin
     categories: tuple[str | int | bool, ...] | None = None  # categorical columns
+    # the schema's known_after: a row's value is known this long after the row's time (0:
+    # at once); key "known_after_us", only when not 0
+    known_after_us: int = 0
 
     @property
     def stype_name(self) -> str:
@@ -73,6 +76,8 @@ class ColumnMetadata:
             out["cat_emb_start"] = self.cat_emb_start
             out["cat_emb_count"] = self.cat_emb_count
             out["categories"] = list(self.categories or ())
+        if self.known_after_us:
+            out["known_after_us"] = int(self.known_after_us)
         return out
 
     @classmethod
@@ -86,7 +91,8 @@ class ColumnMetadata:
                    num_valid=obj["num_valid"], mean=obj["mean"] if stats else None,
                    std=obj["std"] if stats else None,
                    cat_emb_start=obj["cat_emb_start"] if categorical else 0,
-                   categories=tuple(obj["categories"]) if categorical else None)
+                   categories=tuple(obj["categories"]) if categorical else None,
+                   known_after_us=obj.get("known_after_us", 0))
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,11 @@ class TableMetadata:
     # a composite key's part types ("integer" / "string"); the JSON key
     # "primary_key_part_types" exists only for one
     primary_key_part_types: tuple[str, ...] = ()
+    # An integer time column's unit ("year", ..., "ns") and "end" when a calendar period's
+    # row time is its last microsecond; keys only when set (the row times are microseconds
+    # either way: these say where they came from)
+    time_unit: str | None = None
+    time_position: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         pk = self.primary_key
@@ -147,8 +158,12 @@ class TableMetadata:
             "primary_key_type": self.primary_key_type}
         if self.primary_key_part_types:
             out["primary_key_part_types"] = list(self.primary_key_part_types)
-        out.update({"time_column": self.time_column,
-                    "num_null_times": self.num_null_times,
+        out["time_column"] = self.time_column
+        if self.time_unit is not None:
+            out["time_unit"] = self.time_unit
+        if self.time_position is not None:
+            out["time_position"] = self.time_position
+        out.update({"num_null_times": self.num_null_times,
                     "foreign_keys": [fk.to_json() for fk in self.foreign_keys],
                     "columns": [c.to_json() for c in self.columns]})
         return out
@@ -165,7 +180,8 @@ class TableMetadata:
                    num_null_times=_unchecked(obj, "num_null_times"),
                    foreign_keys=tuple(ForeignKeyMetadata.from_json(fk)
                                       for fk in obj["foreign_keys"]),
-                   columns=tuple(ColumnMetadata.from_json(c) for c in obj["columns"]))
+                   columns=tuple(ColumnMetadata.from_json(c) for c in obj["columns"]),
+                   time_unit=obj.get("time_unit"), time_position=obj.get("time_position"))
 
 
 @dataclass(frozen=True)

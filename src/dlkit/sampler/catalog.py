@@ -289,7 +289,14 @@ def build_catalog(db: Any) -> ColumnCatalog:
             cat_starts.append(cat_start)
             cat_counts.append(cat_count)
         starts.append(len(names))
+    # A column's lag: the largest of its own (the schema's known_after) and the label lags
+    # of the tasks predicting it.
     label_lag = np.zeros(len(names), dtype=np.int64)
+    c = 0
+    for table in db.tables:
+        for column in table.columns:
+            label_lag[c] = int(getattr(column, "known_after_us", 0))
+            c += 1
     for task in db.tasks:
         lag = rules_of(task).label_lag_us
         if lag:

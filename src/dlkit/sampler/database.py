@@ -21,7 +21,9 @@ from dlkit.db.schema.task_rules import TaskRules
 
 @runtime_checkable
 class SamplerColumn(Protocol):
-    """A non-key column: values by local row, validity, and its encoding's parameters."""
+    """A non-key column: values by local row, validity, and its encoding's parameters; an
+    optional ``known_after_us`` (default 0) hides a row's value until that long after the
+    row's time (``dlkit.sampler.catalog``)."""
 
     @property
     def name(self) -> str: ...

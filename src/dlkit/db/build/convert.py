@@ -9,7 +9,8 @@ comes back uncopied), so each kernel taking them is compiled for one type. Rules
 * boolean: booleans (or integers 0/1) as uint8 0/1; another integer is a :class:`DataError`.
 * timestamp: int64 microseconds since the epoch, UTC (timezone-aware values are already UTC
   in Arrow; naive ones are taken as UTC); nanoseconds are truncated toward zero; dates are
-  midnight UTC.
+  midnight UTC; an integer time column with a ``time_unit`` is converted by
+  :func:`int_to_micros` (``dlkit.db.schema.time_units``).
 * keys: integers as int64 (a uint64 key above 2^63-1 is an error); strings as Arrow
   large-string buffers (``data`` uint8, ``offsets`` int64[n + 1]).
 """
@@ -20,8 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlkit.core.calendar_units import YEAR, YYYYMM, YYYYMMDD, calendar_to_micros
 from dlkit.core.stats import convert_fixed_width
 from dlkit.db import format as fmt
+from dlkit.db.schema.time_units import TimePosition, TimeUnit, int_times_to_micros
 from dlkit.errors import DataError
 
 
@@ -130,6 +133,34 @@ def to_micros(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:
     else:
         raise DataError(f"{where}: type {t} is not a timestamp or date")
     return values, valid
+
+
+_CALENDAR = {TimeUnit.YEAR: YEAR, TimeUnit.YYYYMM: YYYYMM, TimeUnit.YYYYMMDD: YYYYMMDD}
+
+
+def int_to_micros(arr: pa.Array, unit: TimeUnit, position: TimePosition, where: str,
+                  first_row: int) -> tuple[np.ndarray, np.ndarray]:
+    """An integer time column's batch (its first row is the table's ``first_row``) as int64
+    microseconds since the epoch (UTC), nulls 0; a value that is no valid time in ``unit``
+    is a :class:`DataError` naming its row and value."""
+    arr = plain(arr)
+    if not pa.types.is_integer(arr.type):
+        raise DataError(f"{where}: type {arr.type} is not an integer (time_unit "
+                        f"{unit.value!r})")
+    valid = valid_mask(arr)
+    raw = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False))
+    if unit.calendar and raw.dtype != np.uint64:  # the kernel; the epoch units are numpy's
+        ints = raw.astype(np.int64, copy=False).view()
+        ints.flags.writeable = False  # Arrow's buffer or not: one compiled kernel
+        values = np.empty(raw.shape[0], dtype=np.int64)
+        bad = calendar_to_micros(ints, valid, _CALENDAR[unit], position is TimePosition.END,
+                                 values)
+    else:
+        values, bad = int_times_to_micros(raw, valid, unit, position)
+    if bad >= 0:
+        raise DataError(f"{where}: row {first_row + bad} holds {int(raw[bad])}, which is not a "
+                        f"valid time in unit {unit.value!r} (e.g. {unit.example})")
+    return _read_only(values), valid
 
 
 def to_int_keys(arr: pa.Array, where: str) -> tuple[np.ndarray, np.ndarray]:

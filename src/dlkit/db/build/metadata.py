@@ -22,6 +22,7 @@ from dlkit.db.metadata_records import (
     metadata_bytes,
 )
 from dlkit.db.schema.spec import Schema
+from dlkit.db.schema.time_units import TimePosition
 
 
 def category_text(value: Any) -> str:
@@ -67,7 +68,9 @@ def database_metadata(schema: Schema, plans: list[TablePlan], *, num_texts: int,
                                               num_edges=f.num_edges, num_null=f.num_null,
                                               num_dangling=f.num_dangling, columns=f.parts)
                            for f in p.foreign_keys),
-        columns=tuple(_column_metadata(c) for c in p.columns)) for p in plans)
+        columns=tuple(_column_metadata(c) for c in p.columns),
+        time_unit=p.time_unit.value if p.time_unit is not None else None,
+        time_position="end" if p.time_position is TimePosition.END else None) for p in plans)
     dim = int(embedder.dim)
     return DatabaseMetadata(
         database_id=schema.name, num_texts=num_texts, tables=tables, tasks=tuple(tasks),
@@ -84,7 +87,8 @@ def _column_metadata(c: ColumnPlan) -> ColumnMetadata:
         arrow_type=c.arrow_type, inferred=c.inferred, num_valid=c.num_valid,
         mean=c.mean if stats else None, std=c.std if stats else None,
         cat_emb_start=c.cat_emb_start if categorical else 0,
-        categories=tuple(c.filled_categories()) if categorical else None)
+        categories=tuple(c.filled_categories()) if categorical else None,
+        known_after_us=c.known_after_us)
 
 
 def write_manifest(root: Path, hasher: Hasher, metadata: DatabaseMetadata,

@@ -20,7 +20,8 @@ from dlkit.db.schema.arrow_types import (
     infer_stype,
     type_family,
 )
-from dlkit.db.schema.spec import PrimaryKey, Schema, key_columns, key_label
+from dlkit.db.schema.spec import PrimaryKey, Schema, TableSpec, key_columns, key_label
+from dlkit.db.schema.time_units import TIME_UNIT_NAMES, TimePosition, TimeUnit
 from dlkit.errors import DataError, SchemaError
 
 # TablePlan.pk_family (and metadata's primary_key_type) of a composite primary key
@@ -42,6 +43,7 @@ class ColumnPlan:
     std: float | None = None
     categories: list | None = None
     cat_emb_start: int = 0
+    known_after_us: int = 0  # the schema's known_after lag of the column (0: none)
 
     def filled_categories(self) -> list:
         """A categorical column's categories, once the columns stage has filled them."""
@@ -79,6 +81,8 @@ class TablePlan:
     row_offset: int = 0
     num_null_times: int = 0
     pk_families: tuple[str, ...] = ()  # a composite key's part type families
+    time_unit: TimeUnit | None = None  # an integer time column's unit
+    time_position: TimePosition = TimePosition.START
 
     @property
     def pk_columns(self) -> tuple[str, ...]:
@@ -135,10 +139,10 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
         if spec.time_column is not None:
             if spec.time_column not in names:
                 raise _missing(src, spec.time_column, "time column")
-            if type_family(src.column_type(spec.time_column)) not in ("timestamp", "date"):
-                raise SchemaError(f"{where(spec.name, spec.time_column)}: time column has type "
-                                  f"{src.column_type(spec.time_column)}; it must be a timestamp "
-                                  "or a date")
+            _check_time_type(spec, src)
+        for column, _ in spec.known_after:
+            if column not in names:
+                raise _missing(src, column, "known_after")
         for name, _ in spec.foreign_keys:
             for column in spec.fk_columns(name):
                 if column not in names:
@@ -163,7 +167,10 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
             plan = ColumnPlan(name=fld.name, index=len(columns), family=family,
                               arrow_type=str(fld.type))
             override = spec.types.get(fld.name)
-            if override is not None:
+            if fld.name == spec.time_column and spec.time_unit is not None:
+                plan.stype = fmt.TIMESTAMP  # its values are the row times, in microseconds
+                plan.inferred = override is None
+            elif override is not None:
                 if override not in ALLOWED_STYPES.get(family, ()):
                     raise SchemaError(f"{where(spec.name, fld.name)}: Arrow type {fld.type} "
                                       f"cannot be {override}")
@@ -174,13 +181,15 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
             elif family != "string":
                 plan.stype = fmt.STYPE_BY_NAME[infer_stype(family)]
                 plan.inferred = True
+            plan.known_after_us = dict(spec.known_after).get(fld.name, 0)
             columns.append(plan)
         plans.append(TablePlan(
             name=spec.name, index=index, source=src, primary_key=spec.primary_key,
             pk_family=pk_family, time_column=spec.time_column,
             foreign_keys=[ForeignKeyPlan(c, p, parts=spec.composite_fks.get(c, ()))
                           for c, p in spec.foreign_keys], columns=columns,
-            num_rows=src.num_rows, row_offset=offset, pk_families=tuple(pk_families)))
+            num_rows=src.num_rows, row_offset=offset, pk_families=tuple(pk_families),
+            time_unit=spec.time_unit, time_position=spec.time_position))
         offset += src.num_rows
     by_name = {p.name: p for p in plans}
     for table in plans:
@@ -202,6 +211,24 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
         if not table.source.has_column(task.target):
             raise _missing(table.source, task.target, f"target of task {task.name!r}")
     return plans
+
+
+def _check_time_type(spec: TableSpec, src: TableSource) -> None:
+    """A time column is a timestamp or a date, or an integer column with a ``time_unit``."""
+    assert spec.time_column is not None, "called for a table with a time column"
+    arrow_type = src.column_type(spec.time_column)
+    family = type_family(arrow_type)
+    name = where(spec.name, spec.time_column)
+    if spec.time_unit is not None and family != "integer":
+        raise SchemaError(f"{name}: time_unit = {spec.time_unit.value!r} is for integer time "
+                          f"columns, and this one has type {arrow_type}; drop time_unit")
+    if spec.time_unit is None and family == "integer":
+        raise SchemaError(f"{name}: time column has type {arrow_type}; say what its integers "
+                          f"count with time_unit = one of {', '.join(TIME_UNIT_NAMES)} (e.g. "
+                          "time_unit = \"year\" for 2023, \"s\" for seconds since 1970)")
+    if family not in ("timestamp", "date", "integer"):
+        raise SchemaError(f"{name}: time column has type {arrow_type}; it must be a timestamp, "
+                          "a date, or an integer with a time_unit")
 
 
 def infer_string_column(source: TableSource, column: str, batch_rows: int) -> str:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from dlkit.db import format as fmt
 from dlkit.db.build.columns import ColumnWriter
 from dlkit.db.build.composite import encode_keys
-from dlkit.db.build.convert import to_micros
+from dlkit.db.build.convert import int_to_micros, to_micros
 from dlkit.db.build.graph_writer import GraphWriter
 from dlkit.db.build.hashing import Hasher
 from dlkit.db.build.plan import TablePlan, check_rows, where
@@ -171,7 +171,12 @@ def _convert_batch(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.
         keys.add(column)
     converted = {}
     if plan.time_column is not None:
-        values, valid = to_micros(column[plan.time_column], where(plan.name, plan.time_column))
+        name = where(plan.name, plan.time_column)
+        if plan.time_unit is None:
+            values, valid = to_micros(column[plan.time_column], name)
+        else:
+            values, valid = int_to_micros(column[plan.time_column], plan.time_unit,
+                                          plan.time_position, name, pos)
         converted[plan.time_column] = (values, valid)
         batch_times = rt[pos:pos + n]
         np.copyto(batch_times, values)

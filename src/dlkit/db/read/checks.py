@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
-from dlkit.db.schema.task_rules import OPTIONAL_TASK_KEYS
+from dlkit.db.schema.task_rules import MAX_LAG_US, OPTIONAL_TASK_KEYS
+from dlkit.db.schema.time_units import TIME_UNIT_NAMES, TimeUnit
 from dlkit.encoding import is_utf8
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular
@@ -205,6 +206,13 @@ def check_metadata(meta: Any, checks: Checks) -> None:
             if stype >= len(fmt.STYPE_NAMES):
                 checks.fail(M, "metadata.schema", f"{cw}: unknown stype {stype}", fatal=True)
             _req(col, "num_valid", int, cw, checks, lo=0)
+            if "known_after_us" in col:  # the sampler's hiding kernel needs 0 < lag <= 2^62
+                lag = col["known_after_us"]
+                if not _is_int(lag) or not 0 < lag <= MAX_LAG_US \
+                        or table.get("time_column") is None:
+                    checks.fail(M, "metadata.schema", f"{cw}: known_after_us must be an integer "
+                                f"in [1, 2^62] on a table with a time column, got {lag!r}",
+                                fatal=True)
             if stype in (fmt.NUMERIC, fmt.TIMESTAMP):
                 for key in ("mean", "std"):
                     v = _req(col, key, (int, float), cw, checks)
@@ -269,6 +277,9 @@ TOP_KEYS = frozenset({
 TABLE_KEYS = frozenset({
     "name", "index", "num_rows", "row_offset", "primary_key", "primary_key_type",
     "time_column", "num_null_times", "foreign_keys", "columns"})
+# Optional keys, each only when set: an integer time column's unit and position, a column's lag
+OPTIONAL_TABLE_KEYS = frozenset({"time_unit", "time_position", "primary_key_part_types"})
+OPTIONAL_COLUMN_KEYS = frozenset({"known_after_us"})
 FOREIGN_KEY_KEYS = frozenset({"column", "parent_table", "num_edges", "num_null", "num_dangling"})
 COLUMN_KEYS = frozenset({"name", "index", "column_id", "stype", "stype_name", "arrow_type",
                          "inferred", "num_valid"})
@@ -370,8 +381,16 @@ def check_metadata_rules(meta: dict[str, Any], checks: Checks) -> None:
 def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) -> None:
     """One table of :func:`check_metadata_rules` (``strict``: on_dangling is ``error``)."""
     n = table["num_rows"]
-    _keys(checks, table, TABLE_KEYS | ({"primary_key_part_types"}
-                                       if "primary_key_part_types" in table else set()), where)
+    _keys(checks, {k: v for k, v in table.items() if k not in OPTIONAL_TABLE_KEYS},
+          TABLE_KEYS, where)
+    unit = table.get("time_unit")
+    if "time_unit" in table and (unit not in TIME_UNIT_NAMES or table.get("time_column") is None):
+        _bad(checks, where, f"time_unit {unit!r} is not one of {', '.join(TIME_UNIT_NAMES)} "
+             "or the table has no time column")
+    if "time_position" in table and (table["time_position"] != "end" or unit not in
+                                     [u.value for u in TimeUnit if u.calendar]):
+        _bad(checks, where, f"time_position {table['time_position']!r} must be \"end\" when "
+             "present, with a time_unit of year, yyyymm or yyyymmdd")
     columns = table["columns"]
     names = [c["name"] for c in columns]
     if len(set(names)) != len(names):
@@ -418,7 +437,8 @@ def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) ->
     for c, col in enumerate(columns):
         cw = f"{where}.columns[{c}]"
         stype = col["stype"]
-        _keys(checks, col, _column_keys(stype), cw)
+        _keys(checks, {k: v for k, v in col.items() if k not in OPTIONAL_COLUMN_KEYS},
+              _column_keys(stype), cw)
         if col.get("stype_name") != fmt.STYPE_NAMES[stype]:
             _bad(checks, cw, f"stype_name {col.get('stype_name')!r} is not the name of stype "
                  f"{stype}")

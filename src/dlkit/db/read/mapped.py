@@ -44,6 +44,7 @@ class ColumnData:
     cat_emb_count: int
     categories: tuple | None
     arrow_type: str
+    known_after_us: int = 0  # metadata's known_after_us: the value shows this long after its row
 
     @property
     def stype_name(self) -> str:
@@ -72,6 +73,8 @@ class TableData:
     key_values: np.ndarray | None
     key_offsets: np.ndarray | None
     primary_key_part_types: tuple[str, ...] = ()  # a composite key's part types
+    time_unit: str | None = None  # metadata's time_unit of an integer time column
+    time_position: str | None = None
 
     def column(self, name: str) -> ColumnData:
         for col in self.columns:

@@ -281,7 +281,8 @@ def _open_table(t: TableMetadata, meta: DatabaseMetadata, maps: FileMaps, checks
             name=c.name, table=name, index=c.index, column_id=c.column_id, stype=stype,
             values=values, valid_bitmap=bitmap, num_valid=c.num_valid, mean=c.mean, std=c.std,
             cat_emb_start=c.cat_emb_start, cat_emb_count=c.cat_emb_count,
-            categories=c.categories, arrow_type=str(c.arrow_type))
+            categories=c.categories, arrow_type=str(c.arrow_type),
+            known_after_us=int(c.known_after_us))
         if full:
             _full_column_checks(col, n, vrel, brel, checks)
         columns.append(col)
@@ -290,7 +291,8 @@ def _open_table(t: TableMetadata, meta: DatabaseMetadata, maps: FileMaps, checks
         primary_key=t.primary_key, primary_key_type=t.primary_key_type,
         primary_key_part_types=t.primary_key_part_types, time_column=t.time_column,
         foreign_keys=tuple((fk.column, fk.parent_table) for fk in t.foreign_keys),
-        columns=tuple(columns), key_values=key_values, key_offsets=key_offsets)
+        columns=tuple(columns), key_values=key_values, key_offsets=key_offsets,
+        time_unit=t.time_unit, time_position=t.time_position)
     if full and graph is not None:
         _check_row_times(table, graph, checks)
     return table

@@ -60,6 +60,7 @@ from dlkit.db.schema.arrow_types import (
     infer_stype,
     type_family,
 )
+from dlkit.db.schema.infer_time import with_int_time
 from dlkit.db.schema.spec import (
     PrimaryKey,
     Schema,
@@ -747,6 +748,7 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
         specs.append(TableSpec(name=tname, path=rel_path, composite_fks=composite_fks,
                                primary_key=pk, time_column=time_column, foreign_keys=tuple(fks),
                                exclude=tuple(exclude), types=types))
+        specs[-1] = with_int_time(specs[-1], src.files, src.schema, notes)  # integer times
     schema = Schema(name=name or root.resolve().name, tables=tuple(specs), tasks=())
     header = (f"dlkit.toml drafted by `dlkit schema infer` from {root}.\n"
               "Review it: primary keys, foreign keys, time columns and types are guesses;\n"

@@ -12,6 +12,10 @@ optional time column, column exclusions and semantic-type overrides, and the tas
     primary_key = "user_id"       # integer or string column, or a list of them (a composite
                                   # key); optional for tables nobody references (event tables)
     time_column = "signup_time"   # optional timestamp/date column: the row's time
+                                  # (or an integer column with time_unit = "year", "yyyymm",
+                                  # "yyyymmdd", "s", "ms", "us" or "ns"; time_position =
+                                  # "end" puts a year/month/day row at its period's end)
+    known_after = { score = "6h" }  # optional: a column known only 6 hours after its row
     exclude = ["email"]           # optional: columns not to preprocess
     foreign_keys = { referrer = "users" }     # column -> parent table, in this order; a
                                   # composite one: name = { columns = [...], table = "..." }
@@ -45,12 +49,19 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
 from dlkit.db.read.checks import MAX_DATABASE_ID
+from dlkit.db.schema.time_units import (
+    TIME_POSITION_NAMES,
+    TIME_UNIT_NAMES,
+    TimePosition,
+    TimeUnit,
+    int_time_to_micros,
+)
 from dlkit.errors import SchemaError
 from dlkit.files import read_regular
 
@@ -58,12 +69,13 @@ SCHEMA_FILE = "dlkit.toml"
 
 
 _TOP_KEYS = {"format_version", "name", "tables", "tasks"}
-_TABLE_KEYS = {"path", "primary_key", "time_column", "exclude", "foreign_keys", "types"}
+_TABLE_KEYS = {"path", "primary_key", "time_column", "exclude", "foreign_keys", "types",
+               "time_unit", "time_position", "known_after"}
 _TASK_KEYS = {"table", "target", "label_lag", "boundary", "static", "split", "val_from",
               "test_from"}
 # A task defined by its own table: these keys make that table (named after the task).
 _TASK_TABLE_KEYS = {"kind", "entity_table", "entity_column", "time_column", "path", "exclude",
-                    "types"}
+                    "types", "time_unit", "time_position"}
 SPLIT_KINDS = ("hash", "time", "given")
 BOUNDARIES = ("inclusive", "strict")
 SPLIT_NAMES = ("train", "val", "test")
@@ -104,6 +116,12 @@ class TableSpec:
     # are the table's rows (``path`` is then None).
     split_paths: tuple[str, str, str] | None = None
     composite_fks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # An integer time column's unit, and which instant of a calendar period is the row's time
+    time_unit: TimeUnit | None = None
+    time_position: TimePosition = TimePosition.START
+    # (column, lag in microseconds > 0): the column's value is known only that long after
+    # its row's time (a lag of 0 is accepted in the file and dropped: it hides nothing)
+    known_after: tuple[tuple[str, int], ...] = ()
 
     def fk_columns(self, name: str) -> tuple[str, ...]:
         """The columns of foreign key ``name`` (itself, unless it is composite)."""
@@ -287,7 +305,7 @@ def _task_table(task_name: str, raw: dict[str, Any], source: str) -> TableSpec:
         raise _err(source, f"{where}: a task table needs a time_column (its rows' observation "
                            "times), or static = true")
     table_raw = {"foreign_keys": {entity_column: entity_table}}
-    for key in ("time_column", "path", "exclude", "types"):
+    for key in ("time_column", "path", "exclude", "types", "time_unit", "time_position"):
         if key in raw:
             table_raw[key] = raw[key]
     return _parse_table(task_name, table_raw, source)
@@ -335,11 +353,43 @@ def parse_instant(value: Any, what: str, source: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def parse_lag(value: Any, what: str, table: TableSpec, source: str) -> int:
+    """Microseconds of a lag (``label_lag``, ``known_after``): a duration like ``"6h"``, or,
+    for a table whose time column counts seconds, ms, us or ns since the epoch, an integer in
+    that unit (nanoseconds rounded up to whole microseconds: a value is never shown early)."""
+    unit = table.time_unit
+    if not isinstance(value, int) or isinstance(value, bool) or unit is None:
+        return parse_duration(value, what, source)
+    if unit.calendar:
+        raise _err(source, f"{what}: an integer lag in the time unit {unit.value!r} is not a "
+                           "fixed duration (years and months differ in length); write a "
+                           "duration like \"365d\" or \"31d\"")
+    us = -(-value // 1_000) if unit is TimeUnit.NS else value * unit.micros
+    if not 0 <= us <= MAX_DURATION_US:
+        raise _err(source, f"{what} must be between 0 and 2^62 microseconds, got {value!r} "
+                           f"({unit.value})")
+    return us
+
+
+def parse_table_instant(value: Any, what: str, table: TableSpec, source: str) -> int:
+    """Microseconds of an instant for ``table``'s rows (``val_from``, ``test_from``): a date
+    or date-time, or, for an integer time column, an integer in its unit converted exactly as
+    the column's values are (``val_from = 2010`` for a year column is where 2010's rows are)."""
+    unit = table.time_unit
+    if not isinstance(value, int) or isinstance(value, bool) or unit is None:
+        return parse_instant(value, what, source)
+    us = int_time_to_micros(value, unit, table.time_position)
+    if us is None:
+        raise _err(source, f"{what}: {value!r} is not a valid time in unit {unit.value!r} "
+                           f"(e.g. {unit.example})")
+    return us
+
+
 def _task_options(task: TaskSpec, raw: dict[str, Any], table: TableSpec,
                   source: str) -> TaskSpec:
     """``task`` with its lag, boundary, static flag and split rule from ``raw``."""
     where = f"task {task.name!r}"
-    lag = parse_duration(raw["label_lag"], f"{where}: label_lag", source) \
+    lag = parse_lag(raw["label_lag"], f"{where}: label_lag", table, source) \
         if "label_lag" in raw else 0
     boundary = raw.get("boundary", "inclusive")
     if boundary not in BOUNDARIES:
@@ -363,8 +413,8 @@ def _task_options(task: TaskSpec, raw: dict[str, Any], table: TableSpec,
         for key in ("val_from", "test_from"):
             if key not in raw:
                 raise _err(source, f"{where}: a time split needs val_from and test_from")
-        val_from = parse_instant(raw["val_from"], f"{where}: val_from", source)
-        test_from = parse_instant(raw["test_from"], f"{where}: test_from", source)
+        val_from = parse_table_instant(raw["val_from"], f"{where}: val_from", table, source)
+        test_from = parse_table_instant(raw["test_from"], f"{where}: test_from", table, source)
         if test_from < val_from:
             raise _err(source, f"{where}: test_from is before val_from")
     else:
@@ -450,10 +500,51 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
     if time_column is not None and types.get(time_column, "timestamp") != "timestamp":
         raise _err(source, f"{where}, column {time_column!r}: the time column must have type "
                            "timestamp")
-    return TableSpec(name=tname, path=path, primary_key=pk, time_column=time_column,
+    spec = TableSpec(name=tname, path=path, primary_key=pk, time_column=time_column,
                      foreign_keys=tuple(foreign_keys), exclude=tuple(exclude), types=dict(types),
                      split_paths=split_paths,  # type: ignore[arg-type]
                      composite_fks=composite)
+    return _time_options(spec, raw, keys, source)
+
+
+def _time_options(spec: TableSpec, raw: dict[str, Any], keys: set[str],
+                  source: str) -> TableSpec:
+    """``spec`` with its time unit, time position and column lags from ``raw``."""
+    where = f"table {spec.name!r}"
+    unit = position = None
+    if "time_unit" in raw:
+        if spec.time_column is None:
+            raise _err(source, f"{where}: time_unit needs a time_column")
+        if raw["time_unit"] not in TIME_UNIT_NAMES:
+            raise _err(source, f"{where}: time_unit must be one of {', '.join(TIME_UNIT_NAMES)},"
+                               f" got {raw['time_unit']!r}")
+        unit = TimeUnit(raw["time_unit"])
+    if "time_position" in raw:
+        if unit is None or not unit.calendar:
+            raise _err(source, f"{where}: time_position applies to time_unit = \"year\", "
+                               "\"yyyymm\" or \"yyyymmdd\" only")
+        if raw["time_position"] not in TIME_POSITION_NAMES:
+            raise _err(source, f"{where}: time_position must be \"start\" (the first instant "
+                               "of the period, the default) or \"end\" (its last "
+                               f"microsecond), got {raw['time_position']!r}")
+        position = TimePosition(raw["time_position"])
+    spec = replace(spec, time_unit=unit, time_position=position or TimePosition.START)
+    lags_raw = raw.get("known_after", {})
+    if not isinstance(lags_raw, dict):
+        raise _err(source, f"{where}: known_after must map column -> lag, like "
+                           "{ score = \"6h\" }")
+    if lags_raw and spec.time_column is None:
+        raise _err(source, f"{where}: known_after needs a time_column (a lag counts from the "
+                           "row's time)")
+    lags = []
+    for column, value in lags_raw.items():
+        if column in keys or column in spec.exclude or column == spec.time_column:
+            raise _err(source, f"{where}, column {column!r}: known_after applies to feature "
+                               "columns, not to a key, excluded or time column")
+        lag = parse_lag(value, f"{where}, column {column!r}: known_after", spec, source)
+        if lag:
+            lags.append((column, lag))
+    return replace(spec, known_after=tuple(lags))
 
 
 def _column_list(value: Any, what: str, source: str) -> tuple[str, ...]:
@@ -556,6 +647,19 @@ def render_instant(us: int) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
+def _render_time_options(spec: TableSpec) -> list[str]:
+    out = []
+    if spec.time_unit is not None:
+        out.append(f"time_unit = {toml_str(spec.time_unit.value)}")
+    if spec.time_position is not TimePosition.START:
+        out.append(f"time_position = {toml_str(spec.time_position.value)}")
+    if spec.known_after:
+        lags = ", ".join(f"{toml_key(c)} = {toml_str(render_duration(us))}"
+                         for c, us in spec.known_after)
+        out.append(f"known_after = {{ {lags} }}")
+    return out
+
+
 def _render_task_options(task: TaskSpec) -> list[str]:
     out = []
     if task.label_lag_us:
@@ -603,6 +707,7 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
             out.append("# primary_key = \"...\"   # none found: only needed if other tables refer here")
         if spec.time_column is not None:
             out.append(f"time_column = {toml_str(spec.time_column)}")
+            out.extend(_render_time_options(spec))
         else:
             out.append("# time_column = \"...\"   # none found: rows are then visible at any time")
         excl = ", ".join(toml_str(c) for c in spec.exclude)
@@ -635,6 +740,7 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
                 out.append(f"entity_column = {toml_str(entity_column)}")
                 if spec.time_column is not None:
                     out.append(f"time_column = {toml_str(spec.time_column)}")
+                    out.extend(_render_time_options(spec))
                 if spec.path is not None or spec.split_paths is not None:
                     out.append(f"path = {_render_path(spec)}")
                 if spec.exclude:
