@@ -543,11 +543,26 @@ class AtomicDirectory:
                  tb: TracebackType | None) -> None:
         try:
             if not self.committed and self.tmp is not None:
+                if isinstance(exc, OSError):
+                    self._name_the_target(exc, self.tmp)
                 shutil.rmtree(self.tmp, ignore_errors=True)
         finally:
             self._unlock()
             if not self.committed:
                 self._remove_created()
+
+    def _name_the_target(self, exc: OSError, tmp: Path) -> None:
+        """An error about a file in the hidden temporary directory (a full disk, say) names
+        the output instead: ``out.db/tables/t/0.bin``, not ``.out.db.dlkit-tmp-x1/...``,
+        which is gone once the error is shown."""
+        hidden, shown = str(tmp), str(self.target)
+        if isinstance(exc, OutputError):
+            if exc.path is not None and exc.path.startswith(hidden):
+                exc.path = shown + exc.path[len(hidden):]
+            exc.message = exc.message.replace(hidden, shown)
+            exc.args = (str(exc),)
+        elif isinstance(exc.filename, str) and exc.filename.startswith(hidden):
+            exc.filename = shown + exc.filename[len(hidden):]
 
     def commit(self, fsync: bool = True) -> None:
         """Move the finished temporary directory into place (see the module doc)."""
