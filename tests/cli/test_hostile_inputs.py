@@ -44,3 +44,12 @@ def test_a_huge_count_is_a_usage_error(capsys, tmp_path, argv):
     assert status == 2, err
     assert_one_line(err)
     assert out == ""
+
+
+def test_an_error_quoting_a_multi_line_library_message_is_one_line():
+    from dlkit.errors import DataError
+
+    error = DataError("corrupt Parquet data: Couldn't deserialize thrift: Invalid data\n"
+                      "Deserializing page header failed.\n", path="/in/t.parquet")
+    assert str(error) == ("/in/t.parquet: corrupt Parquet data: Couldn't deserialize thrift: "
+                          "Invalid data Deserializing page header failed.")
