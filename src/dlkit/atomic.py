@@ -178,11 +178,13 @@ class AtomicFiles:
         """Make every output appear (see the class doc)."""
         failing = self.targets[0]  # the output an error names
         try:
-            for failing, stream in zip(self.targets, self.streams):
+            for target, stream in zip(self.targets, self.streams):
+                failing = target
                 stream.flush()
                 if fsync and id(stream) in self._tmp_streams:
                     os.fsync(stream.fileno())
-            for failing, stream in zip(self.targets, self.streams):
+            for target, stream in zip(self.targets, self.streams):
+                failing = target
                 stream.close()
             failing = self.targets[0]
             with deferred_interrupts():
