@@ -176,7 +176,8 @@ class AtomicFiles:
 
     def commit(self, fsync: bool = True) -> None:
         """Make every output appear (see the class doc)."""
-        failing = self.targets[0]  # the output an error names
+        first = self.targets[0] if self.targets else None
+        failing = first  # the output an error names
         try:
             for target, stream in zip(self.targets, self.streams):
                 failing = target
@@ -186,7 +187,7 @@ class AtomicFiles:
             for target, stream in zip(self.targets, self.streams):
                 failing = target
                 stream.close()
-            failing = self.targets[0]
+            failing = first
             with deferred_interrupts():
                 if self._journal is not None:
                     journal = {"renames": [[os.path.abspath(tmp), os.path.abspath(target)]
