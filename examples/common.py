@@ -22,6 +22,7 @@ for numeric and timestamp targets.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -64,6 +65,45 @@ def run(main: Callable[[], int]) -> int:
             print(f"error {exc.code}: {exc}", file=sys.stderr)
             return 1
         raise
+
+
+# --- checkpoint files -----------------------------------------------------------------------
+
+# A checkpoint file is its payload (torch.save's or np.savez's bytes), then this marker, then
+# the SHA-256 of the payload: any byte changed, cut or added refuses the file whole, before
+# anything in it is unpickled or loaded.
+CHECKSUM_MARKER = b"\ndlkit-example-checkpoint-sha256\n"
+_TRAILER = len(CHECKSUM_MARKER) + 32
+
+
+def sealed(payload: bytes) -> bytes:
+    """``payload`` with its checksum trailer: the bytes a checkpoint file holds."""
+    return payload + CHECKSUM_MARKER + hashlib.sha256(payload).digest()
+
+
+def unsealed(path: Path) -> bytes:
+    """The payload of the checkpoint file ``path`` once its checksum matches, or a
+    ``CheckpointError`` (``CHECKPOINT_INVALID``) naming the file."""
+    from dlkit.errors import CheckpointError
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    if len(data) < _TRAILER or data[-_TRAILER:-32] != CHECKSUM_MARKER:
+        raise CheckpointError("no checksum trailer: truncated, or not a checkpoint written by "
+                              "this example", path=path)
+    payload = data[:-_TRAILER]
+    if hashlib.sha256(payload).digest() != data[-32:]:
+        raise CheckpointError("checksum mismatch: the file was changed or corrupted after it "
+                              "was written", path=path)
+    return payload
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (torch.load's run to a dozen)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # --- command line ---------------------------------------------------------------------------

@@ -38,7 +38,8 @@ has four, and the loss of the task's type only (seeds never have a null target).
 Checkpoints (``--checkpoint-dir D``): ``D/checkpoint_jax.npz`` holds the parameters, the
 optimizer state, the step and the sampler's position; process 0 writes it atomically every
 ``--checkpoint-every`` steps and at the end. ``--resume`` continues from it on any number of
-processes, with the global batches the uninterrupted run would have taken.
+processes, with the global batches the uninterrupted run would have taken. The file ends in
+a SHA-256 of the rest: a changed byte refuses it whole (``CHECKPOINT_INVALID``).
 """
 
 from __future__ import annotations
@@ -367,7 +368,7 @@ def save_checkpoint(path: Path, step: int, params: Any, opt_state: Any,
     np.savez(buffer, **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_writer(path) as out:
-        out.write(buffer.getvalue())
+        out.write(common.sealed(buffer.getvalue()))
 
 
 def load_checkpoint(path: Path, params: Any, opt_state: Any, fingerprint: dict[str, Any],
@@ -375,12 +376,14 @@ def load_checkpoint(path: Path, params: Any, opt_state: Any, fingerprint: dict[s
     """(step, params, opt_state, sampler state) from ``path``, placed like the fresh ones."""
     if not path.is_file():
         raise common.UsageError(f"--resume: no checkpoint {path}")
+    payload = common.unsealed(path)  # checked whole before np.load sees a byte
     try:
-        with np.load(path) as data:
+        with np.load(io.BytesIO(payload)) as data:
             arrays = {key: data[key] for key in data.files}
         record = json.loads(arrays.pop("record").tobytes())
     except (OSError, ValueError, KeyError) as exc:
-        raise common.UsageError(f"{path}: not a readable checkpoint ({exc})") from None
+        raise common.UsageError(f"{path}: not a readable checkpoint "
+                                f"({common.first_line(exc)})") from None
     if not isinstance(record, dict) or record.get("format") != CHECKPOINT_FORMAT:
         raise common.UsageError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
     theirs = record.get("fingerprint") or {}

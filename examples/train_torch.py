@@ -283,16 +283,18 @@ def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.op
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "sampler": sampler_state}, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_bytes(path, common.sealed(buffer.getvalue()))
 
 
 def load_checkpoint(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     if not path.is_file():
         raise common.UsageError(f"--resume: no checkpoint {path}")
+    payload = common.unsealed(path)  # checked whole before torch.load sees a byte
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file: name it, no traceback
-        raise common.UsageError(f"{path}: not a readable checkpoint ({exc})") from None
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as exc:  # checksummed, yet unreadable (another torch?): one line
+        raise common.UsageError(f"{path}: not a readable checkpoint "
+                                f"({common.first_line(exc)})") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise common.UsageError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
     theirs = state.get("fingerprint", {})

@@ -1,5 +1,6 @@
 """Atomic writes: a crash mid-write leaves the old file, never a mix, and no temp file."""
 
+import contextlib
 import os
 import signal
 import stat
@@ -173,4 +174,64 @@ def test_a_signal_while_outputs_are_set_up_leaves_nothing(tmp_path, monkeypatch)
                 raise AssertionError("the block must not run")
     finally:
         signal.signal(signal.SIGINT, previous)
+    assert os.listdir(tmp_path) == []
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_while_writing_an_output_names_the_output():
+    import io
+    from pathlib import Path
+
+    from dlkit.atomic import _NamedWriter
+
+    target = Path("/somewhere/indices.txt")
+    stream = _NamedWriter(io.FileIO("/dev/full", "wb"), target)  # every write: ENOSPC
+    with pytest.raises(OutputError) as info:
+        stream.write(b"x" * 10_000_000)  # larger than the buffer: written through at once
+        stream.flush()
+    assert str(info.value) == f"{target}: write failed: No space left on device"
+    with contextlib.suppress(OutputError):
+        stream.close()
+
+
+@pytest.mark.parametrize("fail_at", [0, 1, 2])
+def test_a_full_disk_while_marking_outputs_leaves_no_temporary_file(tmp_path, monkeypatch,
+                                                                    fail_at):
+    from dlkit.atomic import AtomicFiles
+
+    targets = [tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"]
+    real_write, calls = os.write, []
+
+    def write(fd, data):
+        calls.append(fd)
+        if len(calls) > fail_at:
+            return _enospc()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with pytest.raises(OutputError) as info:
+        with AtomicFiles(targets) as streams:
+            for stream in streams:
+                stream.write(b"data")
+    monkeypatch.undo()
+    assert str(info.value) == f"{targets[fail_at]}: cannot write here: No space left on device"
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_while_writing_the_journal_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from dlkit.atomic import AtomicFiles
+
+    targets = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    files = AtomicFiles(targets)
+    with pytest.raises(OutputError) as info:
+        with files as streams:
+            for stream in streams:
+                stream.write(b"data")
+            monkeypatch.setattr(os, "write", _enospc)  # the journal is written by os.write
+            files.commit()
+    monkeypatch.undo()
+    assert str(info.value) == f"{targets[0]}: write failed: No space left on device"
     assert os.listdir(tmp_path) == []

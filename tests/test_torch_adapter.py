@@ -19,6 +19,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 import dlkit.torch as dlt
 from dlkit.db import preprocess
+from dlkit.encoding import with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, MissingExtraError
 from dlkit.sampler import Sampler
 
@@ -189,8 +190,11 @@ def test_bad_states_and_arguments_are_one_clear_error(db_path):
         val_state = dlt.SamplerDataset(sampler, "val").state_dict()
         with pytest.raises(CheckpointError, match="split 'val'.*this dataset is split 'train'"):
             dataset.load_state_dict(val_state)
+        with pytest.raises(CheckpointError, match="checksum mismatch"):
+            dlt.SamplerDataset(sampler, "val").load_state_dict({**val_state, "eval_batches": 1})
         with pytest.raises(CheckpointError, match="eval_batches must be an integer >= 0"):
-            dlt.SamplerDataset(sampler, "val").load_state_dict({**val_state, "eval_batches": -1})
+            dlt.SamplerDataset(sampler, "val").load_state_dict(
+                with_checksum({**val_state, "eval_batches": -1}))
         with pytest.raises(InvalidArgumentError, match="split must be one of train, val, test"):
             dlt.SamplerDataset(sampler, "validation")
         with pytest.raises(InvalidArgumentError, match="task selects an eval pass"):
@@ -264,3 +268,54 @@ def test_import_dlkit_and_the_sampler_load_no_framework():
                                 check=True, timeout=120).stdout.split())
     assert "dlkit.sampler.api" in loaded
     assert not {"torch", "jax", "torchdata"} & loaded
+
+
+def _parsed_corruptions(text: str):
+    """Every single-bit flip and truncation of ``text`` that still parses as JSON."""
+    data = text.encode()
+    variants = [data[:n] for n in range(len(data))]
+    for i in range(len(data)):
+        for bit in range(8):
+            flipped = bytearray(data)
+            flipped[i] ^= 1 << bit
+            variants.append(bytes(flipped))
+    for variant in variants:
+        try:
+            yield json.loads(variant)
+        except ValueError:
+            continue
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_every_corruption_of_a_dataset_state_is_refused(db_path, split):
+    task = None if split == "train" else "order_status"
+    with make_sampler(db_path) as sampler:
+        dataset = dlt.SamplerDataset(sampler, split, task=task)
+        next(iter(dataset))
+        text = json.dumps(dataset.state_dict())
+        accepted = 0
+        for value in _parsed_corruptions(text):
+            try:
+                dlt.SamplerDataset(sampler, split, task=task).load_state_dict(value)
+            except CheckpointError as exc:
+                assert "\n" not in str(exc)
+            else:
+                accepted += 1
+        assert accepted == 0
+
+
+@pytest.mark.parametrize("count", [2**31, 2**63, 2**64, 10**30])
+def test_out_of_range_counts_in_a_state_are_a_checkpoint_error(db_path, count):
+    with make_sampler(db_path) as sampler:
+        val = dlt.SamplerDataset(sampler, "val", task="order_status")
+        with pytest.raises(CheckpointError, match="more than the"):
+            val.load_state_dict(with_checksum({**val.state_dict(), "eval_batches": count}))
+        train = dlt.SamplerDataset(sampler).state_dict()
+        inner = {k: v for k, v in train["sampler"].items() if k != "checksum"}
+        inner["train"] = {**inner["train"], "step": count}
+        forged = with_checksum({**train, "sampler": with_checksum(inner)})
+        if count < 2**63:
+            dlt.SamplerDataset(sampler).load_state_dict(forged)
+        else:
+            with pytest.raises(CheckpointError, match="step must be an integer from 0 to 2"):
+                dlt.SamplerDataset(sampler).load_state_dict(forged)

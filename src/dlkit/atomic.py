@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import io
 import json
 import os
 import secrets
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from dlkit.errors import OutputError
 from dlkit.files import read_regular
@@ -125,6 +126,7 @@ class AtomicFiles:
             raise
 
     def _enter(self) -> list[BinaryIO]:
+        target: Path | None = None  # the output being prepared, named by an error
         try:
             kinds = [output_kind(t, self.overwrite) for t in self.targets]
             files = [t for t, kind in zip(self.targets, kinds) if kind == "file"]
@@ -149,13 +151,13 @@ class AtomicFiles:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                              0o666 & ~_current_umask())
                 self._files.append((tmp, target))
-                self.streams.append(os.fdopen(fd, "wb"))
+                self.streams.append(_NamedWriter(io.FileIO(fd, "wb"), target))
                 self._tmp_streams.add(id(self.streams[-1]))
         except BaseException as exc:
             self._discard()
             if isinstance(exc, OSError) and not isinstance(exc, OutputError):
                 raise OutputError(f"cannot write here: {exc.strerror or exc}",
-                                  path=exc.filename) from exc
+                                  path=target or exc.filename) from exc
             raise
         return self.streams
 
@@ -174,13 +176,18 @@ class AtomicFiles:
 
     def commit(self, fsync: bool = True) -> None:
         """Make every output appear (see the class doc)."""
+        first = self.targets[0] if self.targets else None
+        failing = first  # the output an error names
         try:
-            for stream in self.streams:
+            for target, stream in zip(self.targets, self.streams):
+                failing = target
                 stream.flush()
                 if fsync and id(stream) in self._tmp_streams:
                     os.fsync(stream.fileno())
-            for stream in self.streams:
+            for target, stream in zip(self.targets, self.streams):
+                failing = target
                 stream.close()
+            failing = first
             with deferred_interrupts():
                 if self._journal is not None:
                     journal = {"renames": [[os.path.abspath(tmp), os.path.abspath(target)]
@@ -198,8 +205,7 @@ class AtomicFiles:
         except OSError as exc:
             if isinstance(exc, OutputError) or isinstance(exc, BrokenPipeError):
                 raise
-            raise OutputError(f"write failed: {exc.strerror or exc}",
-                              path=exc.filename or self.targets[0]) from exc
+            raise OutputError(f"write failed: {exc.strerror or exc}", path=failing) from exc
 
     def _discard(self) -> None:
         with deferred_interrupts():  # a second Ctrl-C does not stop the cleanup half-way
@@ -225,17 +231,50 @@ class AtomicFiles:
         self._discard()
 
 
+class _NamedWriter(io.BufferedWriter):
+    """The temporary file of an output: a write that fails (a full disk) is an
+    ``OutputError`` naming the output, not the hidden temporary file or nothing at all."""
+
+    def __init__(self, raw: io.FileIO, target: Path):
+        super().__init__(raw)
+        self.target = target
+
+    def _named(self, exc: OSError) -> OSError:
+        if isinstance(exc, OutputError):
+            return exc
+        return OutputError(f"write failed: {exc.strerror or exc}", path=self.target)
+
+    def write(self, data: Any) -> int:
+        try:
+            return super().write(data)
+        except OSError as exc:
+            raise self._named(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            raise self._named(exc) from exc
+
+
 def _write_synced(path: Path, data: bytes) -> None:
     """``data`` in a new file ``path``, on disk before this returns (with its directory
     entry): a marker or journal must outlive a power loss that the renames it covers might."""
     tmp = path.parent / f"{path.name}{TMP_MARK}w"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:  # a short write (a nearly full disk) is continued, not cut
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, say: leave no temporary file behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     fsync_directory(path.parent)
 
 
@@ -507,11 +546,26 @@ class AtomicDirectory:
                  tb: TracebackType | None) -> None:
         try:
             if not self.committed and self.tmp is not None:
+                if isinstance(exc, OSError):
+                    self._name_the_target(exc, self.tmp)
                 shutil.rmtree(self.tmp, ignore_errors=True)
         finally:
             self._unlock()
             if not self.committed:
                 self._remove_created()
+
+    def _name_the_target(self, exc: OSError, tmp: Path) -> None:
+        """An error about a file in the hidden temporary directory (a full disk, say) names
+        the output instead: ``out.db/tables/t/0.bin``, not ``.out.db.dlkit-tmp-x1/...``,
+        which is gone once the error is shown."""
+        hidden, shown = str(tmp), str(self.target)
+        if isinstance(exc, OutputError):
+            if exc.path is not None and exc.path.startswith(hidden):
+                exc.path = shown + exc.path[len(hidden):]
+            exc.message = exc.message.replace(hidden, shown)
+            exc.args = (str(exc),)
+        elif isinstance(exc.filename, str) and exc.filename.startswith(hidden):
+            exc.filename = shown + exc.filename[len(hidden):]
 
     def commit(self, fsync: bool = True) -> None:
         """Move the finished temporary directory into place (see the module doc)."""

@@ -9,12 +9,13 @@ range-checks integers first, because a negative or > 2^64-1 integer has no uint6
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cbor2
 
-from dlkit.errors import ContractViolationError
+from dlkit.errors import CheckpointError, ContractViolationError
 
 UINT64_MAX = (1 << 64) - 1
 UINT32_MAX = (1 << 32) - 1
@@ -96,3 +97,40 @@ def require_uint(value: Any, bits: int, what: str) -> int:
     if not 0 <= value <= limit:
         raise ContractViolationError(f"{what} must lie in [0, 2^{bits}-1], got {value}")
     return value
+
+
+# --- checksummed JSON states (Sampler.state_dict, dlkit.torch's dataset state) ---------------
+
+STATE_CHECKSUM_KEY = "checksum"
+
+
+def state_checksum(state: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``state`` without its ``checksum`` entry: keys
+    sorted, no spaces, ASCII. The same after any JSON, pickle or ``torch.save`` round trip."""
+    body = {key: value for key, value in state.items() if key != STATE_CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def with_checksum(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` with its ``checksum`` added (last)."""
+    return {**state, STATE_CHECKSUM_KEY: state_checksum(state)}
+
+
+def check_state_checksum(state: Mapping[str, Any], what: str,
+                         unchecksummed_keys: frozenset[str]) -> None:
+    """Refuse ``state`` (a ``CheckpointError`` naming ``what``) unless its ``checksum`` is
+    that of its other entries. A state of a version before checksums (no ``checksum``) passes
+    only with no key outside ``unchecksummed_keys``: a damaged ``checksum`` key is refused."""
+    if STATE_CHECKSUM_KEY not in state:
+        unknown = sorted(map(repr, set(state) - unchecksummed_keys))
+        if unknown:
+            raise CheckpointError(f"{what}: no checksum, and unknown entries {', '.join(unknown)}")
+        return
+    try:
+        expected = state_checksum(state)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{what}: not a JSON state ({exc})") from None
+    if state[STATE_CHECKSUM_KEY] != expected:
+        raise CheckpointError(f"{what}: checksum mismatch: the state was changed or corrupted "
+                              "after it was taken")

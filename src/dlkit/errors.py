@@ -19,7 +19,10 @@ class DlkitError(Exception):
     code: str = "DLKIT_ERROR"
 
     def __init__(self, message: str, *, path: object | None = None, code: str | None = None):
-        self.message = message
+        # one line, always: a library's message quoted in it may run to several
+        # (pyarrow's "...: Invalid data\nDeserializing page header failed.")
+        self.message = " ".join(line.strip() for line in str(message).splitlines()
+                                if line.strip()) if "\n" in str(message) else message
         self.path = None if path is None else str(path)
         if code is not None:
             self.code = code

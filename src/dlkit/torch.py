@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, MissingExtraError
 
 try:
@@ -67,6 +68,8 @@ __all__ = ["DATASET_STATE_FORMAT", "SPLITS", "SamplerDataset", "TorchBatches", "
            "upload_tables"]
 
 DATASET_STATE_FORMAT = "dlkit-torch-dataset-v1"
+# the entries of a state from before its checksum (still loaded)
+_UNCHECKSUMMED_KEYS = frozenset({"format", "split", "task", "sampler", "eval_batches"})
 SPLITS = ("train", "val", "test")
 
 
@@ -166,13 +169,14 @@ class DatasetState:
             out["sampler"] = self.sampler
         else:
             out["eval_batches"] = self.eval_batches
-        return out
+        return with_checksum(out)
 
     @classmethod
     def from_json(cls, state: Any) -> DatasetState:
         if not isinstance(state, Mapping) or state.get("format") != DATASET_STATE_FORMAT:
             raise CheckpointError("not a dlkit.torch dataset state (expected format "
                                   f"{DATASET_STATE_FORMAT!r})")
+        check_state_checksum(state, "dataset state", _UNCHECKSUMMED_KEYS)
         split, task = state.get("split"), state.get("task")
         if split not in SPLITS:
             raise CheckpointError(f"dataset state: split must be one of {', '.join(SPLITS)}, "
@@ -297,4 +301,8 @@ class SamplerDataset(_SplitReader, IterableDataset):
         if state.split == "train":
             self.sampler.load_state_dict(state.sampler)
         else:
+            steps = len(self)
+            if state.eval_batches > steps:
+                raise CheckpointError(f"dataset state: eval_batches is {state.eval_batches}, "
+                                      f"more than the {steps} batches of a {self.split} pass")
             self._eval_skip = self._eval_batches = state.eval_batches

@@ -43,8 +43,10 @@ def test_a_checkpoint_records_its_manifest_hash_and_dataset(tmp_path, paths):
     result = run_dlkit("sample", mine, "-d", "ds", "--steps", "3", "-q", "--checkpoint-out", ckpt)
     assert result.returncode == 0, result.stderr
     value = cbor2.loads(ckpt.read_bytes())
-    assert value == {"data_cursors": {"ds": {"epoch": 0, "global_index": 24}},
-                     "dataset_key": "ds", "manifest_hash": _manifest_hash(DOC)}
+    payload = {"data_cursors": {"ds": {"epoch": 0, "global_index": 24}},
+               "dataset_key": "ds", "manifest_hash": _manifest_hash(DOC)}
+    checksum = hashlib.sha256(cbor2.dumps(payload, canonical=True)).digest()
+    assert value == {**payload, "checksum": checksum}
 
 
 def test_resume_with_another_runs_manifest_is_refused_naming_both_hashes(tmp_path, paths):

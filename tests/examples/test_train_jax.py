@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from dlkit.errors import CheckpointError
 from tests.examples.launch import EXAMPLES, PYTHON, clean_env
 
 sys.path.insert(0, str(EXAMPLES))
@@ -129,8 +130,18 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
                                   fingerprint, procs)
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"not a zip")
+    with pytest.raises(CheckpointError, match="no checksum trailer"):
+        train_jax.load_checkpoint(garbage, zeros, optimizer.init(zeros), fingerprint, procs)
+    garbage.write_bytes(common.sealed(b"not a zip"))  # checksummed, yet no npz
     with pytest.raises(common.UsageError, match="not a readable checkpoint"):
         train_jax.load_checkpoint(garbage, zeros, optimizer.init(zeros), fingerprint, procs)
+    data = bytearray(path.read_bytes())
+    for at in (0, len(data) // 2, len(data) - 40, len(data) - 1):  # payload, marker, digest
+        changed = bytearray(data)
+        changed[at] ^= 0x10
+        path.write_bytes(bytes(changed))
+        with pytest.raises(CheckpointError, match="checksum"):
+            train_jax.load_checkpoint(path, zeros, optimizer.init(zeros), fingerprint, procs)
 
 
 @pytest.mark.parametrize("env, message", [

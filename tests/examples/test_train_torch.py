@@ -93,6 +93,64 @@ def test_resume_refuses_other_settings(capsys, planted_db, tmp_path):
                           "--checkpoint-dir", str(ckpt), "--resume", "--lr", "0.01"])
 
 
+def _corruptions(data: bytes):
+    """Single-bit flips (every bit of the first and last 256 bytes, 400 seeded random ones),
+    truncations (every length in the first and last 256 bytes, then every 97th) and zeroed
+    4 KiB blocks of ``data``."""
+    rng = np.random.default_rng(28)
+    n = len(data)
+    ends = [*range(min(256, n)), *range(max(0, n - 256), n)]
+    flips = [(i, b) for i in ends for b in range(8)]
+    flips += [(int(i), int(b)) for i, b in zip(rng.integers(0, n, 400), rng.integers(0, 8, 400))]
+    for i, bit in flips:
+        changed = bytearray(data)
+        changed[i] ^= 1 << bit
+        yield bytes(changed)
+    for length in sorted({*ends, *range(0, n, 97)}):
+        yield data[:length]
+    for start in range(0, n, 4096):
+        zeroed = data[:start] + bytes(min(4096, n - start)) + data[start + 4096:]
+        if zeroed != data:
+            yield zeroed
+
+
+def test_a_changed_checkpoint_is_refused_whole_before_any_weight_is_loaded(
+        capsys, planted_db, tmp_path, monkeypatch):
+    db, task = planted_db
+    ckpt = tmp_path / "ckpt"
+    _train(capsys, db, task, "--steps", "1", "--checkpoint-dir", str(ckpt))
+    path = ckpt / train_torch.CHECKPOINT_FILE
+    good = path.read_bytes()
+    fingerprint = common.fingerprint(common.parse_args(
+        "torch", ["--db", str(db), "--task", task, *TINY, "--steps", "1"]), "torch")
+    assert train_torch.load_checkpoint(path, fingerprint)["step"] == 1
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("torch.load was called on a corrupted checkpoint")
+
+    monkeypatch.setattr(train_torch.torch, "load", no_load)
+    cases = 0
+    for data in _corruptions(good):
+        path.write_bytes(data)
+        cases += 1
+        with pytest.raises(dlkit.errors.CheckpointError) as info:
+            train_torch.load_checkpoint(path, fingerprint)
+        assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value)
+    assert cases > 5000
+    monkeypatch.undo()
+    # the whole example: one line with the code, no traceback
+    changed = bytearray(good)
+    changed[len(good) // 2] ^= 4
+    path.write_bytes(bytes(changed))
+    status = common.run(lambda: train_torch.main(
+        ["--db", str(db), "--task", task, *TINY, "--steps", "2", "--checkpoint-dir", str(ckpt),
+         "--resume"]))
+    err = capsys.readouterr().err
+    assert status != 0
+    assert err == (f"error CHECKPOINT_INVALID: {path}: checksum mismatch: the file was changed "
+                   "or corrupted after it was written\n")
+
+
 # --- examples/common.py -----------------------------------------------------------------------
 
 

@@ -1,5 +1,7 @@
 """Checkpoints (P8): exact bytes, round trips at every step, strict loading."""
 
+import hashlib
+
 import cbor2
 import pytest
 from hypothesis import given
@@ -18,9 +20,10 @@ CURSORS = st.dictionaries(st.text(max_size=6),
 @given(CURSORS)
 def test_bytes_are_the_profile_encoding_and_round_trip(cursors):
     data = checkpoint_bytes(cursors)
-    expected = cbor2.dumps({"data_cursors": {k: {"epoch": c.epoch, "global_index": c.global_index}
-                                             for k, c in cursors.items()}}, canonical=True)
-    assert data == expected
+    payload = {"data_cursors": {k: {"epoch": c.epoch, "global_index": c.global_index}
+                                for k, c in cursors.items()}}
+    checksum = hashlib.sha256(cbor2.dumps(payload, canonical=True)).digest()
+    assert data == cbor2.dumps({**payload, "checksum": checksum}, canonical=True)
     from dlkit.nextbatch.cursor import parse_checkpoint
 
     assert parse_checkpoint(data) == cursors

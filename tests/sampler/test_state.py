@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -39,9 +40,16 @@ def pull(sampler, train, val, test):
 
 
 def test_the_state_has_the_bytes_of_earlier_versions(db):
+    # since the checksum, the state is the pinned one with a last entry: the SHA-256 of the
+    # canonical JSON (sorted keys, no spaces) of the pinned entries
     with Sampler(db, num_prefetch=2, num_threads=2, **ARGS) as s:
         pull(s, 7, 5, 3)
-        assert json.dumps(s.state_dict()) == STATE_1C6CB21
+        state = s.state_dict()
+    assert list(state)[-1] == "checksum"
+    checksum = state.pop("checksum")
+    assert json.dumps(state) == STATE_1C6CB21
+    canonical = json.dumps(json.loads(STATE_1C6CB21), sort_keys=True, separators=(",", ":"))
+    assert checksum == hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def test_a_state_of_an_earlier_version_resumes_exactly(db):
@@ -49,8 +57,10 @@ def test_a_state_of_an_earlier_version_resumes_exactly(db):
         pull(s, 7, 5, 3)
         following = pull(s, 4, 3, 2)
     with Sampler(db, num_prefetch=3, num_threads=2, **ARGS) as r:
-        r.load_state_dict(json.loads(STATE_1C6CB21))
-        assert json.dumps(r.state_dict()) == STATE_1C6CB21  # loaded as it was written
+        r.load_state_dict(json.loads(STATE_1C6CB21))  # no checksum: still loaded
+        state = r.state_dict()
+        state.pop("checksum")
+        assert json.dumps(state) == STATE_1C6CB21  # loaded as it was written
         for got, want in zip(pull(r, 4, 3, 2), following):
             assert_same_batches(got, want)
 
@@ -59,7 +69,7 @@ keys = st.text(min_size=1, max_size=12)
 cursors = st.builds(Cursor, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
 
 
-@given(st.sampled_from(["train", "val", "test"]), st.integers(0, 2**64),
+@given(st.sampled_from(["train", "val", "test"]), st.integers(0, 2**63 - 1),
        st.dictionaries(keys, cursors, max_size=5), st.none() | keys)
 def test_json_round_trip(channel, step, cursor_map, current):
     state = ChannelState(channel, step, cursor_map, None if channel == "train" else current)
@@ -78,8 +88,9 @@ def test_a_train_state_ignores_current_and_an_eval_state_keeps_it():
 
 @pytest.mark.parametrize("value,why", [
     (None, "missing or not a mapping"),
-    ({"step": -1, "cursors": {}}, "step must be an integer >= 0, got -1"),
-    ({"step": True, "cursors": {}}, "step must be an integer >= 0, got True"),
+    ({"step": -1, "cursors": {}}, "step must be an integer from 0 to 2^63-1, got -1"),
+    ({"step": True, "cursors": {}}, "step must be an integer from 0 to 2^63-1, got True"),
+    ({"step": 2**63, "cursors": {}}, "step must be an integer from 0 to 2^63-1, got 9223372"),
     ({"step": 0, "cursors": []}, "cursors must be a mapping of dataset key to cursor"),
     ({"step": 0, "cursors": {"k": {"epoch": 0}}}, "cursor of 'k' must be {epoch, global_index}"),
     ({"step": 0, "cursors": {"k": {"epoch": -1, "global_index": 0}}}, "cursor of 'k'"),

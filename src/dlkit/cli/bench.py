@@ -12,7 +12,14 @@ from rich.table import Table
 from dlkit.bench.request import WorkloadKind
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, progress
-from dlkit.cli.params import check_rank
+from dlkit.cli.params import (
+    MAX_BATCH,
+    MAX_ROW_BYTES,
+    MAX_ROWS,
+    MAX_STEPS,
+    MAX_THREADS,
+    check_rank,
+)
 from dlkit.prefetch.config import Policy, PrefetchConfig, ShardMode
 
 if TYPE_CHECKING:  # imported by the command: it loads the kernels (see dlkit._lazy)
@@ -78,15 +85,15 @@ def bench(
                             help="relational: the database (made by `dlkit preprocess`). "
                                  "Default: the bundled example, preprocessed into a temporary "
                                  "directory."),
-    steps: int = typer.Option(None, "--steps", "-n", min=1,
+    steps: int = typer.Option(None, "--steps", "-n", min=1, max=MAX_STEPS,
                               help="Batches to time. Default: 64 (relational), 400 (gather: "
                                    "NextBatch calls; --trace gives its own; synthetic)."),
-    batch_size: int = typer.Option(None, "--batch-size", "-b", min=1,
+    batch_size: int = typer.Option(None, "--batch-size", "-b", min=1, max=MAX_BATCH,
                                    help="Sequences (relational) or rows per batch (with "
                                         "--manifest: global_batch_size / world size instead). "
                                         "Default: 32 (relational), 256."),
-    workers: int = typer.Option(2, "--workers", min=1, help="Producer threads."),
-    buffers_ahead: int = typer.Option(3, "--buffers-ahead", min=1,
+    workers: int = typer.Option(2, "--workers", min=1, max=MAX_THREADS, help="Producer threads."),
+    buffers_ahead: int = typer.Option(3, "--buffers-ahead", min=1, max=MAX_THREADS,
                                       help="Batches each producer may have ready ahead of the "
                                            "consumer."),
     policy: Policy = typer.Option(Policy.STRICT, "--policy",
@@ -97,7 +104,7 @@ def bench(
     drop_remainder: bool = typer.Option(False, "--drop-remainder",
                                         help="Give every producer the same number of steps "
                                              "(drops the rest)."),
-    max_lead: int = typer.Option(4, "--max-lead", min=1,
+    max_lead: int = typer.Option(4, "--max-lead", min=1, max=MAX_THREADS,
                                  help="best-effort: how far a producer may run ahead of the "
                                       "slowest."),
     compute_ms: float = typer.Option(0.0, "--compute-ms", min=0.0,
@@ -114,10 +121,10 @@ def bench(
     data: Path = typer.Option(None, "--data",
                               help="Raw row file to gather from. Default: a temporary file of "
                                    "--rows rows."),
-    rows: int = typer.Option(131_072, "--rows", min=1,
+    rows: int = typer.Option(131_072, "--rows", min=1, max=MAX_ROWS,
                              help="Rows of the temporary file (raised to cover the order's "
                                   "largest index) and of the default in-memory manifest."),
-    row_bytes: int = typer.Option(512, "--row-bytes", min=8, help="Bytes per row."),
+    row_bytes: int = typer.Option(512, "--row-bytes", min=8, max=MAX_ROW_BYTES, help="Bytes per row."),
     manifest: Path = typer.Option(None, "--manifest", "-m",
                                   help="Run manifest for the index order. Default: an in-memory "
                                        "one over --rows rows."),

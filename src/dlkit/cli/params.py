@@ -9,6 +9,14 @@ import typer
 
 from dlkit.encoding import UINT64_MAX
 
+# Bounds of count options: far beyond any real run, yet a mistyped 2**64 is a usage error
+# rather than a run without end or a failure deep inside a kernel.
+MAX_STEPS = 1 << 32        # --steps (sample, batches, bench)
+MAX_BATCH = 1 << 31        # --batch-size
+MAX_THREADS = 1024         # --workers, --buffers-ahead, --max-lead
+MAX_ROWS = 1 << 40         # bench --rows
+MAX_ROW_BYTES = 1 << 20    # bench --row-bytes
+
 
 def _integer_from(text: str | int, minimum: int) -> int:
     """A decimal integer from ``minimum`` to 2^64 - 1, the range of the sampler's seeds,

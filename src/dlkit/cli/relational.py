@@ -14,7 +14,14 @@ from rich.text import Text
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, progress
-from dlkit.cli.params import check_output_file, check_rank, positive_uint64, uint64
+from dlkit.cli.params import (
+    MAX_BATCH,
+    MAX_STEPS,
+    check_output_file,
+    check_rank,
+    positive_uint64,
+    uint64,
+)
 from dlkit.text import counted
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
@@ -134,7 +141,7 @@ def batches(
         "train", "--split", metavar="<train|val|test>",
         help="train (shuffled), val or test (in order, each seed once per epoch)."),
     steps: int = typer.Option(
-        1, "--steps", "-n", min=1,
+        1, "--steps", "-n", min=1, max=MAX_STEPS,
         help="Batches to write (may roll into later epochs)."),
     out: Path = typer.Option(
         ..., "--out", "-o",
@@ -147,7 +154,7 @@ def batches(
     split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
     split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
     batch_size: int = typer.Option(
-        32, "--batch-size", "-b", min=1, help="Sequences per batch on this rank (B)."),
+        32, "--batch-size", "-b", min=1, max=MAX_BATCH, help="Sequences per batch on this rank (B)."),
     rank: int = typer.Option(0, "--rank", "-r", parser=uint64, help="This rank, 0-based."),
     world_size: int = typer.Option(
         1, "--world-size", "-w", parser=positive_uint64, help="Number of ranks."),

@@ -10,7 +10,7 @@ import typer
 
 from dlkit.cli.app import app
 from dlkit.cli.console import err_console, plain, print_error, print_json, print_note, progress
-from dlkit.cli.params import check_rank, positive_uint64, uint64
+from dlkit.cli.params import MAX_STEPS, check_rank, positive_uint64, uint64
 from dlkit.errors import (
     DlkitError,
     GoldenFileError,
@@ -29,8 +29,8 @@ def _parse_steps(value: str) -> int | None:
         steps = int(value)
     except ValueError:
         raise InvalidArgumentError(f"--steps must be a positive integer or 'all', got {value!r}") from None
-    if steps < 1:
-        raise InvalidArgumentError(f"--steps must be at least 1, got {steps}")
+    if not 1 <= steps <= MAX_STEPS:
+        raise InvalidArgumentError(f"--steps must be from 1 to 2^32 (or 'all'), got {steps}")
     return steps
 
 

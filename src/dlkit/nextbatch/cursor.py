@@ -5,17 +5,21 @@ files")::
 
     {"data_cursors": {key: {"epoch": e, "global_index": g}, ...},
      "dataset_key": key,            # the dataset the writing run sampled
-     "manifest_hash": h'32 bytes'}  # the run manifest it sampled it with
+     "manifest_hash": h'32 bytes',  # the run manifest it sampled it with
+     "checksum": h'32 bytes'}       # SHA-256 of the canonical CBOR of the map without it
 
-The last two bind the checkpoint to its run: ``dlkit sample --resume`` refuses one written
-with another manifest. A checkpoint of dlkit 0.1 holds ``data_cursors`` alone; it is still
-read (:attr:`Checkpoint.manifest_hash` is None). Loading is strict: the bytes must be one
-canonical CBOR item of that shape, so truncation, trailing garbage, non-canonical
-re-encodings and foreign files are rejected with a ``CheckpointError`` that names the file.
+``dataset_key`` and ``manifest_hash`` bind the checkpoint to its run: ``dlkit sample
+--resume`` refuses one written with another manifest. ``checksum`` makes any changed byte
+(a flipped bit that would still decode to another valid cursor, say) a refusal. Checkpoints
+of dlkit 0.1 (``data_cursors`` alone) and 0.2 (no ``checksum``) are still read. Loading is
+strict: the bytes must be one canonical CBOR item of that shape, so truncation, trailing
+garbage, non-canonical re-encodings, a checksum that does not match and foreign files are
+rejected with a ``CheckpointError`` that names the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,9 +88,15 @@ class Checkpoint:
         return value
 
 
+def _checksum(value: Mapping[str, Any]) -> bytes:
+    return hashlib.sha256(canonical_cbor(dict(value))).digest()
+
+
 def checkpoint_bytes(cursors: Mapping[str, Cursor] | Checkpoint) -> bytes:
+    """The file's bytes: the checkpoint's map with the ``checksum`` of its other entries."""
     checkpoint = cursors if isinstance(cursors, Checkpoint) else Checkpoint(cursors)
-    return canonical_cbor(checkpoint.to_cbor_value())
+    value = checkpoint.to_cbor_value()
+    return canonical_cbor({**value, "checksum": _checksum(value)})
 
 
 def save_checkpoint(path: str | os.PathLike[str], cursors: Mapping[str, Cursor] | Checkpoint
@@ -118,9 +128,11 @@ def parse_checkpoint_file(data: bytes) -> Checkpoint:
         value = cbor2.loads(data)
     except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"not a CBOR checkpoint ({exc})") from None
-    if not isinstance(value, dict) or set(value) not in ({"data_cursors"}, _BOUND_KEYS):
+    if not isinstance(value, dict) or set(value) - {"checksum"} not in ({"data_cursors"},
+                                                                         _BOUND_KEYS):
         raise ValueError("not a dlkit checkpoint: expected a map with the keys data_cursors, "
-                         "dataset_key and manifest_hash (or data_cursors alone)")
+                         "dataset_key, manifest_hash and checksum (or data_cursors alone)")
+    checksum = value.pop("checksum", None)
     cursors_value = value["data_cursors"]
     if not isinstance(cursors_value, dict):
         raise ValueError("data_cursors must be a map")
@@ -129,8 +141,17 @@ def parse_checkpoint_file(data: bytes) -> Checkpoint:
         if not isinstance(key, str):
             raise ValueError(f"dataset key {key!r} is not text")
         cursors[key] = _cursor_from_value(item, key)
-    checkpoint = Checkpoint(cursors, value.get("manifest_hash"), value.get("dataset_key"))
-    if checkpoint_bytes(checkpoint) != data:
+    try:
+        checkpoint = Checkpoint(cursors, value.get("manifest_hash"), value.get("dataset_key"))
+    except ValueError as exc:
+        raise ValueError(f"not a dlkit checkpoint: {exc}") from None
+    if checksum is not None and checksum != _checksum(checkpoint.to_cbor_value()):
+        # a changed byte: whatever it decodes to, it is not what was written
+        raise ValueError("checksum mismatch: the file was changed or corrupted after it was "
+                         "written")
+    written = checkpoint_bytes(checkpoint) if checksum is not None else \
+        canonical_cbor(checkpoint.to_cbor_value())
+    if written != data:
         raise ValueError("bytes are not the canonical encoding (trailing data or a corrupted byte)")
     return checkpoint
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import RunManifest
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
@@ -34,6 +35,8 @@ from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, TaskSplits,
 from dlkit.sampler.state import ChannelState
 
 STATE_FORMAT = "dlkit-sampler-state-v1"
+# the entries of a state from before its checksum (still loaded)
+_UNCHECKSUMMED_KEYS = frozenset({"format", "config", "train", "val", "test"})
 # Channels of pulled batches: train (shuffled, endless), val and test (in order, round and round).
 CHANNELS = ("train", "val", "test")
 
@@ -293,17 +296,20 @@ class Sampler:
         """Where both channels stand after the last batch *consumed* (JSON-serialisable).
 
         Valid on any rank and world size with the same global batch size: the global order
-        does not depend on the world size.
+        does not depend on the world size. Its ``checksum`` (SHA-256 of the canonical JSON of
+        the other entries) makes ``load_state_dict`` refuse a changed state.
         """
         self._check_open()
-        return {"format": STATE_FORMAT, "config": self._fingerprint(),
-                **{name: channel.state().to_json() for name, channel in self._channels.items()}}
+        return with_checksum({"format": STATE_FORMAT, "config": self._fingerprint(),
+                              **{name: channel.state().to_json()
+                                 for name, channel in self._channels.items()}})
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the batches consumed when ``state`` was taken."""
         self._check_open()
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise CheckpointError(f"not a dlkit sampler state (expected format {STATE_FORMAT!r})")
+        check_state_checksum(state, "sampler state", _UNCHECKSUMMED_KEYS)
         mine = self._fingerprint()
         theirs = state.get("config")
         if theirs != mine:

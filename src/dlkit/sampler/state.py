@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from dlkit.sampler.schedule import Job
 
 TRAIN = "train"
+INT64_MAX = (1 << 63) - 1  # a step beyond is out of any run's reach (and of the kernels' range)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class ChannelState:
         if not isinstance(value, Mapping):
             raise bad("missing or not a mapping")
         step = value.get("step")
-        if not is_integer(step, 0):
-            raise bad(f"step must be an integer >= 0, got {step!r}")
+        if not is_integer(step, 0, INT64_MAX):
+            raise bad(f"step must be an integer from 0 to 2^63-1, got {step!r}")
         items = value.get("cursors")
         if not isinstance(items, Mapping):
             raise bad("cursors must be a mapping of dataset key to cursor")

@@ -224,3 +224,19 @@ def test_refuses_to_overwrite_without_flag_even_at_commit(tmp_path):
     assert (target / "theirs").read_text() == "keep"
     assert leftovers(tmp_path) == []
     del src
+
+
+def test_a_write_error_inside_the_build_names_the_output_not_the_hidden_directory(tmp_path):
+    target = tmp_path / "out.db"
+    hidden = None
+    with pytest.raises(OutputError) as info, AtomicDirectory(target, DATABASE) as root:
+        hidden = root
+        (root / "tables").mkdir()
+        raise OutputError("cannot write: No space left on device",
+                          path=root / "tables" / "t.bin")
+    assert str(info.value) == f"{target}/tables/t.bin: cannot write: No space left on device"
+    assert hidden is not None and not hidden.exists()
+    with pytest.raises(OSError) as raw, AtomicDirectory(target, DATABASE) as root:
+        raise OSError(28, "No space left on device", str(root / "x.bin"))
+    assert raw.value.filename == f"{target}/x.bin"
+    assert os.listdir(tmp_path) == []

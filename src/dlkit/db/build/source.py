@@ -10,6 +10,7 @@ Every Arrow/OS failure is turned into a :class:`DataError` naming the table, fil
 from __future__ import annotations
 
 import functools
+import stat
 import threading
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
@@ -44,21 +45,46 @@ def _decode_pool() -> pa.MemoryPool:
 
 
 def parquet_parts(directory: Path) -> list[Path]:
-    return sorted(
-        (p for p in directory.iterdir()
-         if p.is_file() and p.name.endswith(".parquet") and not p.name.startswith((".", "_"))),
-        key=lambda p: p.name.encode("utf-8", "surrogateescape"),
-    )
+    """The parts of a table directory; a part that cannot be followed (a symbolic link loop
+    or a link to nothing) is an error, never silently left out."""
+    parts = []
+    for p in directory.iterdir():
+        if not p.name.endswith(".parquet") or p.name.startswith((".", "_")):
+            continue
+        try:
+            if stat.S_ISREG(p.stat().st_mode):
+                parts.append(p)
+        except OSError as exc:
+            raise SchemaError(f"table part cannot be opened: "
+                              f"{exc.strerror or exc}", path=p) from None
+    return sorted(parts, key=lambda p: p.name.encode("utf-8", "surrogateescape"))
+
+
+def _unreachable(table: str, candidate: Path) -> None:
+    """Refuse a path that is there but cannot be followed (a symbolic link loop, a link to
+    nothing, no permission), naming it: it is not "missing"."""
+    if candidate.is_symlink() or candidate.parent.is_dir():
+        try:
+            candidate.stat()
+        except FileNotFoundError:
+            if candidate.is_symlink():
+                raise SchemaError(f"table {table!r}: a symbolic link to nothing",
+                                  path=candidate) from None
+        except OSError as exc:
+            raise SchemaError(f"table {table!r}: cannot open: {exc.strerror or exc}",
+                              path=candidate) from None
 
 
 def resolve_table_path(input_dir: Path, table: str, path: str | None) -> Path:
     """The file or directory holding ``table``; raises :class:`SchemaError` if there is none."""
     if path is not None:
         candidate = input_dir / path
+        _unreachable(table, candidate)
         if not candidate.exists():
             raise SchemaError(f"table {table!r}: path {path!r} does not exist in {input_dir}")
         return candidate
     for candidate in (input_dir / f"{table}.parquet", input_dir / table):
+        _unreachable(table, candidate)
         if candidate.exists():
             return candidate
     raise SchemaError(f"table {table!r}: missing: no file {table}.parquet and no directory "

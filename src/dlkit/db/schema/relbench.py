@@ -27,6 +27,7 @@ is the spacing of the task's training timestamps: RelBench's label at time ``t``
 from __future__ import annotations
 
 import json
+import stat
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,11 +117,26 @@ def _is_relbench_file(path: Path) -> bool:
 
 
 def _table_files(directory: Path) -> list[Path]:
+    """The ``*.parquet`` files of ``directory``; one that is a directory (a table saved in
+    parts: RelBench saves one file per table) or cannot be opened (a dangling symbolic link,
+    a loop of them) is an error, never silently left out."""
     if not directory.is_dir():
         return []
-    return sorted((p for p in directory.iterdir()
-                   if p.is_file() and p.name.endswith(".parquet")
-                   and not p.name.startswith((".", "_"))), key=lambda p: p.name)
+    files = []
+    for p in directory.iterdir():
+        if not p.name.endswith(".parquet") or p.name.startswith((".", "_")):
+            continue
+        try:
+            mode = p.stat().st_mode
+        except OSError as exc:
+            raise SchemaError(f"cannot open: {exc.strerror or exc}", path=p) from None
+        if stat.S_ISDIR(mode):
+            raise SchemaError("is a directory: a RelBench table is one Parquet file (for a "
+                              "table saved in parts, write a dlkit.toml naming the directory "
+                              "and use dlkit preprocess)", path=p)
+        if stat.S_ISREG(mode):
+            files.append(p)
+    return sorted(files, key=lambda p: p.name)
 
 
 def relbench_db_dir(root: str | Path) -> Path | None:
@@ -218,8 +234,11 @@ def _zero_one(paths: list[Path], column: str) -> bool:
             values = pq.read_table(path, columns=[column]).column(column)
         except (OSError, pa.ArrowException) as exc:
             raise SchemaError(f"cannot read column {column!r}: {exc}", path=path) from None
-        values = pc.drop_null(pc.cast(values, pa.int64()))
-        if len(values) and not pc.all(pc.is_in(values, value_set=pa.array([0, 1]))).as_py():
+        if pa.types.is_boolean(values.type):
+            continue  # True and False are 1 and 0
+        # compared in the column's own type (a cast to int64 fails on uint64 >= 2^63)
+        low, high = pc.min_max(values).values()
+        if low.is_valid and not (0 <= low.as_py() and high.as_py() <= 1):
             return False
     return True
 
