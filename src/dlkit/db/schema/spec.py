@@ -494,9 +494,13 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
             raise _err(source, f"{where}, column {column!r}: key columns have no semantic type")
         if column in exclude:
             raise _err(source, f"{where}, column {column!r} is both excluded and typed")
-    if time_column is not None and (time_column in keys or time_column in exclude):
-        raise _err(source, f"{where}, column {time_column!r}: the time column cannot be a key "
-                           "or excluded")
+    if time_column is not None and time_column in exclude:
+        raise _err(source, f"{where}, column {time_column!r}: the time column cannot be "
+                           "excluded")
+    if time_column is not None and time_column in keys and "time_unit" not in raw:
+        raise _err(source, f"{where}, column {time_column!r}: a key column can be the time "
+                           "column only as an integer with a time_unit (e.g. time_unit = "
+                           "\"year\"); a timestamp cannot be a key")
     if time_column is not None and types.get(time_column, "timestamp") != "timestamp":
         raise _err(source, f"{where}, column {time_column!r}: the time column must have type "
                            "timestamp")
