@@ -710,7 +710,11 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
         else:
             out.append("# primary_key = \"...\"   # none found: only needed if other tables refer here")
         if spec.time_column is not None:
-            out.append(f"time_column = {toml_str(spec.time_column)}")
+            line = f"time_column = {toml_str(spec.time_column)}"
+            # a key column that is the time column has no type line for its reason
+            note = (notes.get((spec.name, spec.time_column))
+                    if spec.time_column in spec.key_column_set() else None)
+            out.append(f"{line:<40} # {note}" if note else line)
             out.extend(_render_time_options(spec))
         else:
             out.append("# time_column = \"...\"   # none found: rows are then visible at any time")
