@@ -158,3 +158,34 @@ def test_a_string_key_cannot_be_an_integer_time(tmp_path):
     write_db(tmp_path / "in", {"T": pa.table({"season": ["2000", "2001"], "id": [1, 1]})}, toml)
     with pytest.raises(SchemaError, match="time_unit = 'year' is for integer time columns"):
         preprocess(tmp_path / "in", tmp_path / "db", fsync=False)
+
+
+def test_a_single_column_key_and_foreign_key_may_be_the_time_column(tmp_path):
+    """Years keyed and timed by yr; Games referring to it by its own time column yr."""
+    toml = """
+[tables.Years]
+primary_key = "yr"
+time_column = "yr"
+time_unit = "year"
+[tables.Games]
+time_column = "yr"
+time_unit = "year"
+time_position = "end"
+foreign_keys = { yr = "Years" }
+"""
+    years = [2003, 2001, 2002]
+    games = [2001, 2003, 2003, 1999, 2002]
+    write_db(tmp_path / "in", {"Years": pa.table({"yr": years, "x": [1.0, 2.0, 3.0]}),
+                               "Games": pa.table({"yr": games, "g": [1, 2, 3, 4, 5]})}, toml)
+    report = preprocess(tmp_path / "in", tmp_path / "db", fsync=False)
+    assert report.dangling == {"Games.yr": 1}  # 1999 is no year of Years
+    assert verify_database(tmp_path / "db").ok
+    with open_database(tmp_path / "db") as db:
+        times = np.asarray(db.graph.row_times).tolist()
+        assert times == ([season_time(y, "start") for y in years]
+                         + [season_time(y, "end") for y in games])
+        want = [[years.index(y)] if y in years else [] for y in games]
+        assert [db.graph.parents(3 + r).tolist() for r in range(5)] == want
+        assert [c.name for c in db.table("Years").columns] == ["yr", "x"]
+        assert [c.name for c in db.table("Games").columns] == ["yr", "g"]
+        assert [db.table("Years").key(r) for r in range(3)] == years
