@@ -189,3 +189,30 @@ foreign_keys = { yr = "Years" }
         assert [c.name for c in db.table("Years").columns] == ["yr", "x"]
         assert [c.name for c in db.table("Games").columns] == ["yr", "g"]
         assert [db.table("Years").key(r) for r in range(3)] == years
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    # without its time_unit, the key part yearID is a key column that is also a feature
+    (lambda m: m["tables"][1].pop("time_unit") and m["tables"][1].pop("time_position"),
+     "a column of it is also a feature column"),
+    # only the time column may be both: another key part as a feature is refused
+    (lambda m: m["tables"][1]["columns"][1].update(name="teamID"),
+     "a column of it is also a feature column"),
+])
+def test_verify_refuses_other_key_feature_overlaps(lahman, tmp_path, change, message):
+    import json
+    import shutil
+
+    from dlkit.db.read.reader import check_database
+    from tests.db.read.test_verify_content import rehash
+
+    db_path, _, _ = lahman
+    copy = tmp_path / "db"
+    shutil.copytree(db_path, copy)
+    meta = json.loads((copy / "metadata.json").read_text())
+    assert meta["tables"][1]["name"] == "Teams"
+    change(meta)
+    (copy / "metadata.json").write_text(json.dumps(meta, indent=2))
+    rehash(copy)
+    failures = check_database(copy, verify_hashes=False)
+    assert any(message in f.message for f in failures), failures
