@@ -17,7 +17,8 @@ Three engines, one class each behind :class:`SqlConnection`:
   ``pg_constraint``; rows through the ADBC driver (``adbc-driver-postgresql``). ``numeric``
   columns are read as float64 (the driver would hand them over as text).
 
-Rows are read in primary-key order (a table without one: ordered by every column), so the
+Rows are read in primary-key order (a table without one: ordered by every column, nulls
+first, texts in byte order), so the
 same content gives the same rows in the same order whatever the engine's physical order.
 ``?schema=NAME`` in the URL picks the SQL schema (default: ``main`` for DuckDB, ``public``
 for PostgreSQL). The drivers are the optional extra ``sql`` (``pip install 'dlkit[sql]'``).
@@ -32,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,8 +90,8 @@ def parse_sql_url(url: str) -> SqlUrl:
     namespace = query.pop("schema", [None])[-1]
     if dialect is Dialect.POSTGRESQL:
         # libpq knows no "schema" parameter: it is ours, taken out of the URI
-        kept = "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)
-        target = parts._replace(scheme="postgresql", query=kept).geturl()
+        kept = urlencode(query, doseq=True, safe="/")
+        target = f"postgresql://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
         return SqlUrl(dialect, target, namespace or "public", display)
     if parts.netloc:
         raise InvalidArgumentError(f"database URL {display!r}: a file URL has no host: write "
@@ -132,7 +133,7 @@ class SqlTable:
 @dataclass(frozen=True)
 class SqlCatalog:
     url: SqlUrl
-    tables: tuple[SqlTable, ...]  # sorted by name
+    tables: tuple[SqlTable, ...]  # sorted by name (bytes of UTF-8)
 
     def table(self, name: str) -> SqlTable:
         for t in self.tables:
@@ -173,7 +174,7 @@ def _order_by(table: SqlTable, collate: str = "", orderable: Any = None) -> str:
         return ""
     text = {c.name for c in table.columns if _is_text(c.sql_type)}
     return " ORDER BY " + ", ".join(
-        _quote(c) + (collate if c in text else "") for c in columns)
+        _quote(c) + (collate if c in text else "") + " NULLS FIRST" for c in columns)
 
 
 def _is_text(sql_type: str) -> bool:
@@ -181,8 +182,15 @@ def _is_text(sql_type: str) -> bool:
 
 
 def _finish(url: SqlUrl, tables: list[SqlTable]) -> SqlCatalog:
-    tables.sort(key=lambda t: t.name.encode("utf-8", "surrogatepass"))
-    return SqlCatalog(url=url, tables=tuple(tables))
+    """Tables sorted by name; each one's foreign keys in the order of their columns in the
+    table (engines list them in different orders: SQLite newest first)."""
+    out = []
+    for t in sorted(tables, key=lambda t: t.name.encode("utf-8", "surrogatepass")):
+        position = {c.name: i for i, c in enumerate(t.columns)}
+        fks = sorted(t.foreign_keys, key=lambda f: (
+            [position.get(c, len(position)) for c in f.columns], f.parent, f.parent_columns))
+        out.append(SqlTable(t.name, t.columns, t.primary_key, tuple(fks)))
+    return SqlCatalog(url=url, tables=tuple(out))
 
 
 # --- SQLite ---------------------------------------------------------------------------------
