@@ -319,7 +319,7 @@ def render_toml(doc: dict[str, Any]) -> str:
     """TOML text of ``doc``: top-level values, then one section per table and task (their
     dict values as sub-sections, deeper dicts inline)."""
     out: list[str] = []
-    plain = {k: v for k, v in doc.items() if not isinstance(v, dict)}
+    plain = {k: v for k, v in doc.items() if not isinstance(v, dict) or not v}
     for key, value in plain.items():
         out.append(f"{toml_key(key)} = {toml_value(value)}")
     for key, value in doc.items():
