@@ -396,7 +396,8 @@ def import_sql(
                                     help="Foreign keys pointing to a missing parent: drop (keep "
                                          "the row, drop the edge, report) or error."),
     batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
-                                   help="Rows per record batch read from the database (the output does not depend on it)."),
+                                   help="Rows per record batch read from the database (the "
+                                        "output does not depend on it)."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
                                       "'package.module:factory' (see dlkit.db.build.embed)."),

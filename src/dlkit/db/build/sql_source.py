@@ -48,8 +48,8 @@ from dlkit.db.schema.sql_schema import (
     EXCLUDE_TABLES,
     MergedSchema,
     SqlSchemaOptions,
-    resolve_table,
     merge_schema,
+    resolve_table,
     table_names,
 )
 from dlkit.errors import OutputError, SchemaError
@@ -165,7 +165,7 @@ def import_sql(
     output: str | os.PathLike[str],
     *,
     partial: str | os.PathLike[str] | None = None,
-    options: SqlSchemaOptions = SqlSchemaOptions(),
+    options: SqlSchemaOptions | None = None,
     schema_out: str | os.PathLike[str] | None = None,
     write_schema: bool = True,
     overwrite: bool = False,
@@ -189,6 +189,7 @@ def import_sql(
     from dlkit.db.output import DATABASE
 
     progress = progress or Progress()
+    options = options or SqlSchemaOptions()
     parsed = parse_sql_url(url)
     target = Path(output)
     check_target(target.absolute(), overwrite, DATABASE)
