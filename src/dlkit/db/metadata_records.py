@@ -99,17 +99,25 @@ class ForeignKeyMetadata:
     num_edges: int
     num_null: int
     num_dangling: int
+    # a composite foreign key's columns (``column`` is then its name); the JSON key
+    # "columns" exists only for one
+    columns: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"column": self.column, "parent_table": self.parent_table,
-                "num_edges": self.num_edges, "num_null": self.num_null,
-                "num_dangling": self.num_dangling}
+        out: dict[str, Any] = {"column": self.column}
+        if self.columns:
+            out["columns"] = list(self.columns)
+        out.update({"parent_table": self.parent_table,
+                    "num_edges": self.num_edges, "num_null": self.num_null,
+                    "num_dangling": self.num_dangling})
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ForeignKeyMetadata:
         return cls(column=obj["column"], parent_table=obj["parent_table"],
                    num_edges=obj["num_edges"], num_null=_unchecked(obj, "num_null"),
-                   num_dangling=_unchecked(obj, "num_dangling"))
+                   num_dangling=_unchecked(obj, "num_dangling"),
+                   columns=tuple(obj.get("columns", ())))
 
 
 @dataclass(frozen=True)
@@ -118,26 +126,41 @@ class TableMetadata:
     index: int
     num_rows: int
     row_offset: int  # global row id of its first row
-    primary_key: str | None
-    primary_key_type: str | None  # "integer" or "string" (None without a primary key)
+    # a column's name, or a composite key's column names (a list in JSON)
+    primary_key: str | tuple[str, ...] | None
+    # "integer", "string" or "composite" (None without a primary key)
+    primary_key_type: str | None
     time_column: str | None
     num_null_times: int
     foreign_keys: tuple[ForeignKeyMetadata, ...]
     columns: tuple[ColumnMetadata, ...]
+    # a composite key's part types ("integer" / "string"); the JSON key
+    # "primary_key_part_types" exists only for one
+    primary_key_part_types: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "index": self.index, "num_rows": self.num_rows,
-                "row_offset": self.row_offset, "primary_key": self.primary_key,
-                "primary_key_type": self.primary_key_type, "time_column": self.time_column,
-                "num_null_times": self.num_null_times,
-                "foreign_keys": [fk.to_json() for fk in self.foreign_keys],
-                "columns": [c.to_json() for c in self.columns]}
+        pk = self.primary_key
+        out: dict[str, Any] = {
+            "name": self.name, "index": self.index, "num_rows": self.num_rows,
+            "row_offset": self.row_offset,
+            "primary_key": list(pk) if isinstance(pk, tuple) else pk,
+            "primary_key_type": self.primary_key_type}
+        if self.primary_key_part_types:
+            out["primary_key_part_types"] = list(self.primary_key_part_types)
+        out.update({"time_column": self.time_column,
+                    "num_null_times": self.num_null_times,
+                    "foreign_keys": [fk.to_json() for fk in self.foreign_keys],
+                    "columns": [c.to_json() for c in self.columns]})
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TableMetadata:
+        pk = obj.get("primary_key")
         return cls(name=obj["name"], index=obj["index"], num_rows=obj["num_rows"],
-                   row_offset=obj["row_offset"], primary_key=obj.get("primary_key"),
+                   row_offset=obj["row_offset"],
+                   primary_key=tuple(pk) if isinstance(pk, list) else pk,
                    primary_key_type=obj.get("primary_key_type"),
+                   primary_key_part_types=tuple(obj.get("primary_key_part_types", ())),
                    time_column=obj.get("time_column"),
                    num_null_times=_unchecked(obj, "num_null_times"),
                    foreign_keys=tuple(ForeignKeyMetadata.from_json(fk)
@@ -250,7 +273,7 @@ class DatabaseMetadata:
         for t in self.tables:
             if t.primary_key is not None:
                 files.add(fmt.key_values_file(t.name))
-                if t.primary_key_type == "string":
+                if t.primary_key_type in ("string", "composite"):
                     files.add(fmt.key_offsets_file(t.name))
             for c in t.columns:
                 files.add(fmt.column_values_file(t.name, c.index))

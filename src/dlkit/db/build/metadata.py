@@ -9,7 +9,7 @@ from typing import Any
 from dlkit.db import format as fmt
 from dlkit.db.build.embed import EMBED_CHUNK, embed_texts
 from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.plan import ColumnPlan, TablePlan
+from dlkit.db.build.plan import COMPOSITE, ColumnPlan, TablePlan
 from dlkit.db.build.report import Progress, StageReport
 from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
 from dlkit.db.metadata_records import (
@@ -62,9 +62,10 @@ def database_metadata(schema: Schema, plans: list[TablePlan], *, num_texts: int,
         name=p.name, index=p.index, num_rows=p.num_rows, row_offset=p.row_offset,
         primary_key=p.primary_key, primary_key_type=p.pk_family, time_column=p.time_column,
         num_null_times=p.num_null_times,
+        primary_key_part_types=p.pk_families if p.pk_family == COMPOSITE else (),
         foreign_keys=tuple(ForeignKeyMetadata(column=f.column, parent_table=f.parent,
                                               num_edges=f.num_edges, num_null=f.num_null,
-                                              num_dangling=f.num_dangling)
+                                              num_dangling=f.num_dangling, columns=f.parts)
                            for f in p.foreign_keys),
         columns=tuple(_column_metadata(c) for c in p.columns)) for p in plans)
     dim = int(embedder.dim)

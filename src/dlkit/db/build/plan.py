@@ -20,8 +20,11 @@ from dlkit.db.schema.arrow_types import (
     infer_stype,
     type_family,
 )
-from dlkit.db.schema.spec import Schema
+from dlkit.db.schema.spec import PrimaryKey, Schema, key_columns, key_label
 from dlkit.errors import DataError, SchemaError
+
+# TablePlan.pk_family (and metadata's primary_key_type) of a composite primary key
+COMPOSITE = "composite"
 
 
 @dataclass
@@ -48,11 +51,18 @@ class ColumnPlan:
 
 @dataclass
 class ForeignKeyPlan:
-    column: str
+    column: str  # the column, or a composite foreign key's name
     parent: str
     num_edges: int = 0
     num_null: int = 0
     num_dangling: int = 0
+    parts: tuple[str, ...] = ()  # a composite foreign key's columns (else empty)
+    part_families: tuple[str, ...] = ()  # their type families (the parent key's)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns this foreign key reads."""
+        return self.parts or (self.column,)
 
 
 @dataclass
@@ -60,14 +70,28 @@ class TablePlan:
     name: str
     index: int
     source: TableSource
-    primary_key: str | None
-    pk_family: str | None
+    primary_key: PrimaryKey | None
+    pk_family: str | None  # "integer", "string" or, for a composite key, COMPOSITE
     time_column: str | None
     foreign_keys: list[ForeignKeyPlan]
     columns: list[ColumnPlan]
     num_rows: int = 0
     row_offset: int = 0
     num_null_times: int = 0
+    pk_families: tuple[str, ...] = ()  # a composite key's part type families
+
+    @property
+    def pk_columns(self) -> tuple[str, ...]:
+        return key_columns(self.primary_key)
+
+    @property
+    def pk_where(self) -> str:
+        """How messages name the primary key: ``table 't', column 'id'`` or ``table 't',
+        key (a, b)``."""
+        assert self.primary_key is not None, "only a table with a primary key"
+        if isinstance(self.primary_key, str):
+            return where(self.name, self.primary_key)
+        return f"table {self.name!r}, key {key_label(self.primary_key)}"
 
 
 def where(table: str, column: str) -> str:
@@ -96,14 +120,18 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
                                                                   spec.path, spec.split_paths))
         names = set(src.schema.names)
         pk_family = None
-        if spec.primary_key is not None:
-            if spec.primary_key not in names:
-                raise _missing(src, spec.primary_key, "primary key")
-            pk_family = type_family(src.column_type(spec.primary_key))
-            if pk_family not in KEY_FAMILIES:
-                raise SchemaError(f"{where(spec.name, spec.primary_key)}: primary key has type "
-                                  f"{src.column_type(spec.primary_key)}; it must be an integer or "
+        pk_families: list[str] = []
+        for part in key_columns(spec.primary_key):
+            if part not in names:
+                raise _missing(src, part, "primary key")
+            family = type_family(src.column_type(part))
+            if family not in KEY_FAMILIES:
+                raise SchemaError(f"{where(spec.name, part)}: primary key has type "
+                                  f"{src.column_type(part)}; it must be an integer or "
                                   "a string")
+            pk_families.append(family)
+        if spec.primary_key is not None:
+            pk_family = pk_families[0] if isinstance(spec.primary_key, str) else COMPOSITE
         if spec.time_column is not None:
             if spec.time_column not in names:
                 raise _missing(src, spec.time_column, "time column")
@@ -111,16 +139,21 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
                 raise SchemaError(f"{where(spec.name, spec.time_column)}: time column has type "
                                   f"{src.column_type(spec.time_column)}; it must be a timestamp "
                                   "or a date")
-        for column, _ in spec.foreign_keys:
-            if column not in names:
-                raise _missing(src, column, "foreign key")
+        for name, _ in spec.foreign_keys:
+            for column in spec.fk_columns(name):
+                if column not in names:
+                    raise _missing(src, column, "foreign key")
+            if name in spec.composite_fks and name in names:
+                raise SchemaError(f"table {spec.name!r}, foreign key {name!r}: a composite "
+                                  "foreign key's name cannot be a column of the table; "
+                                  "choose another name")
         for column in spec.exclude:
             if column not in names:
                 raise _missing(src, column, "excluded")
         for column in spec.types:
             if column not in names:
                 raise _missing(src, column, "typed")
-        keys = {spec.primary_key} | {c for c, _ in spec.foreign_keys}
+        keys = spec.key_column_set()
         columns: list[ColumnPlan] = []
         for fld in src.schema:
             if fld.name in keys or fld.name in spec.exclude:
@@ -144,8 +177,9 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
         plans.append(TablePlan(
             name=spec.name, index=index, source=src, primary_key=spec.primary_key,
             pk_family=pk_family, time_column=spec.time_column,
-            foreign_keys=[ForeignKeyPlan(c, p) for c, p in spec.foreign_keys], columns=columns,
-            num_rows=src.num_rows, row_offset=offset))
+            foreign_keys=[ForeignKeyPlan(c, p, parts=spec.composite_fks.get(c, ()))
+                          for c, p in spec.foreign_keys], columns=columns,
+            num_rows=src.num_rows, row_offset=offset, pk_families=tuple(pk_families)))
         offset += src.num_rows
     by_name = {p.name: p for p in plans}
     for table in plans:
@@ -153,12 +187,15 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
             parent = by_name[fk.parent]
             # the schema refuses a foreign key to a table without a primary key
             assert parent.primary_key is not None
-            child_type = table.source.column_type(fk.column)
-            if type_family(child_type) != parent.pk_family:
-                raise SchemaError(
-                    f"{where(table.name, fk.column)}: foreign key has type {child_type}, but the "
-                    f"primary key {fk.parent}.{parent.primary_key} it refers to has type "
-                    f"{parent.source.column_type(parent.primary_key)}")
+            for column, part in zip(fk.columns, parent.pk_columns, strict=True):
+                child_type = table.source.column_type(column)
+                if type_family(child_type) != type_family(parent.source.column_type(part)):
+                    raise SchemaError(
+                        f"{where(table.name, column)}: foreign key has type {child_type}, but "
+                        f"the primary key {fk.parent}.{part} it refers to has type "
+                        f"{parent.source.column_type(part)}")
+            if fk.parts:
+                fk.part_families = parent.pk_families
     for task in schema.tasks:
         table = by_name[task.table]
         if not table.source.has_column(task.target):

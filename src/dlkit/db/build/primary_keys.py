@@ -12,9 +12,10 @@ import pyarrow as pa
 from dlkit.core import integrity
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
+from dlkit.db.build.composite import decode_key, encode_keys
 from dlkit.db.build.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
 from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.plan import TablePlan, check_rows, where
+from dlkit.db.build.plan import COMPOSITE, TablePlan, check_rows
 from dlkit.db.build.report import Progress
 from dlkit.db.build.scratch import Arrays
 from dlkit.db.build.strings import StringColumn
@@ -31,7 +32,7 @@ def heap_empty(dtype: np.dtype, n: int) -> np.ndarray:
 class KeyIndex:
     """Maps key values of one table to its local rows."""
 
-    family: str  # "integer" | "string"
+    family: str  # "integer" | "string" (composite keys are indexed as their encoded bytes)
     num_rows: int
     slots: np.ndarray  # dense/hash slots; for strings the (hash, row, key, length) table
     keys: np.ndarray | None = None  # integer keys (hash index only)
@@ -61,7 +62,8 @@ class KeyIndex:
 
     @classmethod
     def build_str(cls, data: np.ndarray, offsets: np.ndarray, where: str,
-                  empty: Allocate = heap_empty) -> KeyIndex:
+                  empty: Allocate = heap_empty,
+                  families: tuple[str, ...] = ()) -> KeyIndex:
         """Index the string keys ``data``/``offsets`` (Arrow's large-string buffers; the index
         keeps ``data``; the slots from ``empty(dtype, n)``)."""
         n = offsets.shape[0] - 1
@@ -72,7 +74,8 @@ class KeyIndex:
         dup, first = kk.hash_index_strings(hashes, data, offsets, slots)
         del hashes
         if dup >= 0:
-            value = bytes(data[offsets[dup]:offsets[dup + 1]]).decode(errors="replace")
+            raw = bytes(data[offsets[dup]:offsets[dup + 1]])
+            value = decode_key(raw, families) if families else raw.decode(errors="replace")
             raise _duplicate(where, value, first, dup)
         return cls(family="string", num_rows=n, slots=slots, data=data)
 
@@ -91,10 +94,17 @@ class KeyIndex:
                                                       np.int64(base), out)
         else:
             data, offsets, valid, _held = to_string_buffers(arr)
-            hashes = np.empty(len(valid), dtype=np.int64)
-            kk.hash_strings(data, offsets, hashes)
-            dangling, first = kk.hash_lookup_strings(hashes, valid, data, offsets, self.slots,
-                                                     self.data, np.int64(base), out)
+            return self.lookup_bytes(data, offsets, valid, base, out)
+        return int(np.count_nonzero(valid)), int(dangling), int(first)
+
+    def lookup_bytes(self, data: np.ndarray, offsets: np.ndarray, valid: np.ndarray, base: int,
+                     out: np.ndarray) -> tuple[int, int, int]:
+        """:meth:`lookup` of keys given as bytes (string keys, or encoded composite keys)."""
+        assert self.family == "string", "byte keys look up in a string index"
+        hashes = np.empty(len(valid), dtype=np.int64)
+        kk.hash_strings(data, offsets, hashes)
+        dangling, first = kk.hash_lookup_strings(hashes, valid, data, offsets, self.slots,
+                                                 self.data, np.int64(base), out)
         return int(np.count_nonzero(valid)), int(dangling), int(first)
 
 
@@ -148,9 +158,10 @@ class PrimaryKeys:
         assert plan.primary_key is not None, "only a table with a primary key has keys"
         self.plan = plan
         self.arrays = arrays
-        self.where = where(plan.name, plan.primary_key)
+        self.where = plan.pk_where
         self.hasher = hasher
         self.integer = plan.pk_family == "integer"
+        self.composite = plan.pk_family == COMPOSITE
         self.pos = 0
         if self.integer:
             self.out = hasher.open(fmt.key_values_file(plan.name))
@@ -160,12 +171,20 @@ class PrimaryKeys:
         else:  # a string column in the budget's arrays, written when complete
             self.strings = StringColumn(arrays, plan.num_rows)
 
-    def add(self, arr: pa.Array) -> None:
-        """The next batch of keys (the caller checks the row count against the footer)."""
-        if arr.null_count:
-            row = self.pos + int(np.flatnonzero(~valid_mask(arr))[0])
-            raise DataError(f"{self.where}: null primary key at row {row}")
-        if self.integer:
+    def add(self, column: dict[str, pa.Array]) -> None:
+        """The next batch of keys, ``column[name]`` for each key column (the caller checks the
+        row count against the footer)."""
+        for name in self.plan.pk_columns:
+            arr = column[name]
+            if arr.null_count:
+                row = self.pos + int(np.flatnonzero(~valid_mask(arr))[0])
+                raise DataError(f"{self.where}: null primary key at row {row}")
+        arr = column[self.plan.pk_columns[0]]
+        if self.composite:
+            enc = encode_keys([column[c] for c in self.plan.pk_columns], self.plan.pk_families,
+                              self.where, utf8=True)
+            self.strings.extend(enc.data, enc.offsets)
+        elif self.integer:
             assert self.keys is not None, "a key added after finish"
             chunk = self.keys[self.pos:self.pos + len(arr)]
             chunk[:] = to_int_keys(arr, self.where)[0]
@@ -197,7 +216,8 @@ class PrimaryKeys:
                                        self.arrays.empty)
             return index, self.out.size
         offsets, data = self.strings.offsets, self.strings.data
-        index = KeyIndex.build_str(data, offsets, self.where, self.arrays.empty)
+        index = KeyIndex.build_str(data, offsets, self.where, self.arrays.empty,
+                                   self.plan.pk_families if self.composite else ())
         with self.hasher.open(fmt.key_offsets_file(self.plan.name)) as f:
             f.write(offsets, bounded=False)
         with self.hasher.open(fmt.key_values_file(self.plan.name)) as f:
@@ -212,12 +232,12 @@ def read_primary_keys(plan: TablePlan, batch_rows: int, hasher: Hasher, progress
     null, no duplicate), write ``key.*``. Returns ``(index, bytes written)``. (A table no
     earlier table refers to gets this done during its own pass instead.)"""
     keys = PrimaryKeys(plan, hasher, arrays)
-    column = plan.primary_key
-    assert column is not None, "only a table with a primary key has keys"
-    what = f"column {column!r}"
-    for arr in plan.source.iter_column(column, batch_rows):
-        check_rows(plan, what, keys.pos + len(arr))
-        keys.add(arr)
-        progress.advance(len(arr))
+    columns = list(plan.pk_columns)
+    assert columns, "only a table with a primary key has keys"
+    what = ", ".join(f"column {c!r}" for c in columns)
+    for batch in plan.source.iter_batches(columns, batch_rows):
+        check_rows(plan, what, keys.pos + batch.num_rows)
+        keys.add(dict(zip(batch.schema.names, batch.columns)))
+        progress.advance(batch.num_rows)
     check_rows(plan, what, keys.pos, final=True)
     return keys.finish(referenced)

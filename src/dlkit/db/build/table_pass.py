@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from dlkit.db import format as fmt
 from dlkit.db.build.columns import ColumnWriter
+from dlkit.db.build.composite import encode_keys
 from dlkit.db.build.convert import to_micros
 from dlkit.db.build.graph_writer import GraphWriter
 from dlkit.db.build.hashing import Hasher
@@ -32,7 +33,7 @@ from dlkit.db.build.source import ReadJob
 from dlkit.db.build.tasks import TaskWriter
 from dlkit.db.build.texts import TextStore
 from dlkit.db.metadata_records import TaskMetadata
-from dlkit.db.schema.spec import Schema
+from dlkit.db.schema.spec import Schema, key_label
 from dlkit.db.schema.task_rules import timeless_warning
 from dlkit.errors import DataError
 from dlkit.text import counted
@@ -59,10 +60,12 @@ class TablePassContext:
 def read_job(plan: TablePlan, keys_in_pass: set[str]) -> ReadJob:
     """The columns a table's pass reads: foreign keys, features, time, and the primary key
     when it is read in this pass (repeating strings dictionary-encoded)."""
-    needed = [f.column for f in plan.foreign_keys] + [c.name for c in plan.columns]
-    for extra in (plan.time_column, plan.name in keys_in_pass and plan.primary_key):
-        if extra and extra not in needed:
-            needed.append(extra)
+    needed = [c for f in plan.foreign_keys for c in f.columns] + [c.name for c in plan.columns]
+    if plan.time_column is not None:
+        needed.append(plan.time_column)
+    if plan.name in keys_in_pass:
+        needed.extend(plan.pk_columns)
+    needed = list(dict.fromkeys(needed))  # a column of several keys is read once
     repeating = [c.name for c in plan.columns
                  if c.stype in (fmt.CATEGORICAL, fmt.TEXT) and c.family == "string"]
     return ReadJob(plan.source, tuple(needed), tuple(repeating))
@@ -145,9 +148,13 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
         if fkp.num_dangling:
             row, value = first_dangling[k]
             parent = ctx.plans[fkp.parent]
-            problems.append(f"{where(plan.name, fkp.column)}: "
+            assert parent.primary_key is not None, "a foreign key's parent has a key"
+            named = (where(plan.name, fkp.column) if not fkp.parts else
+                     f"table {plan.name!r}, foreign key {fkp.column!r} "
+                     f"{key_label(fkp.parts)}")
+            problems.append(f"{named}: "
                             f"{counted(fkp.num_dangling, 'dangling foreign key')} to "
-                            f"{fkp.parent}.{parent.primary_key} (first: row {row}, "
+                            f"{fkp.parent}.{key_label(parent.primary_key)} (first: row {row}, "
                             f"value {value!r})")
     if problems and ctx.on_dangling == "error":
         raise DataError("; ".join(problems) + " (--on-dangling error)")
@@ -161,8 +168,7 @@ def _convert_batch(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.
                    tasks: list[TaskWriter]) -> None:
     """This thread's share of a batch: primary keys, row times, feature columns, task seeds."""
     if keys is not None:
-        assert plan.primary_key is not None, "only a table with a primary key has keys"
-        keys.add(column[plan.primary_key])
+        keys.add(column)
     converted = {}
     if plan.time_column is not None:
         values, valid = to_micros(column[plan.time_column], where(plan.name, plan.time_column))
@@ -203,12 +209,21 @@ def _resolve_foreign_keys(plan: TablePlan, ctx: TablePassContext, column: dict[s
     ``k``, or -1 (null or dangling key); the counts go to the plan, the edges to the graph."""
     n = parents.shape[1]
     for k, fkp in enumerate(plan.foreign_keys):
-        arr = column[fkp.column]
-        num_valid, dangling, first = ctx.indexes[fkp.parent].lookup(
-            arr, ctx.plans[fkp.parent].row_offset, parents[k], where(plan.name, fkp.column))
+        index, base = ctx.indexes[fkp.parent], ctx.plans[fkp.parent].row_offset
+        if fkp.parts:
+            arrs = [column[c] for c in fkp.parts]
+            enc = encode_keys(arrs, fkp.part_families, where(plan.name, fkp.column))
+            num_valid, dangling, first = index.lookup_bytes(enc.data, enc.offsets, enc.valid,
+                                                            base, parents[k])
+        else:
+            arr = column[fkp.column]
+            num_valid, dangling, first = index.lookup(arr, base, parents[k],
+                                                      where(plan.name, fkp.column))
         fkp.num_null += n - num_valid
         fkp.num_dangling += dangling
         fkp.num_edges += num_valid - dangling
         if dangling and k not in first_dangling:
-            first_dangling[k] = (pos + first, _shown(arr[first]))
+            shown = (tuple(_shown(a[first]) for a in arrs) if fkp.parts
+                     else _shown(arr[first]))
+            first_dangling[k] = (pos + first, shown)
     ctx.graph.append(parents, plan.row_offset + pos)

@@ -84,6 +84,34 @@ def _finite(value: int | float) -> bool:
         return False
 
 
+def _names(value: Any, least: int) -> bool:
+    """Whether ``value`` is a list of at least ``least`` distinct non-empty strings."""
+    return (isinstance(value, list) and len(value) >= least
+            and all(isinstance(c, str) and c for c in value) and len(set(value)) == len(value))
+
+
+def _check_primary_key(table: dict, where: str, checks: Checks) -> None:
+    """``primary_key`` (a name, or a list of two or more for a composite key), its
+    ``primary_key_type`` and, for a composite key only, ``primary_key_part_types``."""
+    pk, pk_type = table.get("primary_key"), table.get("primary_key_type")
+    if isinstance(pk, list):
+        if not _names(pk, 2):
+            checks.fail(fmt.METADATA_FILE, "metadata.schema", f"{where}: a composite primary_key must be a "
+                        "list of two or more distinct column names", fatal=True)
+        parts = table.get("primary_key_part_types")
+        if (pk_type != "composite" or not isinstance(parts, list) or len(parts) != len(pk)
+                or not all(p in ("integer", "string") for p in parts)):
+            checks.fail(fmt.METADATA_FILE, "metadata.schema", f"{where}: a composite primary key needs "
+                        "primary_key_type \"composite\" and a primary_key_part_types entry "
+                        "(integer or string) per column", fatal=True)
+        return
+    _opt_str(table, "primary_key", where, checks)
+    if (pk is None) != (pk_type is None) or pk_type not in (None, "integer", "string") \
+            or "primary_key_part_types" in table:
+        checks.fail(fmt.METADATA_FILE, "metadata.schema", f"{where}: bad primary_key_type {pk_type!r}",
+                    fatal=True)
+
+
 def _opt_str(obj: dict, key: str, where: str, checks: Checks) -> str | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
@@ -155,17 +183,15 @@ def check_metadata(meta: Any, checks: Checks) -> None:
             checks.fail(M, "metadata.consistency", f"{where}: row_offset/table_offsets disagree "
                         "with the row counts", fatal=True)
         row += n
-        _opt_str(table, "primary_key", where, checks)
         _opt_str(table, "time_column", where, checks)
-        pk_type = table.get("primary_key_type")
-        if (table.get("primary_key") is None) != (pk_type is None) or pk_type not in (
-                None, "integer", "string"):
-            checks.fail(M, "metadata.schema", f"{where}: bad primary_key_type {pk_type!r}",
-                        fatal=True)
+        _check_primary_key(table, where, checks)
         for k, fk in enumerate(_req(table, "foreign_keys", list, where, checks)):
             _req(fk, "column", str, f"{where}.foreign_keys[{k}]", checks)
             _req(fk, "parent_table", str, f"{where}.foreign_keys[{k}]", checks)
             _req(fk, "num_edges", int, f"{where}.foreign_keys[{k}]", checks, lo=0)
+            if "columns" in fk and not _names(fk["columns"], 1):
+                checks.fail(M, "metadata.schema", f"{where}.foreign_keys[{k}]: 'columns' must "
+                            "be a list of distinct column names", fatal=True)
         for c, col in enumerate(_req(table, "columns", list, where, checks)):
             cw = f"{where}.columns[{c}]"
             _req(col, "name", str, cw, checks)
@@ -203,6 +229,13 @@ def check_metadata(meta: Any, checks: Checks) -> None:
             if fk["parent_table"] not in by_name or by_name[fk["parent_table"]].get("primary_key") is None:
                 checks.fail(M, "metadata.consistency", f"table {t['name']!r}: foreign key to "
                             f"{fk['parent_table']!r}, which has no primary key", fatal=True)
+            parent_key = by_name[fk["parent_table"]]["primary_key"]
+            parts = len(parent_key) if isinstance(parent_key, list) else 0
+            if len(fk.get("columns", ())) != parts:
+                checks.fail(M, "metadata.consistency", f"table {t['name']!r}: foreign key "
+                            f"{fk['column']!r} has {len(fk.get('columns', ())) or 1} column(s), "
+                            f"the primary key of {fk['parent_table']!r} {parts or 1}",
+                            fatal=True)
     if sum(fk["num_edges"] for t in tables for fk in t["foreign_keys"]) != meta["num_edges"]:
         checks.fail(M, "metadata.consistency", "num_edges disagrees with the foreign keys",
                     fatal=True)
@@ -337,7 +370,8 @@ def check_metadata_rules(meta: dict[str, Any], checks: Checks) -> None:
 def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) -> None:
     """One table of :func:`check_metadata_rules` (``strict``: on_dangling is ``error``)."""
     n = table["num_rows"]
-    _keys(checks, table, TABLE_KEYS, where)
+    _keys(checks, table, TABLE_KEYS | ({"primary_key_part_types"}
+                                       if "primary_key_part_types" in table else set()), where)
     columns = table["columns"]
     names = [c["name"] for c in columns]
     if len(set(names)) != len(names):
@@ -346,8 +380,15 @@ def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) ->
     if len(set(fk_columns)) != len(fk_columns) or set(fk_columns) & set(names):
         _bad(checks, where, f"foreign-key columns {fk_columns} repeat or are also feature "
              "columns")
+    parts = {c for fk in table["foreign_keys"] for c in fk.get("columns", ())}
+    if parts & set(names):
+        _bad(checks, where, f"composite foreign-key columns {sorted(parts & set(names))} are "
+             "also feature columns")
     pk = table.get("primary_key")
-    if pk is not None and (not pk or pk in names or pk in fk_columns):
+    if isinstance(pk, list):
+        if set(pk) & set(names):
+            _bad(checks, where, f"primary_key {pk!r}: a column of it is also a feature column")
+    elif pk is not None and (not pk or pk in names or pk in fk_columns):
         _bad(checks, where, f"primary_key {pk!r} is empty, a feature column or a foreign-key "
              "column")
     time_column = table.get("time_column")
@@ -362,7 +403,7 @@ def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) ->
              f"{expected}", "metadata.consistency")
     for k, fk in enumerate(table["foreign_keys"]):
         fw = f"{where}.foreign_keys[{k}]"
-        _keys(checks, fk, FOREIGN_KEY_KEYS, fw)
+        _keys(checks, fk, FOREIGN_KEY_KEYS | ({"columns"} if "columns" in fk else set()), fw)
         null, dangling = fk.get("num_null"), fk.get("num_dangling")
         if not (_is_int(null) and _is_int(dangling) and null >= 0 and dangling >= 0):
             _bad(checks, fw, f"num_null {null!r} and num_dangling {dangling!r} must be "

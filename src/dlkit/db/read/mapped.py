@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.db import format as fmt
+from dlkit.db.build.composite import decode_key
 from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.read.checks import Checks
 from dlkit.db.schema.task_rules import TaskRules
@@ -63,13 +64,14 @@ class TableData:
     index: int
     num_rows: int
     row_offset: int
-    primary_key: str | None
+    primary_key: str | tuple[str, ...] | None  # a tuple: a composite key's columns
     primary_key_type: str | None
     time_column: str | None
-    foreign_keys: tuple[tuple[str, str], ...]
+    foreign_keys: tuple[tuple[str, str], ...]  # (column or composite key's name, parent)
     columns: tuple[ColumnData, ...]
     key_values: np.ndarray | None
     key_offsets: np.ndarray | None
+    primary_key_part_types: tuple[str, ...] = ()  # a composite key's part types
 
     def column(self, name: str) -> ColumnData:
         for col in self.columns:
@@ -77,8 +79,8 @@ class TableData:
                 return col
         raise KeyError(f"table {self.name!r} has no column {name!r}")
 
-    def key(self, row: int) -> int | str:
-        """The primary-key value of local ``row``."""
+    def key(self, row: int) -> int | str | tuple[int | str, ...]:
+        """The primary-key value of local ``row`` (a tuple for a composite key)."""
         if self.key_values is None:
             raise KeyError(f"table {self.name!r} has no primary key")
         if not 0 <= row < self.num_rows:
@@ -86,6 +88,13 @@ class TableData:
         if self.key_offsets is None:
             return int(self.key_values[row])
         a, b = int(self.key_offsets[row]), int(self.key_offsets[row + 1])
+        if self.primary_key_part_types:
+            raw = bytes(self.key_values[a:b])
+            try:
+                return decode_key(raw, self.primary_key_part_types)
+            except ValueError as exc:
+                raise DatabaseError(f"key of row {row} is not a composite key: {exc}",
+                                    path=fmt.key_values_file(self.name)) from None
         return _utf8_text(self.key_values[a:b], fmt.key_values_file(self.name), f"key of row {row}")
 
 

@@ -28,6 +28,7 @@ from dlkit.core import csr, integrity
 from dlkit.core import keys as kk
 from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import format as fmt
+from dlkit.db.build.composite import decode_key
 from dlkit.db.build.primary_keys import check_unique_ints
 from dlkit.db.manifest import list_files
 from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
@@ -254,7 +255,8 @@ def _open_table(t: TableMetadata, meta: DatabaseMetadata, maps: FileMaps, checks
             key_values = (np.zeros(0, np.uint8) if mm is None
                           else np.frombuffer(mm, dtype=np.uint8))
         if full:
-            _check_keys(key_values, key_offsets, fmt.key_values_file(name), checks)
+            _check_keys(key_values, key_offsets, fmt.key_values_file(name), checks,
+                        t.primary_key_part_types)
     columns = []
     for c in t.columns:
         stype = c.stype
@@ -286,7 +288,7 @@ def _open_table(t: TableMetadata, meta: DatabaseMetadata, maps: FileMaps, checks
     table = TableData(
         name=name, index=t.index, num_rows=n, row_offset=t.row_offset,
         primary_key=t.primary_key, primary_key_type=t.primary_key_type,
-        time_column=t.time_column,
+        primary_key_part_types=t.primary_key_part_types, time_column=t.time_column,
         foreign_keys=tuple((fk.column, fk.parent_table) for fk in t.foreign_keys),
         columns=tuple(columns), key_values=key_values, key_offsets=key_offsets)
     if full and graph is not None:
@@ -295,8 +297,20 @@ def _open_table(t: TableMetadata, meta: DatabaseMetadata, maps: FileMaps, checks
 
 
 def _check_keys(values: np.ndarray, offsets: np.ndarray | None, rel: str,
-                checks: Checks) -> None:
-    """Primary keys are unique; string keys valid UTF-8 each."""
+                checks: Checks, part_types: tuple[str, ...] = ()) -> None:
+    """Primary keys are unique; string keys valid UTF-8 each; composite keys each the
+    encoding of a tuple of their part types (``part_types``)."""
+    if offsets is not None and part_types:
+        for i in range(offsets.shape[0] - 1):
+            raw = bytes(values[offsets[i]:offsets[i + 1]])
+            try:
+                decode_key(raw, part_types)
+            except ValueError as exc:
+                checks.fail(rel, "key.composite", f"key of row {i} is not a composite key of "
+                            f"types {list(part_types)}: {exc}")
+                break
+        _check_strings(values, offsets, rel, "key", "key of row", checks, utf8=False)
+        return
     if offsets is not None:
         _check_strings(values, offsets, rel, "key", "key of row", checks)
         return
@@ -307,9 +321,10 @@ def _check_keys(values: np.ndarray, offsets: np.ndarray | None, rel: str,
 
 
 def _check_strings(data: np.ndarray, offsets: np.ndarray, rel: str, kind: str, what: str,
-                   checks: Checks) -> None:
-    """Strings (offsets already checked) each valid UTF-8 on its own, and all distinct."""
-    i = int(integrity.first_bad_utf8(data, offsets))
+                   checks: Checks, utf8: bool = True) -> None:
+    """Strings (offsets already checked) each valid UTF-8 on its own (unless not ``utf8``),
+    and all distinct."""
+    i = int(integrity.first_bad_utf8(data, offsets)) if utf8 else -1
     if i >= 0:
         a, b = int(offsets[i]), int(offsets[i + 1])
         checks.fail(rel, f"{kind}.utf8", f"{what} {i} (bytes {a}..{b - 1}) is not valid UTF-8 "

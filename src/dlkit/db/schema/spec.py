@@ -9,11 +9,12 @@ optional time column, column exclusions and semantic-type overrides, and the tas
     [tables.users]                # tables in this order become table 0, 1, ...
     path = "users.parquet"        # file or directory of parts, relative to the input dir
                                   # (default: "<name>.parquet", else the directory "<name>/")
-    primary_key = "user_id"       # integer or string column; optional for tables nobody
-                                  # references (event tables)
+    primary_key = "user_id"       # integer or string column, or a list of them (a composite
+                                  # key); optional for tables nobody references (event tables)
     time_column = "signup_time"   # optional timestamp/date column: the row's time
     exclude = ["email"]           # optional: columns not to preprocess
-    foreign_keys = { referrer = "users" }     # column -> parent table, in this order
+    foreign_keys = { referrer = "users" }     # column -> parent table, in this order; a
+                                  # composite one: name = { columns = [...], table = "..." }
     types = { country = "categorical" }       # semantic-type overrides
 
     [tasks.churn]                 # a task: seeds are the table's rows with a non-null target
@@ -72,18 +73,48 @@ _DURATION_US = {"us": 1, "µs": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000,
 MAX_DURATION_US = (1 << 62)
 
 
+# A primary key: one column's name, or the names of a composite key's columns (two or more).
+PrimaryKey = str | tuple[str, ...]
+
+
+def key_columns(key: PrimaryKey | None) -> tuple[str, ...]:
+    """The columns of a primary key (none without one)."""
+    if key is None:
+        return ()
+    return (key,) if isinstance(key, str) else key
+
+
+def key_label(key: PrimaryKey) -> str:
+    """How messages name a key: ``id`` or ``(yearID, teamID)``."""
+    return key if isinstance(key, str) else f"({', '.join(key)})"
+
+
 @dataclass(frozen=True)
 class TableSpec:
     name: str
     path: str | None = None  # or, for given splits, see split_paths
-    primary_key: str | None = None
+    primary_key: PrimaryKey | None = None
     time_column: str | None = None
+    # (name, parent table): the name is the column of a single-column foreign key, or the
+    # name of a composite one, whose columns ``composite_fks[name]`` holds
     foreign_keys: tuple[tuple[str, str], ...] = ()
     exclude: tuple[str, ...] = ()
     types: dict[str, str] = field(default_factory=dict)
     # Given splits: the (train, val, test) files or directories whose rows, in that order,
     # are the table's rows (``path`` is then None).
     split_paths: tuple[str, str, str] | None = None
+    composite_fks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def fk_columns(self, name: str) -> tuple[str, ...]:
+        """The columns of foreign key ``name`` (itself, unless it is composite)."""
+        return self.composite_fks.get(name, (name,))
+
+    def key_column_set(self) -> set[str]:
+        """Every column of the primary key and of the foreign keys."""
+        out = set(key_columns(self.primary_key))
+        for name, _ in self.foreign_keys:
+            out.update(self.fk_columns(name))
+        return out
 
 
 @dataclass(frozen=True)
@@ -186,9 +217,16 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
             if parent not in by_name:
                 raise _err(source, f"table {spec.name!r}, column {column!r}: foreign key refers to "
                                    f"table {parent!r}, which is not in the schema")
-            if by_name[parent].primary_key is None:
+            parent_key = by_name[parent].primary_key
+            if parent_key is None:
                 raise _err(source, f"table {spec.name!r}, column {column!r}: foreign key refers to "
                                    f"table {parent!r}, which has no primary_key")
+            parts = spec.fk_columns(column)
+            if len(parts) != len(key_columns(parent_key)):
+                raise _err(source, f"table {spec.name!r}, foreign key {column!r}: "
+                                   f"{len(parts)} column(s) {list(parts)}, but table {parent!r}'s "
+                                   f"primary key {key_label(parent_key)} has "
+                                   f"{len(key_columns(parent_key))}")
 
     tasks: list[TaskSpec] = []
     task_folded: dict[str, str] = {}
@@ -220,7 +258,7 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
         if table not in by_name:
             raise _err(source, f"task {task_name!r}: table {table!r} is not in the schema")
         spec = by_name[table]
-        if target == spec.primary_key or target in dict(spec.foreign_keys):
+        if target in spec.key_column_set():
             raise _err(source, f"task {task_name!r}: table {table!r}, column {target!r}: a key "
                                "column cannot be a target")
         if target in spec.exclude:
@@ -363,9 +401,7 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
         path = None
     elif path is not None:
         _need_str(path, f"{where}: path", source)
-    pk = raw.get("primary_key")
-    if pk is not None:
-        _need_str(pk, f"{where}: primary_key", source)
+    pk = _parse_primary_key(raw.get("primary_key"), where, source)
     time_column = raw.get("time_column")
     if time_column is not None:
         _need_str(time_column, f"{where}: time_column", source)
@@ -376,11 +412,19 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
     if not isinstance(fks, dict):
         raise _err(source, f"{where}: foreign_keys must map column -> parent table")
     foreign_keys = []
+    composite: dict[str, tuple[str, ...]] = {}
     for column, parent in fks.items():
+        if isinstance(parent, dict):
+            parent, parts = _parse_composite_fk(column, parent, where, source)
+            if parts != (column,):
+                composite[column] = parts
         _need_str(parent, f"{where}, column {column!r}: foreign key parent table", source)
         if column == pk:
             raise _err(source, f"{where}, column {column!r}: the primary key cannot also be a "
                                "foreign key")
+        if column in composite and composite[column] == key_columns(pk):
+            raise _err(source, f"{where}, foreign key {column!r}: the primary key cannot also "
+                               "be a foreign key")
         foreign_keys.append((column, parent))
     types = raw.get("types", {})
     if not isinstance(types, dict):
@@ -389,7 +433,9 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
         if not isinstance(stype, str) or stype not in STYPE_BY_NAME:
             raise _err(source, f"{where}, column {column!r}: unknown type {stype!r}; use one of "
                                f"{', '.join(STYPE_NAMES)}")
-    keys = {pk} | set(dict(foreign_keys))
+    keys = set(key_columns(pk))
+    for column, _ in foreign_keys:
+        keys.update(composite.get(column, (column,)))
     for column in exclude:
         if column in keys:
             raise _err(source, f"{where}, column {column!r}: a key column cannot be excluded")
@@ -406,7 +452,44 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
                            "timestamp")
     return TableSpec(name=tname, path=path, primary_key=pk, time_column=time_column,
                      foreign_keys=tuple(foreign_keys), exclude=tuple(exclude), types=dict(types),
-                     split_paths=split_paths)  # type: ignore[arg-type]
+                     split_paths=split_paths,  # type: ignore[arg-type]
+                     composite_fks=composite)
+
+
+def _column_list(value: Any, what: str, source: str) -> tuple[str, ...]:
+    """A non-empty list of distinct column names."""
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(c, str) and c for c in value)):
+        raise _err(source, f"{what} must be a column name or a non-empty list of column "
+                           f"names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise _err(source, f"{what} names a column twice: {value!r}")
+    return tuple(value)
+
+
+def _parse_primary_key(value: Any, where: str, source: str) -> PrimaryKey | None:
+    """A string (one column) or a list of columns (a composite key; a list of one is that
+    column)."""
+    if value is None or isinstance(value, str):
+        return value if value is None else _need_str(value, f"{where}: primary_key", source)
+    parts = _column_list(value, f"{where}: primary_key", source)
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _parse_composite_fk(name: str, value: dict[str, Any], where: str,
+                        source: str) -> tuple[str, tuple[str, ...]]:
+    """``{ columns = [...], table = "Parent" }``: (parent table, columns)."""
+    what = f"{where}, foreign key {name!r}"
+    unknown = set(value) - {"columns", "table"}
+    if unknown or "columns" not in value or "table" not in value:
+        raise _err(source, f"{what} must be \"Parent\" or {{ columns = [...], table = "
+                           f"\"Parent\" }}, got {value!r}")
+    parent = _need_str(value["table"], f"{what}: table", source)
+    parts = _column_list(value["columns"], f"{what}: columns", source)
+    if len(parts) == 1 and parts[0] != name:
+        raise _err(source, f"{what}: a foreign key of one column is written "
+                           f"{parts[0]} = \"{parent}\"")
+    return parent, parts
 
 
 def load_schema(path: str | os.PathLike[str], *, default_name: str | None = None) -> Schema:
@@ -434,6 +517,12 @@ def toml_key(name: str) -> str:
 def toml_str(value: str) -> str:
     """A TOML basic string: JSON's escapes are TOML's, and TOML also forbids a raw DEL."""
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _render_key(key: PrimaryKey) -> str:
+    if isinstance(key, str):
+        return toml_str(key)
+    return f"[{', '.join(toml_str(c) for c in key)}]"
 
 
 def _render_path(spec: TableSpec) -> str:
@@ -492,8 +581,9 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
         if spec.path is not None or spec.split_paths is not None:
             out.append(f"path = {_render_path(spec)}")
         if spec.primary_key is not None:
-            line = f"primary_key = {toml_str(spec.primary_key)}"
-            note = notes.get((spec.name, spec.primary_key))  # a key column has no type line
+            line = f"primary_key = {_render_key(spec.primary_key)}"
+            # a key column has no type line
+            note = notes.get((spec.name, key_label(spec.primary_key)))
             out.append(f"{line:<40} # {note}" if note else line)
         else:
             out.append("# primary_key = \"...\"   # none found: only needed if other tables refer here")
@@ -506,7 +596,10 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
         if spec.foreign_keys:
             out.append(f"[tables.{toml_key(spec.name)}.foreign_keys]")
             for column, parent in spec.foreign_keys:
-                line = f"{toml_key(column)} = {toml_str(parent)}"
+                parts = spec.composite_fks.get(column)
+                target = (toml_str(parent) if parts is None else
+                          f"{{ columns = {_render_key(parts)}, table = {toml_str(parent)} }}")
+                line = f"{toml_key(column)} = {target}"
                 note = notes.get((spec.name, column))
                 out.append(f"{line:<40} # {note}" if note else line)
         if spec.types:
