@@ -248,3 +248,85 @@ def test_cli_import_sql(dlkit, sqlite_url, tmp_path):
     bad = dlkit("import", "sql", "oracle://x/y", str(tmp_path / "db2"))
     assert bad.returncode == 2 and bad.stderr.startswith("error INVALID_ARGUMENT: ")
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+# Composite keys: Teams(year, team) <- Batting(year, team), Batting(pid) -> People(pid).
+TEAMS = [(2001, "BOS", 90), (2000, "NYA", 87), (2001, "NYA", 95), (2000, "BOS", 85)]
+PEOPLE = [("p2",), ("p1",)]
+BATTING = [("p1", 2000, "NYA", 10), ("p2", 2001, "BOS", 3), ("p1", None, "BOS", 7),
+           ("p2", 2000, "BOS", None), (None, 2001, "NYA", 1), ("p1", 2001, "NYA", 4)]
+COMPOSITE_DDL = [
+    'CREATE TABLE "Teams" (year BIGINT, team VARCHAR, wins BIGINT, PRIMARY KEY (year, team))',
+    'CREATE TABLE "People" (pid VARCHAR PRIMARY KEY)',
+    'CREATE TABLE "Batting" (pid VARCHAR REFERENCES "People" (pid), year BIGINT, team VARCHAR, '
+    'hits BIGINT, FOREIGN KEY (year, team) REFERENCES "Teams" (year, team))',
+]
+
+
+def _composite_rows():
+    def values(rows):
+        return ", ".join("(" + ", ".join(sql_data.sql_literal(v, "duckdb") for v in r) + ")"
+                         for r in rows)
+    return [f'INSERT INTO "Teams" VALUES {values(TEAMS)}',
+            f'INSERT INTO "People" VALUES {values(PEOPLE)}',
+            f'INSERT INTO "Batting" VALUES {values(BATTING)}']
+
+
+def _composite_reference(directory):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir()
+    specs = {"Teams": (sorted(TEAMS), [("year", pa.int64()), ("team", pa.string()),
+                                       ("wins", pa.int64())]),
+             "People": (sorted(PEOPLE), [("pid", pa.string())]),
+             "Batting": (sorted(BATTING, key=lambda r: tuple((v is not None, v) for v in r)),
+                         [("pid", pa.string()), ("year", pa.int64()), ("team", pa.string()),
+                          ("hits", pa.int64())])}
+    for name, (rows, fields) in specs.items():
+        pq.write_table(pa.table([pa.array([r[i] for r in rows], t)
+                                 for i, (_, t) in enumerate(fields)],
+                                names=[n for n, _ in fields]), directory / f"{name}.parquet")
+    return directory
+
+
+def _composite_import(url, tmp_path):
+    report = import_sql(url, tmp_path / "db", fsync=False)
+    assert 'primary_key = ["year", "team"]' in report.schema_text
+    built = preprocess(_composite_reference(tmp_path / "parquet"), tmp_path / "ref",
+                       schema=parse_schema(report.schema_text), fsync=False)
+    assert report.build.database_hash == built.database_hash
+    teams, people = {r[:2] for r in TEAMS}, {r[0] for r in PEOPLE}
+    expected = sum(r[0] in people for r in BATTING) + sum(
+        r[1] is not None and r[2] is not None and r[1:3] in teams for r in BATTING)
+    assert report.build.num_edges == expected == 10
+
+
+def test_composite_keys_from_duckdb(tmp_path):
+    import duckdb
+
+    path = tmp_path / "b.duckdb"
+    with duckdb.connect(str(path)) as db:
+        for statement in COMPOSITE_DDL + _composite_rows():
+            db.execute(statement)
+    _composite_import(f"duckdb:///{path}", tmp_path)
+
+
+def test_composite_keys_from_sqlite(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "b.sqlite"
+    db = sqlite3.connect(path)
+    for statement in COMPOSITE_DDL + _composite_rows():
+        db.execute(statement.replace("BIGINT", "INTEGER").replace("VARCHAR", "TEXT"))
+    db.commit()
+    db.close()
+    _composite_import(f"sqlite:///{path}", tmp_path)
+
+
+def test_composite_keys_from_postgresql(postgres_server, tmp_path):
+    schema = f"b_{uuid.uuid4().hex[:12]}"
+    sql_data.run_postgres(postgres_server.url(), [
+        f'CREATE SCHEMA "{schema}"', f'SET search_path TO "{schema}"',
+        *(s.replace("VARCHAR", "TEXT") for s in COMPOSITE_DDL), *_composite_rows()])
+    _composite_import(f"{postgres_server.url()}&schema={schema}", tmp_path)
