@@ -13,9 +13,14 @@ from dlkit.db import preprocess
 from dlkit.db.build.sql_source import import_sql
 from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.schema.spec import parse_schema
-from dlkit.db.schema.sql_catalog import SqlSourceError
 from dlkit.db.schema.sql_schema import SqlSchemaOptions
-from dlkit.errors import DataError, InvalidArgumentError, MissingExtraError, SchemaError
+from dlkit.errors import (
+    DataError,
+    InvalidArgumentError,
+    MissingExtraError,
+    SchemaError,
+    SqlSourceError,
+)
 from tests.db.build import sql_data
 from tests.db.conftest import leftovers
 
@@ -330,3 +335,27 @@ def test_composite_keys_from_postgresql(postgres_server, tmp_path):
         f'CREATE SCHEMA "{schema}"', f'SET search_path TO "{schema}"',
         *(s.replace("VARCHAR", "TEXT") for s in COMPOSITE_DDL), *_composite_rows()])
     _composite_import(f"{postgres_server.url()}&schema={schema}", tmp_path)
+
+
+def test_views_are_not_tables(tmp_path):
+    import duckdb
+
+    path = tmp_path / "v.duckdb"
+    with duckdb.connect(str(path)) as db:
+        db.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, x DOUBLE)")
+        db.execute("INSERT INTO t VALUES (1, 0.5), (2, 1.5)")
+        db.execute("CREATE VIEW v AS SELECT id * 2 AS y FROM t")
+    report = import_sql(f"duckdb:///{path}", tmp_path / "db", fsync=False)
+    assert [t["name"] for t in report.build.tables] == ["t"]
+
+
+def test_an_interrupted_export_leaves_no_scratch(sqlite_url, tmp_path):
+    from dlkit.db.build.report import Progress
+
+    class Interrupting(Progress):
+        def advance(self, amount: int) -> None:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_sql(sqlite_url, tmp_path / "db", progress=Interrupting(), fsync=False)
+    assert leftovers(tmp_path) == [] and not (tmp_path / "db").exists()

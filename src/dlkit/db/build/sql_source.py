@@ -37,7 +37,6 @@ from dlkit.db.schema.spec import parse_schema
 from dlkit.db.schema.sql_catalog import (
     SqlCatalog,
     SqlConnection,
-    SqlSourceError,
     SqlTable,
     SqlUrl,
     check_catalog,
@@ -52,7 +51,7 @@ from dlkit.db.schema.sql_schema import (
     resolve_table,
     table_names,
 )
-from dlkit.errors import OutputError, SchemaError
+from dlkit.errors import OutputError, SchemaError, SqlSourceError
 from dlkit.files import read_regular
 
 SCRATCH_MARK = ".dlkit-sql-"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,15 +38,9 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlkit.errors import DlkitError, InvalidArgumentError, MissingExtraError, SchemaError
+from dlkit.errors import InvalidArgumentError, MissingExtraError, SchemaError, SqlSourceError
 
 EXTRA_HINT = "pip install 'dlkit[sql]'"
-
-
-class SqlSourceError(DlkitError, OSError):
-    """The SQL database could not be reached or read (the message says which and why)."""
-
-    code = "SQL_SOURCE_ERROR"
 
 
 class Dialect(enum.Enum):
@@ -166,7 +160,8 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _order_by(table: SqlTable, collate: str = "", orderable: Any = None) -> str:
+def _order_by(table: SqlTable, collate: str = "",
+              orderable: Callable[[SqlColumn], bool] | None = None) -> str:
     """Primary-key order, else every (orderable) column in turn."""
     columns = list(table.primary_key) or [
         c.name for c in table.columns if orderable is None or orderable(c)]
@@ -350,13 +345,14 @@ class DuckdbConnection:
     def catalog(self) -> SqlCatalog:
         ns = _literal(self.url.namespace or "main")
         where = f"database_name = current_database() AND schema_name = {ns}"
-        columns: dict[str, list[SqlColumn]] = {}
+        columns: dict[str, list[SqlColumn]] = {
+            table: [] for (table,) in self._rows(
+                f"SELECT table_name FROM duckdb_tables() WHERE {where} AND NOT internal")}
         for table, column, dtype in self._rows(
                 f"SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE {where} "
                 "AND NOT internal ORDER BY table_name, column_index"):
-            columns.setdefault(table, []).append(SqlColumn(column, dtype.upper()))
-        for (table,) in self._rows(f"SELECT table_name FROM duckdb_tables() WHERE {where}"):
-            columns.setdefault(table, [])
+            if table in columns:  # not a view's
+                columns[table].append(SqlColumn(column, dtype.upper()))
         pks: dict[str, tuple[str, ...]] = {}
         fks: dict[str, list[SqlForeignKey]] = {}
         for table, kind, cols, parent, pcols in self._rows(
