@@ -19,7 +19,9 @@ precedence is flags, then the partial schema, then the catalog:
 A table name that is not a dlkit name (1-128 of ``A-Z a-z 0-9 _ . -``, not starting with
 ``.`` or ``-``) is mapped: every other character becomes ``_`` (and a leading ``.``/``-``
 too); two tables mapped to the same name (ignoring case) are refused. The written schema's
-header lists each mapping; a partial schema may name a table by either name.
+header lists each mapping. A partial schema's ``[tables.*]`` headers, ``exclude_tables``
+and ``--time`` may use either name; references inside it (a task's ``table``, a foreign
+key's parent) use the dlkit name.
 """
 
 from __future__ import annotations
