@@ -359,3 +359,20 @@ def test_an_interrupted_export_leaves_no_scratch(sqlite_url, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         import_sql(sqlite_url, tmp_path / "db", progress=Interrupting(), fsync=False)
     assert leftovers(tmp_path) == [] and not (tmp_path / "db").exists()
+
+
+def test_a_file_name_with_uri_characters(tmp_path):
+    from urllib.parse import quote
+
+    sql_data.make_sqlite(tmp_path / "shop #1?%.sqlite")
+    url = "sqlite:///" + quote(str(tmp_path / "shop #1?%.sqlite"))  # percent-encoded
+    report = import_sql(url, tmp_path / "db", options=TIMES, fsync=False)
+    assert report.build.num_edges == sql_data.expected_edges()
+
+
+def test_a_file_that_is_no_database(tmp_path):
+    (tmp_path / "x.db").write_bytes(b"not a database at all" * 100)
+    for scheme in ("sqlite", "duckdb"):
+        engine = "SQLite" if scheme == "sqlite" else "DuckDB"
+        with pytest.raises(SqlSourceError, match=f"cannot open the {engine} database"):
+            import_sql(f"{scheme}:///{tmp_path / 'x.db'}", tmp_path / "db", fsync=False)

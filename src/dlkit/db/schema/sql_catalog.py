@@ -197,7 +197,8 @@ class SqliteConnection:
     def __init__(self, url: SqlUrl):
         self.url = url
         try:
-            self.db = sqlite3.connect(f"file:{url.target}?mode=ro", uri=True)
+            self.db = sqlite3.connect(Path(url.target).absolute().as_uri() + "?mode=ro",
+                                      uri=True)
             self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as exc:
             raise SqlSourceError(f"cannot open the SQLite database: {exc}",
