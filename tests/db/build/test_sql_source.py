@@ -376,3 +376,27 @@ def test_a_file_that_is_no_database(tmp_path):
         engine = "SQLite" if scheme == "sqlite" else "DuckDB"
         with pytest.raises(SqlSourceError, match=f"cannot open the {engine} database"):
             import_sql(f"{scheme}:///{tmp_path / 'x.db'}", tmp_path / "db", fsync=False)
+
+
+def test_postgresql_column_types(postgres_server, tmp_path):
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    sql_data.run_postgres(postgres_server.url(), [
+        f'CREATE SCHEMA "{schema}"', f'SET search_path TO "{schema}"',
+        "CREATE TABLE t (id uuid PRIMARY KEY, i integer, s smallint, r real, n numeric(10, 2), "
+        "b boolean, d date, tz timestamptz, j jsonb, iv interval, v varchar(5))",
+        "INSERT INTO t VALUES ('00000000-0000-0000-0000-000000000001', 1, 2, 1.5, 3.25, true, "
+        "'2024-01-02', '2024-01-02 03:04:05+02', '{\"a\": 1}', '1 day', 'abc'), "
+        "('00000000-0000-0000-0000-000000000002', NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+        "NULL, NULL, NULL)"])
+    report = import_sql(f"{postgres_server.url()}&schema={schema}", tmp_path / "db",
+                        options=SqlSchemaOptions(time_columns=("t.tz",)), fsync=False)
+    (table,) = _metadata(tmp_path / "db").tables
+    assert table.primary_key == "id" and table.primary_key_type == "string"
+    types = {c.name: (c.arrow_type, c.stype_name) for c in table.columns}
+    assert types == {"i": ("int32", "numeric"), "s": ("int16", "numeric"),
+                     "r": ("float", "numeric"), "n": ("double", "numeric"),
+                     "b": ("bool", "boolean"), "d": ("date32[day]", "timestamp"),
+                     "tz": ("timestamp[us, tz=UTC]", "timestamp"),
+                     "v": ("string", "text")}
+    left_out = sorted(n.split(" ")[0] for n in report.notes if " left out: its type" in n)
+    assert left_out == ["t.iv", "t.j"], report.notes  # interval, jsonb: not read by dlkit

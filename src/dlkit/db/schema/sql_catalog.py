@@ -15,7 +15,8 @@ Three engines, one class each behind :class:`SqlConnection`:
 * PostgreSQL (``postgresql://user@host:port/db``, a Unix socket as
   ``postgresql:///db?host=/run/postgresql``; any libpq URI): ``information_schema`` and
   ``pg_constraint``; rows through the ADBC driver (``adbc-driver-postgresql``). ``numeric``
-  columns are read as float64 (the driver would hand them over as text).
+  columns are read as float64 (the driver would hand them over as text), ``uuid`` ones as
+  text.
 
 Rows are read in primary-key order (a table without one: ordered by every column, nulls
 first, texts in byte order), so the
@@ -397,6 +398,9 @@ class DuckdbConnection:
 
 # --- PostgreSQL -----------------------------------------------------------------------------
 
+# Read as another type: numeric (the driver hands it over as text) as float64, a uuid (a
+# binary extension type) as its text.
+_PG_CASTS = {"NUMERIC": "float8", "UUID": "text"}
 _PG_UNORDERED = ("JSON", "XML", "POINT", "LINE", "LSEG", "BOX", "PATH", "POLYGON", "CIRCLE")
 
 
@@ -467,8 +471,8 @@ class PostgresConnection:
     def open_reader(self, table: SqlTable, batch_rows: int
                     ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
         select = ", ".join(
-            f"{_quote(c.name)}::float8 AS {_quote(c.name)}" if c.sql_type == "NUMERIC"
-            else _quote(c.name) for c in table.columns)
+            f"{_quote(c.name)}::{_PG_CASTS[c.sql_type]} AS {_quote(c.name)}"
+            if c.sql_type in _PG_CASTS else _quote(c.name) for c in table.columns)
         order = _order_by(table, ' COLLATE "C"',
                           lambda c: not any(w in c.sql_type for w in _PG_UNORDERED))
         cursor = self.db.cursor()
