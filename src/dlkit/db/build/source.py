@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,12 +120,16 @@ class TableSource:
         rows = []
         for f in files:
             meta = _open_file(name, f)
-            file_schema = meta.schema.to_arrow_schema()
+            try:
+                file_schema = meta.schema.to_arrow_schema()
+            except (pa.ArrowException, ValueError) as exc:  # a column name not UTF-8
+                raise DataError(f"table {name!r}: not a readable Parquet schema: {exc}",
+                                path=f) from None
             rows.append(meta.num_rows)
             if schema is None:
                 schema = file_schema
                 names = schema.names
-                dup = {n for n in names if names.count(n) > 1}
+                dup = {n for n, count in Counter(names).items() if count > 1}
                 if dup:
                     raise SchemaError(f"table {name!r}: duplicate column name(s) {sorted(dup)} in {f}")
             elif not _same_columns(schema, file_schema):

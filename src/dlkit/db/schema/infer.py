@@ -36,8 +36,10 @@ looked up in that index. docs/schema.md gives the measured speed.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,13 +48,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlkit.db.build.convert import to_int_keys, to_string_buffers
+from dlkit.db.build.composite import encode_keys
+from dlkit.db.build.convert import to_int_keys, to_string_buffers, unique_values
 from dlkit.db.build.plan import infer_string_column
 from dlkit.db.build.primary_keys import KeyIndex
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource, parquet_parts
 from dlkit.db.format import path_name_problem
-from dlkit.db.schema.arrow_types import KEY_FAMILIES, infer_stype, type_family
-from dlkit.db.schema.spec import Schema, TableSpec, render_schema
+from dlkit.db.schema.arrow_types import (
+    CATEGORICAL_MAX_DISTINCT,
+    KEY_FAMILIES,
+    infer_stype,
+    type_family,
+)
+from dlkit.db.schema.spec import (
+    PrimaryKey,
+    Schema,
+    TableSpec,
+    key_columns,
+    key_label,
+    render_schema,
+)
 from dlkit.errors import DataError, InvalidArgumentError, SchemaError
 
 # A reference may dangle: real reference tables miss some codes (a flights table's tail
@@ -65,8 +80,13 @@ FK_SURE_FOUND = 0.99
 FK_MIN_DISTINCT = 3
 SAMPLE_ROWS = 20_000
 READ_ROWS = 1 << 20
+# A column named for a key with at least this share (and less than FK_MIN_FOUND) of its
+# values found gets a note saying why it is no foreign key.
+SMALL_SHARE = 0.05
 # A string key is a code or a name; a column holding a longer sampled value is not one.
 MAX_KEY_BYTES = 256
+# Tables of at most READ_ROWS rows and this many (uncompressed) bytes are read whole, once.
+SMALL_TABLE_BYTES = 64 << 20
 
 # Last words of key names: ``user_id``, ``userId``, ``tail_no``, ``airport_code``, ...
 _KEY_SUFFIXES = ("id", "key", "code", "no", "num", "number", "uuid", "guid")
@@ -159,8 +179,13 @@ class ColumnProbe:
     maybe_unique: bool                 # no null in what was read, no repeat in the sample
     complete: pa.ChunkedArray | None   # the whole column, when reading the part read it all
     unique: bool = False               # proven: no null and no repeat in the whole column
+    num_rows: int = 0                  # rows of its table
+    has_null: bool = False             # a null in what was read
     # key candidates: share of each other column's sample found among this column's values
     shares: dict[tuple[str, str], float] = field(default_factory=dict)
+    # key candidates: share of rows of each same-table column equal to this one in that row
+    # (a self-reference that mostly points at its own row is a copy of the key)
+    same_row: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -179,6 +204,22 @@ class FoundKeys:
     primary: dict[str, KeyGuess] = field(default_factory=dict)
     foreign: dict[str, list[KeyGuess]] = field(default_factory=dict)
     suggestions: dict[str, str] = field(default_factory=dict)  # table -> unique column
+    # table -> what the draft says of it beyond its keys' own comments (warnings included)
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+    def note(self, table: str, text: str) -> None:
+        self.notes.setdefault(table, []).append(text)
+
+
+@contextmanager
+def _reading(source: TableSource) -> Iterator[None]:
+    """Reading ``source``'s data: a corrupt page (Arrow's I/O error) is bad input, not an
+    output error."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"table {source.name!r}: cannot read its Parquet data: {exc}",
+                        path=source.location) from None
 
 
 class _Reader:
@@ -190,6 +231,15 @@ class _Reader:
         self.groups = [(i, g) for i, f in enumerate(self.files)
                        for g in range(f.metadata.num_row_groups)]
         self.total = sum(f.metadata.num_rows for f in self.files)
+        size = sum(f.metadata.row_group(g).total_byte_size for f in self.files
+                   for g in range(f.metadata.num_row_groups))
+        # a small table is read once, whole (a wide one column by column would parse its
+        # footer once per column)
+        self.table: pa.Table | None = None
+        if self.total <= READ_ROWS and size <= SMALL_TABLE_BYTES:
+            with _reading(source):
+                self.table = pa.concat_tables([f.read() for f in self.files]) \
+                    if len(self.files) != 1 else self.files[0].read()
 
     def _chunked(self, parts: list[pa.ChunkedArray], column: str) -> pa.ChunkedArray:
         return pa.chunked_array([c for p in parts for c in p.chunks],
@@ -202,12 +252,16 @@ class _Reader:
             return self.whole(column), True
         k = max(1, min(len(self.groups), round(READ_ROWS * len(self.groups) / self.total)))
         chosen = sorted({round(x) for x in np.linspace(0, len(self.groups) - 1, k)})
-        parts = [self.files[i].read_row_group(g, columns=[column]).column(0)
-                 for i, g in (self.groups[j] for j in chosen)]
+        with _reading(self.source):
+            parts = [self.files[i].read_row_group(g, columns=[column]).column(0)
+                     for i, g in (self.groups[j] for j in chosen)]
         return self._chunked(parts, column), len(chosen) == len(self.groups)
 
     def whole(self, column: str) -> pa.ChunkedArray:
-        return self._chunked([f.read(columns=[column]).column(0) for f in self.files], column)
+        if self.table is not None:
+            return self.table.column(column)
+        with _reading(self.source):
+            return self._chunked([f.read(columns=[column]).column(0) for f in self.files], column)
 
 
 def _probe(reader: _Reader, column: str, family: str, position: int) -> ColumnProbe:
@@ -227,7 +281,8 @@ def _probe(reader: _Reader, column: str, family: str, position: int) -> ColumnPr
         maybe_unique = False  # unique prose (reviews, descriptions): not worth reading whole
     return ColumnProbe(table=reader.source.name, column=column, family=family, position=position,
                        sample=sample, distinct=distinct, maybe_unique=maybe_unique,
-                       complete=part if complete and maybe_unique else None)
+                       complete=part if complete and maybe_unique else None,
+                       num_rows=reader.total, has_null=part.null_count > 0)
 
 
 def _key_index(values: pa.ChunkedArray, family: str) -> KeyIndex | None:
@@ -257,17 +312,19 @@ def _share_found(index: KeyIndex, sample: pa.Array) -> float:
     return 1.0 - dangling / num_valid if num_valid else 0.0
 
 
-def probe_columns(sources: dict[str, TableSource]) -> list[ColumnProbe]:
+def probe_columns(sources: dict[str, TableSource],
+                  readers: dict[str, _Reader] | None = None) -> list[ColumnProbe]:
     """Sample every integer and string column; prove unique each column whose read part has
     no null and whose sample no repeat, indexing its values as preprocess would; and look up
     every other column's sample of the same kind in that index."""
     probes: list[ColumnProbe] = []
-    readers = {t: _Reader(s) for t, s in sources.items()}
+    readers = readers if readers is not None else {t: _Reader(s) for t, s in sources.items()}
     for tname, src in sources.items():
         for position, f in enumerate(src.schema):
             family = type_family(f.type)
             if family in KEY_FAMILIES:
                 probes.append(_probe(readers[tname], f.name, family, position))
+    pairs = _Pairs(probes)
     for key in probes:
         if not key.maybe_unique:
             continue
@@ -278,12 +335,117 @@ def probe_columns(sources: dict[str, TableSource]) -> list[ColumnProbe]:
         if index is None:
             continue
         key.unique = True
-        for child in probes:
-            if child is not key and child.family == key.family and len(child.sample):
-                key.shares[(child.table, child.column)] = _share_found(index, child.sample)
+        for child in pairs.children(key):
+            share = _share_found(index, child.sample)
+            key.shares[(child.table, child.column)] = share
+            if child.table == key.table and share >= FK_MIN_FOUND:
+                key.same_row[child.column] = _same_row_share(readers[key.table], key.column,
+                                                             child.column)
     for p in probes:
         p.complete = None
     return probes
+
+
+def _proven_unique(p: ColumnProbe) -> bool:
+    """Unique with no null, known from the sample alone (it is the whole column)."""
+    return p.maybe_unique and len(p.sample) == p.num_rows
+
+
+def _plain_child(p: ColumnProbe) -> bool:
+    """Whether ``p`` may refer to a key whose table its name does not point at: it has
+    enough distinct values to tell a reference from chance, is not its own table's key
+    (unique in every row: a second key, not a reference, unless its name points) and, an
+    integer, is named like a key but not like its own table's (``id``, ``<table>_id``)."""
+    if p.distinct < FK_MIN_DISTINCT:
+        return False
+    if _proven_unique(p):
+        return False
+    if p.family == "string":
+        return True
+    return _named_like_a_key(p.column) and pk_name_score(p.table, p.column) < 3
+
+
+def _bounds_array(values: list, family: str) -> np.ndarray:
+    """Sample minima or maxima as an array numpy compares in bulk: integers as float64 (an
+    order-preserving, if coarse, image: ranges compare safely with ``<=``), strings as
+    their UTF-8 bytes."""
+    if family == "integer":
+        return np.array([float(v) for v in values], dtype=np.float64)
+    return np.array([v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v)
+                     for v in values], dtype=np.bytes_)
+
+
+def _same_row_share(reader: _Reader, a: str, b: str) -> float:
+    """Share of the rows read (where ``b`` is not null) whose ``a`` and ``b`` are equal."""
+    part_a, _ = reader.spread(a)
+    part_b, _ = reader.spread(b)
+    try:
+        if part_a.type != part_b.type:
+            part_a, part_b = part_a.cast(pa.large_string()), part_b.cast(pa.large_string())
+        equal = pc.equal(part_a, part_b)
+    except (pa.ArrowException, ValueError):
+        return 0.0
+    valid = len(equal) - equal.null_count
+    return pc.sum(equal).as_py() / valid if valid else 0.0
+
+
+def _suffix_names(column: str) -> list[str]:
+    """The column's name and the names after each of its leading words (a role):
+    ``buyer_user_id`` -> [buyeruserid, userid, id]; the first is the whole name."""
+    words = _words(column)
+    return ["".join(words[i:]) for i in range(len(words))] or [""]
+
+
+class _Pairs:
+    """Which columns are worth looking up in a key candidate's index, found by cheap
+    signatures instead of trying every pair (a table of 10,000 columns would make 10^8):
+    the same type family, overlapping value ranges, and a name that points at the key's
+    table, or else :func:`_plain_child`."""
+
+    def __init__(self, probes: list[ColumnProbe]):
+        self.groups: dict[str, list[ColumnProbe]] = {}
+        for p in probes:
+            if len(p.sample):
+                self.groups.setdefault(p.family, []).append(p)
+        self.lo: dict[str, np.ndarray] = {}
+        self.hi: dict[str, np.ndarray] = {}
+        self.plain: dict[str, np.ndarray] = {}  # telling without a name pointing at the key
+        self.proven: dict[str, np.ndarray] = {}  # unique: the sample is the whole column
+        self.where: dict[str, dict[tuple[str, str], int]] = {}
+        self.by_name: dict[str, dict[str, list[int]]] = {}
+        for family, group in self.groups.items():
+            bounds = [pc.min_max(p.sample) for p in group]
+            lo = [b["min"].as_py() for b in bounds]
+            hi = [b["max"].as_py() for b in bounds]
+            self.lo[family] = _bounds_array(lo, family)
+            self.hi[family] = _bounds_array(hi, family)
+            self.plain[family] = np.array([_plain_child(p) for p in group], dtype=bool)
+            self.proven[family] = np.array([_proven_unique(p) for p in group], dtype=bool)
+            self.where[family] = {(p.table, p.column): i for i, p in enumerate(group)}
+            names: dict[str, list[int]] = {}
+            for i, p in enumerate(group):
+                for name in _suffix_names(p.column):
+                    names.setdefault(name, []).append(i)
+            self.by_name[family] = names
+
+    def children(self, key: ColumnProbe) -> list[ColumnProbe]:
+        group = self.groups.get(key.family, [])
+        if not group or not len(key.sample):
+            return []
+        family = key.family
+        pointed = np.zeros(len(group), dtype=bool)  # names the key's table
+        for name in {w + s for w in _table_words(key.table) for s in ("", *_KEY_SUFFIXES)}:
+            pointed[self.by_name[family].get(name, [])] = True
+        if _norm(key.column) != "id":  # names the key itself: not a key of its own table
+            same = np.zeros(len(group), dtype=bool)
+            same[self.by_name[family].get(_norm(key.column), [])] = True
+            pointed |= same & ~self.proven[family]
+        bounds = pc.min_max(key.sample)
+        lo, hi = _bounds_array([bounds["min"].as_py(), bounds["max"].as_py()], family)
+        overlap = (self.lo[family] <= hi) & (self.hi[family] >= lo)
+        mask = overlap & (pointed | self.plain[family])
+        mask[self.where[family][(key.table, key.column)]] = False
+        return [group[i] for i in np.flatnonzero(mask)]
 
 
 @dataclass(frozen=True)
@@ -317,6 +479,9 @@ def _reference(child: ColumnProbe, key: ColumnProbe) -> _Ref | None:
     name = fk_name_score(child.column, key.table, key.column)
     if child.table == key.table and name == 2:
         return None  # ``flight`` in flights is a flight number: a self-reference has a role
+    if child.table == key.table and (share < FK_SURE_FOUND
+                                     or key.same_row.get(child.column, 0.0) >= 0.5):
+        return None  # reported by :func:`_self_reference_notes`
     doubts = []
     telling = child.family == "string" or name > 0
     if not telling:
@@ -334,20 +499,67 @@ def _reference(child: ColumnProbe, key: ColumnProbe) -> _Ref | None:
     return _Ref(child, key, share, name, not doubts, reason, telling)
 
 
+def _self_reference_notes(key: ColumnProbe, out: FoundKeys) -> None:
+    """Why a column of ``key``'s own table whose values are keys of it is not drafted as a
+    self-reference: most rows point at themselves (a copy of the key: built, each would be
+    a self-loop), or too few values are found."""
+    for (table, column), share in key.shares.items():
+        if table != key.table or share < SMALL_SHARE:
+            continue
+        if fk_name_score(column, key.table, key.column) == 2:
+            continue
+        loops = key.same_row.get(column, 0.0)
+        if loops >= 0.5:
+            out.note(table, f"not drafted: {column} -> {table}.{key.column}: "
+                            f"{_percent(loops)} of rows hold their own key (a copy of the "
+                            "key; each would be a self-loop)")
+        elif share < FK_SURE_FOUND:
+            out.note(table, f"not drafted: self-reference {column} -> {table}.{key.column} "
+                            f"matches only {_percent(share)} of sampled values")
+
+
+def _small_share_notes(probes: list[ColumnProbe], by_column: dict[tuple[str, str], ColumnProbe],
+                       out: FoundKeys) -> None:
+    """Columns named for a key whose values are mostly not its keys: no foreign key, said."""
+    for key in probes:
+        if not key.unique:
+            continue
+        for (table, column), share in key.shares.items():
+            child = by_column[(table, column)]
+            if (SMALL_SHARE <= share < FK_MIN_FOUND and table != key.table
+                    and fk_name_score(column, key.table, key.column) > 0
+                    and len(child.sample)):
+                out.note(table, f"no foreign key drafted: {column} is named for "
+                                f"{key.table}.{key.column}, but only {_percent(share)} of "
+                                "its sampled values are keys of it")
+
+
 def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
               arrow_types: dict[tuple[str, str], pa.DataType]) -> FoundKeys:
     """Choose each table's primary key, then each column's foreign key, from the probes."""
     candidates = [p for p in probes if p.unique]
-    refs = [r for child in probes for key in candidates
-            if (r := _reference(child, key)) is not None]
+    by_column = {(p.table, p.column): p for p in probes}
+    refs = [r for key in candidates for child_at in key.shares
+            if (r := _reference(by_column[child_at], key)) is not None]
+    refs_to: dict[int, list[_Ref]] = {}
+    refs_from: dict[int, list[_Ref]] = {}
+    for r in refs:
+        refs_to.setdefault(id(r.key), []).append(r)
+        refs_from.setdefault(id(r.child), []).append(r)
+    mine_of: dict[str, list[ColumnProbe]] = {}
+    for p in candidates:
+        mine_of.setdefault(p.table, []).append(p)
     out = FoundKeys()
+    for key in candidates:
+        _self_reference_notes(key, out)
+    _small_share_notes(probes, by_column, out)
     for table in tables:
-        mine = [p for p in candidates if p.table == table]
+        mine = mine_of.get(table, [])
         if not mine:
             continue
 
         def incoming(p: ColumnProbe) -> list[_Ref]:
-            return [r for r in refs if r.key is p and r.child.table != table and r.telling]
+            return [r for r in refs_to.get(id(p), ()) if r.child.table != table and r.telling]
 
         def rank(p: ColumnProbe) -> tuple:
             inc = incoming(p)
@@ -373,14 +585,17 @@ def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
             reason += "; guess"
         out.primary[table] = KeyGuess(table, best.column, None, sure, reason)
     chosen = {(g.table, g.column) for g in out.primary.values()}
+    probes_of: dict[str, list[ColumnProbe]] = {}
+    for p in probes:
+        probes_of.setdefault(p.table, []).append(p)
     for table in tables:
         fks = []
         pk = out.primary.get(table)
-        for child in sorted((p for p in probes if p.table == table), key=lambda p: p.position):
+        for child in sorted(probes_of.get(table, ()), key=lambda p: p.position):
             if pk is not None and child.column == pk.column:
                 continue
-            options = [r for r in refs
-                       if r.child is child and (r.key.table, r.key.column) in chosen]
+            options = [r for r in refs_from.get(id(child), ())
+                       if (r.key.table, r.key.column) in chosen]
             if not options:
                 continue
             # names first, then values, then the same Arrow type, then a fixed order
@@ -398,6 +613,161 @@ def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
         if fks:
             out.foreign[table] = fks
     return out
+
+
+def _string_stype(reader: _Reader, src: TableSource, column: str, batch_rows: int) -> str:
+    """``categorical`` or ``text`` for a string column, as preprocess infers it
+    (:func:`infer_string_column`), from the table read whole when it was."""
+    if reader.table is None:
+        with _reading(src):
+            return infer_string_column(src, column, batch_rows)
+    values = reader.table.column(column)
+    if pc.count_distinct(values).as_py() > CATEGORICAL_MAX_DISTINCT:
+        return "text"
+    seen = set(unique_values(values.combine_chunks(), f"table {src.name!r}, column {column!r}"))
+    if len(seen) > CATEGORICAL_MAX_DISTINCT:
+        return "text"
+    return infer_stype("string", len(seen), len(values) - values.null_count)
+
+
+@dataclass(frozen=True)
+class CompositeKey:
+    """A composite primary key found by values, or a composite foreign key to one."""
+
+    table: str
+    columns: tuple[str, ...]
+    sure: bool
+    reason: str
+    parent: str | None = None  # foreign keys: the parent table
+    name: str = ""  # foreign keys: the name it is drafted under
+
+
+# Word of a name that says "part of a key": ids, codes, years, seasons, sequence numbers.
+_PART_WORDS = ("id", "key", "code", "no", "num", "number", "year", "season", "stint",
+               "seq", "date", "round", "period", "month", "day", "game", "team", "player")
+# Columns tried as parts of a composite key (the most key-like first), and most parts.
+COMPOSITE_POOL = 8
+COMPOSITE_MAX_PARTS = 3
+
+
+def _part_score(column: str) -> int:
+    words = _words(column)
+    if not words:
+        return 0
+    return 2 if words[-1] in _PART_WORDS else int(any(w in _PART_WORDS for w in words))
+
+
+def _distinct_tuples(arrays: list[pa.Array], families: tuple[str, ...]) -> int:
+    """How many distinct tuples the rows of ``arrays`` (no null) hold."""
+    enc = encode_keys(arrays, families, "")
+    binary = pa.Array.from_buffers(pa.large_binary(), len(enc.valid),
+                                   [None, pa.py_buffer(enc.offsets), pa.py_buffer(enc.data)])
+    return int(pc.count_distinct(binary).as_py())
+
+
+def _composite_index(reader: _Reader, columns: tuple[str, ...],
+                     families: tuple[str, ...]) -> KeyIndex | None:
+    """The index of ``columns`` read whole, or None when a tuple repeats or has a null."""
+    arrays = [reader.whole(c).combine_chunks() for c in columns]
+    if any(a.null_count for a in arrays):
+        return None
+    enc = encode_keys(arrays, families, "")
+    try:
+        return KeyIndex.build_str(enc.data, enc.offsets, "")
+    except DataError:
+        return None
+
+
+def _aligned_sample(reader: _Reader, columns: tuple[str, ...]) -> list[pa.Array]:
+    """The same rows of each of ``columns``: about ``SAMPLE_ROWS`` of the part read."""
+    parts = [reader.spread(c)[0].combine_chunks() for c in columns]
+    n = len(parts[0])
+    if n > SAMPLE_ROWS:
+        picks = pa.array(np.linspace(0, n - 1, SAMPLE_ROWS).round().astype(np.int64))
+        parts = [pc.take(p, picks) for p in parts]
+    return [p.dictionary_decode() if pa.types.is_dictionary(p.type) else p for p in parts]
+
+
+def find_composite_keys(probes: list[ColumnProbe], readers: dict[str, _Reader],
+                        found: FoundKeys) -> tuple[dict[str, CompositeKey],
+                                                   dict[str, list[CompositeKey]]]:
+    """Composite primary keys of the tables without a single-column one (the smallest set
+    of key-like columns, no null, unique: tried on the sample, proven on the whole
+    columns), and the composite foreign keys to them: in another table, columns named as
+    the key's parts whose value tuples are mostly keys of it."""
+    primary: dict[str, CompositeKey] = {}
+    foreign: dict[str, list[CompositeKey]] = {}
+    indexes: dict[str, tuple[KeyIndex, tuple[str, ...]]] = {}
+    by_table: dict[str, list[ColumnProbe]] = {}
+    for p in probes:
+        by_table.setdefault(p.table, []).append(p)
+    for table, mine in by_table.items():
+        if table in found.primary:
+            continue
+        pool = [p for p in mine if not p.has_null and len(p.sample) and
+                (p.family == "string" or _part_score(p.column))]
+        pool.sort(key=lambda p: (-_part_score(p.column), p.position))
+        pool = pool[:COMPOSITE_POOL]
+        if len(pool) < 2 or any(len(p.sample) != len(pool[0].sample) for p in pool):
+            continue
+        tried = 0
+        for size in range(2, COMPOSITE_MAX_PARTS + 1):
+            sets = sorted(itertools.combinations(pool, size),
+                          key=lambda ps: (-sum(_part_score(p.column) for p in ps),
+                                          [p.position for p in ps]))
+            for parts in sets:
+                tried += 1
+                families = tuple(p.family for p in parts)
+                if _distinct_tuples([p.sample for p in parts], families) != len(parts[0].sample):
+                    continue
+                columns = tuple(p.column for p in parts)
+                index = _composite_index(readers[table], columns, families)
+                if index is None:
+                    continue
+                reason = (f"no single column is unique; this is the smallest unique set "
+                          f"(found after trying {tried}, key-like names first)")
+                primary[table] = CompositeKey(table, columns, True, reason)
+                indexes[table] = (index, families)
+                break
+            if table in primary:
+                break
+    for parent, key in primary.items():
+        index, families = indexes[parent]
+        for table, mine in by_table.items():
+            if table == parent:
+                continue
+            named = {_norm(p.column): p for p in mine}
+            found_parts = [named.get(_norm(c)) for c in key.columns]
+            matched = [p for p in found_parts if p is not None]
+            if len(matched) != len(key.columns) or any(
+                    p.family != f for p, f in zip(matched, families)):
+                continue
+            columns = tuple(p.column for p in matched)
+            enc = encode_keys(_aligned_sample(readers[table], columns), families, "")
+            if not enc.valid.any():
+                continue
+            out = np.empty(len(enc.valid), dtype=np.int64)
+            num_valid, dangling, _ = index.lookup_bytes(enc.data, enc.offsets, enc.valid, 0, out)
+            share = 1.0 - dangling / num_valid
+            label = f"({', '.join(columns)})"
+            if share < FK_MIN_FOUND:
+                if share >= SMALL_SHARE:
+                    found.note(table, f"no foreign key drafted: {label} is named as "
+                                      f"{parent}'s key, but only {_percent(share)} of its "
+                                      "sampled tuples are keys of it")
+                continue
+            name = _singular(parent.lower())[-1]
+            taken = {p.column for p in mine} | {k.name for k in foreign.get(table, [])}
+            while name in taken:
+                name += "_key"
+            sure = share >= FK_SURE_FOUND
+            reason = (f"every sampled {label} is a key of {parent}" if share >= 1.0 else
+                      f"{_percent(share)} of sampled {label} are keys of {parent}")
+            if not sure:
+                reason += f"; guess: {_percent(1 - share)} not found (dangling?)"
+            foreign.setdefault(table, []).append(
+                CompositeKey(table, columns, sure, reason, parent=parent, name=name))
+    return primary, foreign
 
 
 def _time_column(src: TableSource, fam: dict[str, str], skip: set[str]) -> str | None:
@@ -442,26 +812,50 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
                           "parts)", path=root)
     fam = {t: {f.name: type_family(f.type) for f in s.schema} for t, s in sources.items()}
     arrow_types = {(t, f.name): f.type for t, s in sources.items() for f in s.schema}
-    keys = find_keys(probe_columns(sources), list(sources), arrow_types)
+    readers = {t: _Reader(s) for t, s in sources.items()}
+    probes = probe_columns(sources, readers)
+    keys = find_keys(probes, list(sources), arrow_types)
+    composite_pks, composite_refs = find_composite_keys(probes, readers, keys)
 
     specs = []
     notes: dict[tuple[str, str], str] = {}
     for tname, src in sources.items():
         pk_guess = keys.primary.get(tname)
-        pk = pk_guess.column if pk_guess is not None else None
+        pk: PrimaryKey | None = pk_guess.column if pk_guess is not None else None
         if pk_guess is not None:
             notes[(tname, pk_guess.column)] = pk_guess.reason
+        composite = composite_pks.get(tname)
+        if composite is not None:
+            referred = any(k.parent == tname for ks in composite_refs.values() for k in ks)
+            if referred or all(_part_score(c) for c in composite.columns):
+                pk = composite.columns
+                referrers = sorted(t for t, ks in composite_refs.items()
+                                   if any(k.parent == tname for k in ks))
+                notes[(tname, key_label(pk))] = composite.reason + (
+                    f"; referred to by {', '.join(referrers)}" if referred
+                    else "; its names say key")
+            else:
+                keys.note(tname, f"{composite.reason}; not drafted: no table refers to it "
+                                 "and the names do not say key")
         fks = []
         for g in keys.foreign.get(tname, []):
             assert g.parent is not None, "a foreign key guess names its parent"
             fks.append((g.column, g.parent))
             notes[(tname, g.column)] = g.reason
-        fk_cols = {c for c, _ in fks}
-        time_column = _time_column(src, fam[tname], {pk} if pk else set())
+        composite_fks = {}
+        for ref in composite_refs.get(tname, []):
+            # its parent's key is drafted: a composite key referred to always is
+            assert ref.parent is not None, "a composite reference names its parent"
+            fks.append((ref.name, ref.parent))
+            composite_fks[ref.name] = ref.columns
+            notes[(tname, ref.name)] = ref.reason
+        fk_cols = {c for c, _ in fks} | {c for cs in composite_fks.values() for c in cs}
+        key_cols = set(key_columns(pk))
+        time_column = _time_column(src, fam[tname], key_cols)
         types: dict[str, str] = {}
         exclude = []
         for f in src.schema:
-            if f.name == pk or f.name in fk_cols:
+            if f.name in key_cols or f.name in fk_cols:
                 continue
             family = fam[tname][f.name]
             if family == "unsupported":
@@ -469,7 +863,7 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
                 notes[(tname, f.name)] = f"{f.type}: not supported"
                 continue
             if family == "string":
-                stype = infer_string_column(src, f.name, batch_rows)
+                stype = _string_stype(readers[tname], src, f.name, batch_rows)
             else:
                 stype = infer_stype(family)
             types[f.name] = stype
@@ -479,7 +873,8 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
                                            "and the name does not say)")
         rel = src.location.relative_to(root).as_posix()
         default_rel = f"{tname}.parquet"
-        specs.append(TableSpec(name=tname, path=None if rel == default_rel else rel,
+        rel_path = None if rel == default_rel else rel
+        specs.append(TableSpec(name=tname, path=rel_path, composite_fks=composite_fks,
                                primary_key=pk, time_column=time_column, foreign_keys=tuple(fks),
                                exclude=tuple(exclude), types=types))
     schema = Schema(name=name or root.resolve().name, tables=tuple(specs), tasks=())
@@ -489,4 +884,19 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
               "Semantic types: numeric, boolean, timestamp, categorical, text.")
     if skipped:
         header += f"\nSkipped (not safe table names): {', '.join(skipped)}"
-    return schema, render_schema(schema, notes, header)
+    _isolated_notes(schema, keys)
+    return schema, render_schema(schema, notes, header, table_notes=keys.notes)
+
+
+def _isolated_notes(schema: Schema, keys: FoundKeys) -> None:
+    """Warn, in the draft, of each table no foreign key links to another table."""
+    linked: set[str] = set()
+    for spec in schema.tables:
+        for _, parent in spec.foreign_keys:
+            if parent != spec.name:
+                linked.update((spec.name, parent))
+    for spec in schema.tables:
+        if spec.name not in linked and len(schema.tables) > 1:
+            keys.note(spec.name, "isolated: no foreign key found to or from another table; "
+                                 "its rows reach no other table's (declare keys by hand if "
+                                 "they exist)")

@@ -106,7 +106,7 @@ class RelbenchLayout:
 def _metadata(path: Path) -> dict[bytes, bytes]:
     try:
         return pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, pa.ArrowException, ValueError) as exc:  # ValueError: names not UTF-8
         raise SchemaError(f"cannot read the Parquet footer: {exc}", path=path) from None
 
 
@@ -147,6 +147,9 @@ def _json_meta(path: Path, meta: dict[bytes, bytes], key: bytes) -> Any:
         return json.loads(meta[key].decode("utf-8"))
     except (KeyError, UnicodeDecodeError, json.JSONDecodeError):
         raise SchemaError(f"metadata {key.decode()!r} is missing or not JSON", path=path) from None
+    except RecursionError:  # "[[[[...]]]]" nested beyond Python's recursion limit
+        raise SchemaError(f"metadata {key.decode()!r} is nested too deeply to be a RelBench "
+                          "key", path=path) from None
 
 
 def _file_keys(path: Path) -> tuple[str | None, str | None, dict[str, str], pa.Schema]:

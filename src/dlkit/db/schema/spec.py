@@ -224,8 +224,8 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
             parts = spec.fk_columns(column)
             if len(parts) != len(key_columns(parent_key)):
                 raise _err(source, f"table {spec.name!r}, foreign key {column!r}: "
-                                   f"{len(parts)} column(s) {list(parts)}, but table {parent!r}'s "
-                                   f"primary key {key_label(parent_key)} has "
+                                   f"{len(parts)} column(s) {list(parts)}, but the primary key "
+                                   f"{key_label(parent_key)} of table {parent!r} has "
                                    f"{len(key_columns(parent_key))}")
 
     tasks: list[TaskSpec] = []
@@ -564,9 +564,12 @@ def _render_task_options(task: TaskSpec) -> list[str]:
 
 
 def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = None,
-                  header: str = "") -> str:
-    """TOML text of ``schema``; ``notes[(table, column)]`` become end-of-line comments."""
+                  header: str = "", table_notes: dict[str, list[str]] | None = None) -> str:
+    """TOML text of ``schema``; ``notes[(table, column)]`` become end-of-line comments (a
+    composite key's: ``notes[(table, key_label(key))]``), ``table_notes[table]`` comment
+    lines under the table's header."""
     notes = notes or {}
+    table_notes = table_notes or {}
     out: list[str] = []
     if header:
         out.extend(f"# {line}".rstrip() for line in header.splitlines())
@@ -578,6 +581,7 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
             continue  # written with its task
         out.append("")
         out.append(f"[tables.{toml_key(spec.name)}]")
+        out.extend(f"# {line}" for line in table_notes.get(spec.name, ()))
         if spec.path is not None or spec.split_paths is not None:
             out.append(f"path = {_render_path(spec)}")
         if spec.primary_key is not None:
