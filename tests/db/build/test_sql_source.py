@@ -8,6 +8,8 @@ import sys
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlkit.db import preprocess
 from dlkit.db.build.sql_source import import_sql
@@ -400,3 +402,45 @@ def test_postgresql_column_types(postgres_server, tmp_path):
                      "v": ("string", "text")}
     left_out = sorted(n.split(" ")[0] for n in report.notes if " left out: its type" in n)
     assert left_out == ["t.iv", "t.j"], report.notes  # interval, jsonb: not read by dlkit
+
+
+_texts = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+                 max_size=8)
+_rows = st.lists(st.tuples(st.one_of(st.none(), st.integers(-(1 << 63), (1 << 63) - 1)),
+                           # SQLite stores NaN as NULL and -0.0 as 0.0: neither is data here
+                           st.one_of(st.none(), st.floats(allow_nan=False).filter(
+                               lambda x: x != 0 or str(x) == "0.0")),
+                           st.one_of(st.none(), _texts)), max_size=12)
+
+
+@settings(max_examples=15)
+@given(rows=_rows, refs=st.lists(st.one_of(st.none(), st.integers(-3, 15)), max_size=10))
+def test_random_sqlite_tables_build_as_their_parquet_does(tmp_path_factory, rows, refs):
+    """Any values of the three storage classes, nulls and dangling references: the import is
+    the Parquet build of the same rows, and its edges are the references that match."""
+    import sqlite3
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = tmp_path_factory.mktemp("random")
+    db = sqlite3.connect(tmp / "r.sqlite")
+    db.executescript("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b REAL, c TEXT);"
+                     "CREATE TABLE u (k INTEGER PRIMARY KEY, tid INTEGER REFERENCES t (id));")
+    db.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [(i, *r) for i, r in enumerate(rows)])
+    db.executemany("INSERT INTO u VALUES (?, ?)", list(enumerate(refs)))
+    db.commit()
+    db.close()
+    report = import_sql(f"sqlite:///{tmp / 'r.sqlite'}", tmp / "db", fsync=False)
+    ref = tmp / "parquet"
+    ref.mkdir()
+    pq.write_table(pa.table({"id": pa.array(range(len(rows)), pa.int64()),
+                             "a": pa.array([r[0] for r in rows], pa.int64()),
+                             "b": pa.array([r[1] for r in rows], pa.float64()),
+                             "c": pa.array([r[2] for r in rows], pa.string())}),
+                   ref / "t.parquet")
+    pq.write_table(pa.table({"k": pa.array(range(len(refs)), pa.int64()),
+                             "tid": pa.array(refs, pa.int64())}), ref / "u.parquet")
+    built = preprocess(ref, tmp / "ref", schema=parse_schema(report.schema_text), fsync=False)
+    assert report.build.database_hash == built.database_hash
+    assert report.build.num_edges == sum(1 for r in refs if r is not None and 0 <= r < len(rows))
