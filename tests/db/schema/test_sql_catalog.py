@@ -169,6 +169,12 @@ def test_urls(tmp_path, monkeypatch, url, dialect, target, namespace):
     assert "pw" not in parsed.display
 
 
+def test_passwords_are_masked():
+    parsed = parse_sql_url("postgresql:///db?host=/tmp/s&password=hunter2&user=me")
+    assert "hunter2" not in parsed.display and "password=***" in parsed.display
+    assert "password=hunter2" in parsed.target
+
+
 def test_an_unknown_scheme_is_refused():
     with pytest.raises(InvalidArgumentError, match="expected sqlite:///PATH"):
         parse_sql_url("/just/a/path.db")

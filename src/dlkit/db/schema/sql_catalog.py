@@ -66,14 +66,16 @@ class SqlUrl:
 
 
 def _mask(url: str) -> str:
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+    """``url`` with a password (``user:password@`` or ``password=``) masked."""
+    url = re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+    return re.sub(r"((?:^|[?&\s])password=)[^&\s]*", r"\1***", url)
 
 
 def parse_sql_url(url: str) -> SqlUrl:
     """``sqlite:///path``, ``duckdb:///path`` (three slashes then a relative path, four for an
     absolute one, as SQLAlchemy writes them) or ``postgresql://...`` (a libpq URI)."""
     display = _mask(url)
-    scheme, sep, rest = url.partition("://")
+    scheme, sep, _ = url.partition("://")
     dialect = _SCHEMES.get(scheme.lower()) if sep else None
     if dialect is None:
         raise InvalidArgumentError(
