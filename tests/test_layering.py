@@ -19,8 +19,10 @@ GRAPH = import_graph.import_graph(SRC)
 # source -> the packages it must not import
 FORBIDDEN = {
     "core": set(SUBPACKAGES),                                  # kernels only: the bottom
-    "prefetch": {"nextbatch", "sampler", "db", "cli", "bench"},  # an engine, not its users
-    "db": {"sampler", "cli", "bench", "prefetch"},
+    "prefetch": {"nextbatch", "sampler", "db", "cli", "bench", "viewer"},  # an engine
+    "db": {"sampler", "cli", "bench", "prefetch", "viewer"},
+    "sampler": {"viewer", "cli", "bench"},
+    "viewer": {"cli", "bench", "prefetch"},  # reads databases and the sampler's sequences
 }
 
 

@@ -90,7 +90,8 @@ app = typer.Typer(
         "Index sampling (NextBatch_v2 and v3): `sample`, `replay`, `verify-golden`.\n\n"
         "Performance: `bench` (the prefetch engine against a sequential loop).\n\n"
         "Relational database: `preprocess`, `verify`, `schema infer`, `import relbench`.\n\n"
-        "Relational sampling: `manifest`, `batches`, `show`."
+        "Relational sampling: `manifest`, `batches`, `show`.\n\n"
+        "Seeing the data: `info`, `schema diagram`, `view`, `curves`."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -143,7 +144,7 @@ def exit_code_for(error: errors.DlkitError) -> int:
 
 def _register_commands() -> None:
     # Importing a command module registers its commands on ``app``.
-    from dlkit.cli import bench, db, relational, sample  # noqa: F401
+    from dlkit.cli import bench, db, relational, sample, view  # noqa: F401
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from dlkit.atomic import AtomicDirectory, TargetKind
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch
+from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, TaskView
 from dlkit.sampler.channel import build_job
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.labels import LabelInfo
@@ -73,9 +73,10 @@ def iter_batches(db: SamplerDatabase, request: BatchRequest) -> Iterator[tuple[J
     return open_batch_stream(db, request)[1]
 
 
-def open_batch_stream(db: SamplerDatabase, request: BatchRequest
-                      ) -> tuple[LabelInfo, Iterator[tuple[Job, BuiltBatch]]]:
-    """The task's labels and ``iter_batches``' batches (checked before the first is built)."""
+def stream_schedule(db: SamplerDatabase, request: BatchRequest
+                    ) -> tuple[BatchBuilder, TaskView, Schedule]:
+    """The builder, task and step schedule of one (task, split) stream on one rank: step
+    ``k``'s seeds are ``schedule.job(k)``'s, at O(1) per step."""
     plan = RunPlan(db, request.run)
     builder = BatchBuilder(db, request.batch_config, request.seed)
     view = builder.task(request.task)
@@ -86,6 +87,13 @@ def open_batch_stream(db: SamplerDatabase, request: BatchRequest
     state = initial_state(request.split, streams)
     schedule: Schedule = (plan.train_schedule(streams, [1.0], state) if request.split == "train"
                           else plan.eval_schedule(streams, state))
+    return builder, view, schedule
+
+
+def open_batch_stream(db: SamplerDatabase, request: BatchRequest
+                      ) -> tuple[LabelInfo, Iterator[tuple[Job, BuiltBatch]]]:
+    """The task's labels and ``iter_batches``' batches (checked before the first is built)."""
+    builder, view, schedule = stream_schedule(db, request)
 
     def batches() -> Iterator[tuple[Job, BuiltBatch]]:
         for step in range(request.steps):

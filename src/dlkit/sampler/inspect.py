@@ -54,6 +54,8 @@ class RowView:
     truncated: bool
     typed_key: Any = None    # for --json: the key as the database holds it (an int or text)
     iso_time: str = "-"      # for --json: the time in the one format JSON uses (ISO 8601)
+    source: int = -1         # the sequence row it was reached from (-1: the seed)
+    global_row: int = -1     # its global row id in the database
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,7 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
                             format_time(int(db.graph.row_times[row]), compact=True),
                             int(built.visited_depth[0, i]), reached, tuple(rows_cells[i]),
                             len(rows_cells[i]) < len(table.columns), _typed_key(table, local),
-                            format_time(int(db.graph.row_times[row]))))
+                            format_time(int(db.graph.row_times[row])), source, row))
     task = builder.task(built.task)
     seed_table = db.tables[task.table_index]
     target_name = catalog.names[task.target_col][1]

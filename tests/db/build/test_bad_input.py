@@ -168,7 +168,7 @@ def test_dangling_drop_mode_keeps_rows(tmp_path):
 
 
 @pytest.mark.parametrize("toml,pattern", [
-    ("[tables.users]\nprimary_key = 3\n", "primary_key must be a non-empty string"),
+    ("[tables.users]\nprimary_key = 3\n", "primary_key must be a column name or a non-empty list"),
     ("[tables.users]\nprimary_key = \"uid\"\nbogus = 1\n", "unknown key(s) ['bogus']"),
     ("[tables.users]\nprimary_key = \"uid\"\ntypes = { age = \"float\" }\n", "unknown type 'float'"),
     ("[tables.users]\nprimary_key = \"uid\"\nforeign_keys = { x = \"nope\" }\n",

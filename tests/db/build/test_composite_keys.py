@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -282,3 +283,86 @@ def test_a_repeated_tuple_is_a_clear_error(keys):
         value = info.value.message.split("duplicate primary key ")[1].split(" (rows")[0]
         assert keys.count(ast.literal_eval(value)) > 1
         assert not (root / "db").exists()
+
+
+# --- verify: composite keys re-checked from their bytes --------------------------------------
+
+@pytest.mark.parametrize("change, check", [
+    # Teams' keys are (1871, "BS1"), (1871, "CH1"), (1872, "BS1"): make the second the first
+    (lambda raw: raw.replace(b"CH1", b"BS1"), "key.unique"),
+    # a string part's length that runs past the key's end
+    (lambda raw: raw.replace(b"\x00\x00\x00\x03CH1", b"\x00\x00\x00\x04CH1"), "key.composite"),
+    # a string part that is not UTF-8
+    (lambda raw: raw.replace(b"CH1", b"C\xff1"), "key.composite"),
+    ])
+def test_verify_rechecks_composite_keys(tmp_path, change, check):
+    from dlkit.db import check_database
+    from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
+
+    write_db(tmp_path / "in", _baseball(), BASEBALL_TOML)
+    db = tmp_path / "db"
+    preprocess(tmp_path / "in", db, fsync=False)
+    assert check_database(db) == []
+    values = db / "tables" / "Teams" / "key.values"
+    values.write_bytes(change(values.read_bytes()))
+    file_map = hash_files(db, list_files(db))
+    (db / "manifest.json").write_bytes(render_manifest(file_map, database_hash(file_map)))
+    found = {(f.file, f.check) for f in check_database(db)}
+    assert ("tables/Teams/key.values", check) in found
+
+
+def test_composite_keys_spill_to_the_same_bytes(tmp_path):
+    """Composite keys and their index in the memory budget: the same database, spilled."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    years, codes = rng.integers(1900, 2000, n), rng.choice(["BS1", "CH1", "NY2", "PH1"], n)
+    seen, parent_rows = set(), []
+    for r in range(n):
+        if (int(years[r]), str(codes[r])) not in seen:
+            seen.add((int(years[r]), str(codes[r])))
+            parent_rows.append(r)
+    teams = pa.table({"yearID": years[parent_rows], "teamID": codes[parent_rows],
+                      "W": rng.integers(0, 100, len(parent_rows))})
+    picks = rng.integers(0, len(parent_rows), 2 * n)
+    batting = pa.table({"yearID": teams["yearID"].take(picks),
+                        "teamID": pa.array(teams["teamID"].take(picks).to_pylist(),
+                                           mask=rng.random(2 * n) < 0.05),
+                        "H": rng.integers(0, 200, 2 * n)})
+    toml = ('[tables.Teams]\nprimary_key = ["yearID", "teamID"]\n[tables.Batting.foreign_keys]\n'
+            'team = { columns = ["yearID", "teamID"], table = "Teams" }\n')
+    write_db(tmp_path / "in", {"Batting": batting, "Teams": teams}, toml)
+    in_memory = preprocess(tmp_path / "in", tmp_path / "ram", fsync=False, batch_rows=500)
+    spilled = preprocess(tmp_path / "in", tmp_path / "spill", fsync=False, batch_rows=500,
+                         memory_budget=0)
+    assert spilled.spilled_bytes > 0
+    assert spilled.database_hash == in_memory.database_hash
+    with open_database(tmp_path / "spill") as db:
+        teams_t, batting_t = db.tables
+        row_of = {teams_t.key(r): teams_t.row_offset + r for r in range(teams_t.num_rows)}
+        for r in range(0, 2 * n, 97):
+            team = batting["teamID"][r].as_py()
+            want = [] if team is None else [row_of[(batting["yearID"][r].as_py(), team)]]
+            assert db.graph.parents(batting_t.row_offset + r).tolist() == want
+
+
+def test_notes_with_control_characters_stay_comments():
+    from dlkit.db.schema.spec import parse_schema, render_schema
+
+    schema = parse_schema(BASEBALL_TOML)
+    text = render_schema(schema, {("Teams", "(yearID, teamID)"): "why\nnot = 1"},
+                         table_notes={"Batting": ["a\rb\nc = 2"]})
+    assert parse_schema(text) == schema
+    assert "# why\\x0anot = 1" in text and "# a\\x0db\\x0ac = 2" in text
+
+
+def test_a_composite_foreign_key_may_be_named_after_a_key_column_not_a_feature(tmp_path):
+    tables = _baseball()
+    named_as_part = BASEBALL_TOML.replace("team = {", "teamID = {")
+    write_db(tmp_path / "ok", tables, named_as_part)
+    report = preprocess(tmp_path / "ok", tmp_path / "db", fsync=False)
+    assert report.dangling == {"Batting.teamID": 1}
+    assert verify_database(tmp_path / "db").ok
+    write_db(tmp_path / "bad", tables, BASEBALL_TOML.replace("team = {", "H = {"))
+    with pytest.raises(SchemaError, match="foreign key 'H': a composite foreign key's name "
+                                          "cannot be a feature column"):
+        preprocess(tmp_path / "bad", tmp_path / "db2", fsync=False)

@@ -7,6 +7,7 @@ and People), checked against the draft and against a database built from it.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -141,4 +142,36 @@ def test_a_corrupt_page_is_bad_input(tmp_path):
         data[i] ^= 0x5A
     path.write_bytes(bytes(data))
     with pytest.raises(DataError, match="table 't': cannot read its Parquet data"):
+        infer_schema(root)
+
+
+def test_names_that_are_not_utf8_are_one_error(tmp_path):
+    from dlkit.errors import DlkitError
+
+    bad_column = tmp_path / "column"
+    bad_column.mkdir()
+    path = bad_column / "t.parquet"
+    pq.write_table(pa.table({"AAAAZ": [1, 2, 3], "id": [1, 2, 3]}), path, store_schema=False)
+    path.write_bytes(path.read_bytes().replace(b"AAAAZ", b"A\xffA\xfeZ"))
+    with pytest.raises(DlkitError, match="not UTF-8|can't decode"):
+        infer_schema(bad_column)
+    bad_file = tmp_path / "file"
+    bad_file.mkdir()
+    pq.write_table(pa.table({"id": [1, 2, 3]}), bad_file / "ok.parquet")
+    pq.write_table(pa.table({"id": [1, 2, 3]}), bad_file / "tmp.parquet")
+    os.rename(bytes(bad_file / "tmp.parquet"), bytes(bad_file) + b"/t\xff.parquet")
+    with pytest.raises(DlkitError):
+        infer_schema(bad_file)
+
+
+def test_deeply_nested_key_metadata_is_one_error(tmp_path):
+    from dlkit.errors import SchemaError
+
+    root = tmp_path / "in"
+    root.mkdir()
+    deep = "[" * 100_000 + "]" * 100_000
+    table = pa.table({"id": [1, 2, 3]}).replace_schema_metadata(
+        {"fkey_col_to_pkey_table": deep, "pkey_col": deep, "time_col": deep})
+    pq.write_table(table, root / "t.parquet")
+    with pytest.raises(SchemaError, match="nested too deeply"):
         infer_schema(root)

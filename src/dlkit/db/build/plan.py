@@ -143,10 +143,11 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
             for column in spec.fk_columns(name):
                 if column not in names:
                     raise _missing(src, column, "foreign key")
-            if name in spec.composite_fks and name in names:
+            if name in spec.composite_fks and name in names and \
+                    name not in spec.key_column_set():
                 raise SchemaError(f"table {spec.name!r}, foreign key {name!r}: a composite "
-                                  "foreign key's name cannot be a column of the table; "
-                                  "choose another name")
+                                  "foreign key's name cannot be a feature column of the "
+                                  "table; choose another name")
         for column in spec.exclude:
             if column not in names:
                 raise _missing(src, column, "excluded")

@@ -519,6 +519,15 @@ def toml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _comment(text: str) -> str:
+    """``text`` fit for a TOML comment: control characters (a newline in a column name)
+    escaped, as TOML forbids them there."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _render_key(key: PrimaryKey) -> str:
     if isinstance(key, str):
         return toml_str(key)
@@ -568,8 +577,9 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
     """TOML text of ``schema``; ``notes[(table, column)]`` become end-of-line comments (a
     composite key's: ``notes[(table, key_label(key))]``), ``table_notes[table]`` comment
     lines under the table's header."""
-    notes = notes or {}
-    table_notes = table_notes or {}
+    notes = {k: _comment(v) for k, v in (notes or {}).items()}
+    table_notes = {t: [_comment(line) for line in lines]
+                   for t, lines in (table_notes or {}).items()}
     out: list[str] = []
     if header:
         out.extend(f"# {line}".rstrip() for line in header.splitlines())

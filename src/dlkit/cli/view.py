@@ -1,0 +1,374 @@
+"""``dlkit info``, ``dlkit schema diagram``, ``dlkit view``, ``dlkit curves``: ways to see a
+database, its schema, the contexts the Sampler draws from it and how training went."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from dlkit.cli.app import app
+from dlkit.cli.console import console, err_console, plain, print_json, progress
+from dlkit.cli.db import schema_app
+from dlkit.cli.params import check_output_file
+from dlkit.errors import InvalidArgumentError
+from dlkit.text import counted
+
+if TYPE_CHECKING:
+    from dlkit.db.read.info import Degrees
+    from dlkit.db.read.mapped import Database
+    from dlkit.viewer.curves import Series
+    from dlkit.viewer.diagram import SchemaDiagram
+    from dlkit.viewer.page import PageOptions
+
+PANEL = "Seeing the data"
+DB_HELP = "Preprocessed database directory (made by `dlkit preprocess`)."
+
+
+def _int_list(text: str, what: str, minimum: int) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise InvalidArgumentError(f"{what} must be integers separated by commas, got {text!r}",
+                                   code="USAGE") from None
+    if any(not minimum <= v <= 65536 for v in values):
+        raise InvalidArgumentError(f"{what} must be in [{minimum}, 65536], got {text!r}",
+                                   code="USAGE")
+    return tuple(dict.fromkeys(values))
+
+
+def _utc(us: int | None) -> str:
+    if us is None:
+        return "-"
+    return (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
+            ).strftime("%Y-%m-%d %H:%M")
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _print_table(table: Table) -> None:
+    """A table at its natural width off a terminal (a pipe, a file): never wrapped or cut at
+    the 80 columns rich assumes there."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.console import Console
+
+    Console(file=console.file, width=100_000, color_system=None).print(table)
+
+
+def _degrees(d: Degrees) -> str:
+    return f"{d.p50:g} / {d.p99:g} / {d.max:,}"
+
+
+def _split_counts(db_path: Path, split_seed: int) -> dict[str, dict[str, int]]:
+    from dlkit.db import open_database
+    from dlkit.viewer.context import seeds_by_split
+
+    with open_database(db_path) as db:
+        return {t.name: {s: int(a.size) for s, a in seeds_by_split(
+            db, t.name, split_seed=split_seed).items()} for t in db.tasks}
+
+
+@app.command(rich_help_panel=PANEL)
+def info(
+    database: Path = typer.Argument(..., help=DB_HELP),
+    split_seed: int = typer.Option(0, "--split-seed", min=0,
+                                   help="Split seed of the hash splits whose seeds are counted."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
+                               help="Accepted for uniformity: info prints only its summary."),
+) -> None:
+    """What a database holds: tables, foreign keys, tasks, embeddings, size and hash.
+
+    Tables with their rows, columns by type and time range; foreign keys with their edges,
+    nulls, dangling keys and children per parent row (p50 / p99 / max); tasks with target,
+    type, seeds per split (hash splits by --split-seed), label lag, boundary and split rule.
+    Example:
+
+        dlkit info out/db --json | jq '.tasks[].name'
+    """
+    from dlkit.db import open_database
+    from dlkit.db.read.info import database_info
+
+    counts = _split_counts(database, split_seed)
+    with open_database(database) as db:
+        summary = database_info(db, seeds_per_split=counts)
+    if as_json:
+        print_json(summary.to_json())
+        return
+    console.print(f"[bold]{plain(summary.database_id)}[/]  {plain(summary.path)}  "
+                  f"{_human_bytes(summary.size_bytes)} in {counted(summary.num_files, 'file')}",
+                  highlight=False)
+    console.print(f"hash {summary.database_hash}", highlight=False)
+    console.print(f"{summary.num_rows:,} rows, {summary.num_edges:,} foreign-key edges",
+                  highlight=False)
+    tables = Table(title="tables", title_justify="left", header_style="bold")
+    for name in ("table", "rows", "key", "time column", "columns", "first", "last"):
+        tables.add_column(name, justify="right" if name == "rows" else "left")
+    for t in summary.tables:
+        columns = ", ".join(f"{n} {k}" for k, n in t.columns_by_type.items()) or "-"
+        tables.add_row(plain(t.name), f"{t.num_rows:,}", plain(t.primary_key or "-"),
+                       plain(t.time_column or "-"), columns, _utc(t.time_range.first_us),
+                       _utc(t.time_range.last_us))
+    _print_table(tables)
+    if summary.foreign_keys:
+        fks = Table(title="foreign keys", title_justify="left", header_style="bold")
+        for name in ("child.column", "parent", "edges", "null", "dangling",
+                     "children per parent p50/p99/max", "linked"):
+            fks.add_column(name, justify="left" if name in ("child.column", "parent") else "right")
+        for f in summary.foreign_keys:
+            fks.add_row(plain(f"{f.table}.{f.column}"), plain(f.parent), f"{f.num_edges:,}",
+                        f"{f.num_null:,}", f"{f.num_dangling:,}",
+                        _degrees(f.children_per_parent) + (" *" if f.shared_with else ""),
+                        f"{100 * f.linked_share:.1f}%")
+        _print_table(fks)
+    if summary.tasks:
+        tasks = Table(title="tasks", title_justify="left", header_style="bold")
+        for name in ("task", "table.target", "type", "seeds", "train/val/test", "split",
+                     "label lag", "boundary"):
+            tasks.add_column(name, justify="right" if name == "seeds" else "left")
+        for k in summary.tasks:
+            per = "/".join(f"{k.seeds_per_split.get(s, 0):,}" for s in ("train", "val", "test"))
+            tasks.add_row(plain(k.name), plain(f"{k.table}.{k.target}"), k.target_type,
+                          f"{k.num_seeds:,}", per, k.split_rule,
+                          f"{k.label_lag_us / 1e6:g} s" if k.label_lag_us else "0", k.boundary)
+        _print_table(tasks)
+    e = summary.embeddings
+    console.print(f"embeddings: {plain(e.embedder)}, text {e.text_dim}, column {e.column_dim}, "
+                  f"categorical {e.categorical_dim} dimensions; "
+                  f"{counted(e.num_texts, 'distinct text')}", highlight=False)
+    if any(f.shared_with for f in summary.foreign_keys):
+        console.print("* several keys of one table to the same parent: their degrees are "
+                      "counted together", highlight=False)
+
+
+def _diagram_of(source: Path) -> SchemaDiagram:
+    """The diagram of a database, a dlkit.toml, or a directory of Parquet tables (its
+    dlkit.toml, else a draft inferred from the data)."""
+    from dlkit.db.schema.spec import SCHEMA_FILE, load_schema
+    from dlkit.viewer.diagram import diagram_of_metadata, diagram_of_schema
+
+    if source.is_dir() and (source / "metadata.json").is_file() \
+            and (source / "manifest.json").is_file():
+        from dlkit.db import open_database
+
+        with open_database(source) as db:
+            return diagram_of_metadata(db.metadata_record)
+    if source.is_dir() and (source / SCHEMA_FILE).is_file():
+        return diagram_of_schema(load_schema(source / SCHEMA_FILE))
+    if source.is_dir():
+        from dlkit.db.schema.infer import infer_schema
+
+        schema, _text = infer_schema(source)
+        return diagram_of_schema(schema)
+    return diagram_of_schema(load_schema(source))
+
+
+_FORMATS = ("mermaid", "dot", "svg")
+_SUFFIXES = {".mmd": "mermaid", ".mermaid": "mermaid", ".md": "mermaid", ".dot": "dot",
+             ".gv": "dot", ".svg": "svg"}
+
+
+@schema_app.command("diagram")
+def schema_diagram(
+    source: Path = typer.Argument(
+        ..., help="A database directory, a dlkit.toml, or a directory of Parquet tables (its "
+                  "dlkit.toml, else a draft `schema infer` would write)."),
+    fmt: str = typer.Option("auto", "--format", "-f",
+                            help="mermaid, dot or svg (svg needs Graphviz's `dot`). auto: by "
+                                 "--out's suffix (.mmd .dot .gv .svg), else mermaid."),
+    out: Path = typer.Option(None, "--out", "-o", help="Write here (default: stdout)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print the diagram's tables and edges as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No note on stderr."),
+) -> None:
+    """Draw the schema: tables with keys and time columns, foreign keys as arrows (with edge
+    counts from a database), tasks marked.
+
+    Mermaid text renders on GitHub and in many editors; DOT and SVG come from Graphviz
+    (Debian: `apt-get install graphviz`). Examples:
+
+        dlkit schema diagram out/db -o schema.svg
+        dlkit schema diagram data/shop --format mermaid
+    """
+    from dlkit.atomic import atomic_write_bytes
+
+    if fmt == "auto":
+        fmt = _SUFFIXES.get(out.suffix.lower(), "mermaid") if out is not None else "mermaid"
+    if fmt not in _FORMATS:
+        raise InvalidArgumentError(f"--format must be one of auto, {', '.join(_FORMATS)}, got "
+                                   f"{fmt!r}", code="USAGE")
+    if out is not None:
+        check_output_file(out, overwrite)
+    diagram = _diagram_of(source)
+    if as_json:
+        print_json(diagram.to_json())
+        return
+    text = {"mermaid": diagram.to_mermaid, "dot": diagram.to_dot, "svg": diagram.to_svg}[fmt]()
+    if out is None:
+        sys.stdout.write(text)
+        return
+    atomic_write_bytes(out, text.encode("utf-8"), overwrite=overwrite)
+    if not quiet:
+        err_console.print(f"wrote {plain(out)} ({fmt}, "
+                          f"{counted(len(diagram.tables), 'table')}, "
+                          f"{counted(len(diagram.edges), 'foreign key')})", highlight=False)
+
+
+@app.command(rich_help_panel=PANEL)
+def view(
+    database: Path = typer.Argument(..., help=DB_HELP),
+    out: Path = typer.Option(None, "--out", "-o",
+                             help="Write the page here (default: DATABASE's name + .html in "
+                                  "the current directory)."),
+    serve: bool = typer.Option(False, "--serve",
+                               help="Serve the page on 127.0.0.1 instead of writing it: any "
+                                    "seed and any setting, computed on request (Ctrl-C stops)."),
+    port: int = typer.Option(0, "--port", min=0, max=65535,
+                             help="--serve's port (0: any free one; the URL is printed)."),
+    task: list[str] = typer.Option(None, "--task", "-t",
+                                   help="A task to show (repeat for several; default: all)."),
+    seeds: int = typer.Option(5, "--seeds", min=1, max=1000,
+                              help="Seeds per task and split written into the page."),
+    sequence_length: str = typer.Option(
+        "1024", "--sequence-length", "-S",
+        help="Sequence length S; several separated by commas (128,512,1024) to switch "
+             "between them in the page."),
+    max_rows: str = typer.Option("256", "--max-rows", "-R", help="Max rows R (or several)."),
+    bfs_child_width: str = typer.Option("16", "--bfs-child-width", "-W",
+                                        help="Children taken per row (or several)."),
+    seed: int = typer.Option(0, "--seed", "-s", min=0, help="Sampling seed (the BFS draws)."),
+    split_seed: int = typer.Option(0, "--split-seed", min=0, help="Split seed (hash splits)."),
+    step: int = typer.Option(
+        None, "--step", min=0,
+        help="Show the seeds of this step of each task's train, val and test stream (the "
+             "batches `dlkit batches` builds, at their epoch) instead of the first --seeds."),
+    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1,
+                                   help="--step's global batch size."),
+    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
+                                      help="--step's train order."),
+    record: list[Path] = typer.Option(
+        None, "--record", help="A training run's --record JSONL to plot (repeatable)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    as_json: bool = typer.Option(False, "--json", help="Print {output, contexts} as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary."),
+) -> None:
+    """See what the model sees: one HTML page (no server, no network) with every task's
+    sampled contexts.
+
+    Pick a task, a split and a seed: the page shows the BFS tree of rows (table, time,
+    depth, the row it was reached from, how many children of each table were visible and
+    how many the width took), the cells per row (nulls, hidden and target cells marked),
+    how much of the sequence is filled, the attention structure as a cell-by-cell picture,
+    the schema and, with --record, the training curves. Examples:
+
+        dlkit view out/db -o view.html -S 128,1024 -W 4,16
+        dlkit view out/db --step 1000 --batch-size 64 -o step1000.html
+        dlkit view out/db --serve --port 8765
+    """
+    from dlkit.atomic import atomic_write_bytes
+    from dlkit.db import open_database
+    from dlkit.sampler.splits import train_sampling_mode
+    from dlkit.viewer.curves import read_record
+    from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, render_page
+
+    knobs = knob_grid(_int_list(sequence_length, "--sequence-length", 1),
+                      _int_list(max_rows, "--max-rows", 1),
+                      _int_list(bfs_child_width, "--bfs-child-width", 0))
+    if serve and len(knobs) > 1:
+        raise InvalidArgumentError("--serve takes one value per setting (the page has a field "
+                                   "for each)", code="USAGE")
+    target = out if out is not None else Path(f"{database.resolve().name or 'database'}.html")
+    if not serve:
+        check_output_file(target, overwrite, inside=database, inside_what="the database")
+    curves = tuple(s for path in (record or ()) for s in read_record(path))
+    with open_database(database) as db:
+        known = [t.name for t in db.tasks]
+        for name in task or ():
+            if name not in known:
+                from difflib import get_close_matches
+
+                close = get_close_matches(name, known, n=1)
+                raise InvalidArgumentError(
+                    f"no task {name!r} in {database}" + (f"; did you mean {close[0]!r}?" if close
+                                                         else f"; tasks: {', '.join(known)}"),
+                    code="USAGE")
+        options = PageOptions(knobs=knobs, seeds_per_split=seeds, seed=seed,
+                              split_seed=split_seed, tasks=tuple(task) if task else None,
+                              step=step, batch_size=batch_size,
+                              sampling_mode=train_sampling_mode(sampling_mode))
+        if serve:
+            _serve(db, options, curves, port, quiet)
+            return
+        with progress(enabled=not quiet) as bar:
+            job = bar.add_task("sampling contexts", total=num_contexts(db, options))
+            data = page_data(db, options, Mode.STATIC, curves,
+                             progress=lambda n: bar.advance(job, n))
+    page = render_page(data)
+    atomic_write_bytes(target, page.encode("utf-8"), overwrite=overwrite)
+    if as_json:
+        print_json({"output": str(target), "contexts": len(data["contexts"]),
+                    "bytes": len(page.encode("utf-8"))})
+    elif not quiet:
+        err_console.print(f"wrote {plain(target)}: {counted(len(data['contexts']), 'context')}, "
+                          f"{_human_bytes(len(page.encode('utf-8')))}; open it in a browser",
+                          highlight=False)
+
+
+def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port: int,
+           quiet: bool) -> None:
+    """Serve the page until interrupted; its URL is the one line on stdout."""
+    from dlkit.errors import OutputError
+    from dlkit.viewer.page import Mode, page_data, render_page
+    from dlkit.viewer.serve import make_server
+
+    page = render_page(page_data(db, options, Mode.SERVE, curves))
+    try:
+        server = make_server(db, page, port=port, seed=options.seed)
+    except OSError as exc:
+        raise OutputError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    host, bound = str(server.server_address[0]), int(server.server_address[1])
+    if not quiet:
+        err_console.print(f"serving {plain(db.path)} on http://{host}:{bound}/ (Ctrl-C stops)",
+                          highlight=False)
+    print(f"http://{host}:{bound}/", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+@app.command(rich_help_panel=PANEL)
+def curves(
+    record: list[Path] = typer.Argument(..., help="--record JSONL files of training runs."),
+    out: Path = typer.Option(..., "--out", "-o", help="The SVG file to write."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
+) -> None:
+    """Plot training curves (loss and any other number per step) of the examples' --record
+    files as one SVG.
+
+        dlkit curves run.jsonl -o curves.svg
+    """
+    from dlkit.atomic import atomic_write_bytes
+    from dlkit.viewer.curves import curves_svg, read_record
+
+    check_output_file(out, overwrite)
+    series = tuple(s for path in record for s in read_record(path))
+    atomic_write_bytes(out, curves_svg(series).encode("utf-8"), overwrite=overwrite)
+    if not quiet:
+        err_console.print(f"wrote {plain(out)}: {', '.join(plain(s.name) for s in series)}",
+                          highlight=False)

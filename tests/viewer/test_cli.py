@@ -1,0 +1,61 @@
+"""``dlkit info``, ``dlkit view`` and ``dlkit curves`` from the shell: output, --json, and one
+clean line for each bad input."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli.helpers import assert_clean_failure, run_dlkit
+
+
+def test_info_prints_tables_keys_and_tasks(example_db):
+    text = run_dlkit("info", example_db)
+    assert text.returncode == 0, text.stderr.decode()
+    out = text.stdout.decode()
+    for word in ("example-shop", "users", "review_rating", "hashed-char-ngram"):
+        assert word in out
+    doc = json.loads(run_dlkit("info", example_db, "--json").stdout)
+    rating = next(t for t in doc["tasks"] if t["name"] == "review_rating")
+    assert sum(rating["seeds_per_split"].values()) == rating["num_seeds"]
+    other = json.loads(run_dlkit("info", example_db, "--json", "--split-seed", "7").stdout)
+    moved = next(t for t in other["tasks"] if t["name"] == "review_rating")
+    assert moved["seeds_per_split"] != rating["seeds_per_split"]  # the split seed is used
+
+
+def test_info_of_a_directory_that_is_no_database(tmp_path):
+    assert_clean_failure(run_dlkit("info", tmp_path), "NOT_A_DATABASE")
+
+
+def test_view_refuses_an_unknown_task_with_a_suggestion(example_db, tmp_path):
+    err = assert_clean_failure(
+        run_dlkit("view", example_db, "-o", tmp_path / "v.html", "--task", "review_ratin"),
+        "USAGE")
+    assert "did you mean 'review_rating'" in err
+    assert not (tmp_path / "v.html").exists()
+    assert_clean_failure(run_dlkit("view", example_db, "-S", "12,x"), "USAGE")
+
+
+def test_view_json_and_no_overwrite(example_db, tmp_path):
+    out = tmp_path / "v.html"
+    done = json.loads(run_dlkit("view", example_db, "-o", out, "--seeds", "1", "-S", "32",
+                                "--json").stdout)
+    assert done["output"] == str(out) and done["contexts"] > 0
+    assert out.stat().st_size == done["bytes"]
+    assert_clean_failure(run_dlkit("view", example_db, "-o", out), "OUTPUT_ERROR")
+
+
+def test_curves_plots_every_numeric_series(tmp_path):
+    record = tmp_path / "run.jsonl"
+    record.write_text("".join(json.dumps({"step": k, "task_idx": 0, "loss": 2.0 / (k + 1),
+                                          "params": ["x"], "metric": k * 0.1}) + "\n"
+                              for k in range(30)))
+    out = tmp_path / "c.svg"
+    result = run_dlkit("curves", record, "-o", out)
+    assert result.returncode == 0, result.stderr.decode()
+    svg = out.read_text()
+    assert 'data-series="loss"' in svg and 'data-series="metric"' in svg
+    assert 'data-series="step"' not in svg and 'data-series="task_idx"' not in svg
+    record.write_text('{"step": 0, "loss": 1}\nnot json\n')
+    err = assert_clean_failure(run_dlkit("curves", record, "-o", tmp_path / "d.svg"),
+                               "INPUT_INVALID")
+    assert "line 2" in err
