@@ -366,3 +366,93 @@ def import_relbench(
                memory_budget=None,  # type: ignore[arg-type]  # typer declares it str
                no_fsync=no_fsync,
                as_json=as_json, quiet=quiet)
+
+
+@import_app.command("sql")
+def import_sql(
+    url: str = typer.Argument(..., help="The database: sqlite:///PATH, duckdb:///PATH (four "
+                                        "slashes for an absolute path) or "
+                                        "postgresql://[USER@]HOST[:PORT]/DB "
+                                        "(postgresql:///DB?host=/socket/dir for a Unix socket; "
+                                        "?schema=NAME picks a SQL schema)."),
+    output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
+    schema: Path = typer.Option(None, "--schema",
+                                help="A partial dlkit.toml merged over what the catalog says "
+                                     "(time columns, types, exclusions, tasks; see "
+                                     "docs/schema.md)."),
+    time: list[str] = typer.Option(None, "--time", metavar="<table.column>",
+                                   help="A table's time column (repeat for several tables)."),
+    exclude_table: list[str] = typer.Option(None, "--exclude-table", metavar="<table>",
+                                            help="A table to leave out (repeat for several)."),
+    name: str = typer.Option(None, "--name", help="Database id (default: the database's name)."),
+    schema_out: Path = typer.Option(None, "--schema-out",
+                                    help="Where to write the dlkit.toml the database was built "
+                                         "from (default: OUTPUT.dlkit.toml beside it; `dlkit "
+                                         "import sql URL OUTPUT --schema FILE` builds it again)."),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace an existing database at OUTPUT (atomically) and "
+                                        "an existing schema file."),
+    on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
+                                    help="Foreign keys pointing to a missing parent: drop (keep "
+                                         "the row, drop the edge, report) or error."),
+    batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
+                                   help="Rows per record batch read from the database (the "
+                                        "output does not depend on it)."),
+    embedder: str = typer.Option("hashed", "--embedder",
+                                 help="Text embedder: 'hashed' (built in, no download) or "
+                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+    embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
+    memory_budget: str = typer.Option(None, "--memory-budget",
+                                      help="Memory for the build's working arrays, e.g. 2G (see "
+                                           "`dlkit preprocess --help`)."),
+    no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary on stderr."),
+) -> None:
+    """Turn a SQL database (SQLite, DuckDB, PostgreSQL) into a dlkit database in one command.
+
+    Tables, primary keys and foreign keys (composite ones included) come from the database's
+    catalog; time columns, types and tasks from --time or a partial schema (--schema). Rows
+    stream through Parquet files in a scratch directory beside OUTPUT (removed afterwards),
+    so the database is the one `dlkit preprocess` builds from the same rows in Parquet.
+    Needs the `sql` extra: pip install 'dlkit[sql]'. Example:
+
+        dlkit import sql sqlite:///shop.db out/shop --time orders.created_at
+    """
+    from dlkit.db.build.embed import load_embedder
+    from dlkit.db.build.sql_source import import_sql as run
+    from dlkit.db.build.writer import ON_DANGLING
+    from dlkit.db.schema.sql_schema import SqlSchemaOptions
+
+    if on_dangling not in ON_DANGLING:
+        raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
+    emb = load_embedder(embedder, embedding_dim)
+    budget = None if memory_budget is None else parse_size(memory_budget, "--memory-budget")
+    if schema_out is not None:  # before the work: a refused output wastes none of it
+        check_output_file(schema_out, overwrite, inputs={} if schema is None else
+                          {"the partial schema": schema})
+    options = SqlSchemaOptions(time_columns=tuple(time or ()),
+                               exclude_tables=tuple(exclude_table or ()), name=name)
+    kwargs: dict = dict(partial=schema, options=options, schema_out=schema_out,
+                        overwrite=overwrite, on_dangling=on_dangling, batch_rows=batch_rows,
+                        embedder=emb, fsync=not no_fsync, memory_budget=budget)
+    if not quiet and not as_json:
+        with RichProgress() as sink:
+            report = run(url, output, progress=sink, **kwargs)  # type: ignore[arg-type]
+    else:
+        report = run(url, output, **kwargs)
+    build = report.build
+    if as_json:
+        print_json(report.to_json())
+    for warning in build.warnings:  # not a summary: --quiet and --json keep them
+        err_console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
+    if as_json or quiet:
+        return
+    for note in report.notes:
+        err_console.print(f"note: {plain(note)}", highlight=False)
+    err_console.print(f"[bold green]imported[/] {plain(report.url)} -> {plain(output)}  "
+                      f"({counted(build.num_tables, 'table')}, {build.num_rows:,} rows, "
+                      f"{build.num_edges:,} edges, {build.seconds:.2f} s)", highlight=False)
+    if report.schema_path is not None:
+        err_console.print(f"schema written to {plain(report.schema_path)}", highlight=False)
+    err_console.print(f"database hash [bold]{build.database_hash}[/]", highlight=False)
