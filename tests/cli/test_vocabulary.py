@@ -49,6 +49,8 @@ def _commands(db: Path, tmp: Path) -> dict[str, list]:
     manifest = tmp / "m.json"
     manifest.write_text(json.dumps(manifest_dict(70, 8, 16)))
     golden = one_case_golden(tmp / "g.json")
+    record = tmp / "run.jsonl"
+    record.write_text('{"step": 0, "loss": 1.5}\n{"step": 1, "loss": 1.25}\n')
     sqlite = tmp / "shop.sqlite"
     with contextlib.closing(sqlite3.connect(sqlite)) as con:
         con.executescript("CREATE TABLE u (id INTEGER PRIMARY KEY, x REAL);"
@@ -68,6 +70,10 @@ def _commands(db: Path, tmp: Path) -> dict[str, list]:
         "show": ["show", db, "--task", "review_rating", "--anchor", 3, "-S", 32],
         "bench": ["bench", "--workload", "gather", "--steps", 8, "--rows", 4096, "--no-torch"],
         "import sql": ["import", "sql", f"sqlite:///{sqlite}", tmp / "sq{n}", "--no-fsync"],
+        "info": ["info", db],
+        "schema diagram": ["schema", "diagram", db, "--format", "dot"],
+        "view": ["view", db, "-o", tmp / "v{n}.html", "--seeds", 1, "-S", 32],
+        "curves": ["curves", record, "-o", tmp / "c{n}.svg"],
     }
 
 

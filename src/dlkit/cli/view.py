@@ -363,6 +363,7 @@ def curves(
     record: list[Path] = typer.Argument(..., help="--record JSONL files of training runs."),
     out: Path = typer.Option(..., "--out", "-o", help="The SVG file to write."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    as_json: bool = typer.Option(False, "--json", help="Print {output, series} as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
 ) -> None:
     """Plot training curves (loss and any other number per step) of the examples' --record
@@ -376,6 +377,8 @@ def curves(
     check_output_file(out, overwrite)
     series = tuple(s for path in record for s in read_record(path))
     atomic_write_bytes(out, curves_svg(series).encode("utf-8"), overwrite=overwrite)
-    if not quiet:
+    if as_json:
+        print_json({"output": str(out), "series": [s.name for s in series]})
+    elif not quiet:
         err_console.print(f"wrote {plain(out)}: {', '.join(plain(s.name) for s in series)}",
                           highlight=False)
