@@ -34,13 +34,13 @@ from dlkit.core.records import (
 )
 from dlkit.db.schema.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
+from dlkit.sampler.aggregates import kernel_aggregates
 from dlkit.sampler.catalog import (
     ColumnCatalog,
     RowRecords,
     build_catalog,
     readonly_view,
 )
-from dlkit.sampler.aggregates import kernel_aggregates
 from dlkit.sampler.hugepages import memory_path
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.shared import PrivateMemory, SegmentSizer, SharedSegment, segment_key

@@ -20,8 +20,8 @@ from dlkit.core.codes import BOOLEAN, CATEGORICAL, NUMERIC, TEXT, TIMESTAMP
 from dlkit.core.lists import EMPTY_LISTS, append_array
 from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
 from dlkit.db.schema.task_rules import rules_of
-from dlkit.sampler.aggregates import aggregate_cells
 from dlkit.errors import DatabaseError
+from dlkit.sampler.aggregates import aggregate_cells
 
 _VALUE_DTYPES = {NUMERIC: np.float64, BOOLEAN: np.uint8, TIMESTAMP: np.int64,
                  CATEGORICAL: np.int32, TEXT: np.int64}

@@ -220,7 +220,8 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         target = bool(a["is_target"][0, p])
         hidden = bool(a["is_hidden"][0, p])
         if catalog.is_aggregate(c):
-            cell = getattr(db, "aggregates").cells[int(catalog.col_agg[c])]
+            cells: Any = db.aggregates.cells  # type: ignore[attr-defined]
+            cell = cells[int(catalog.col_agg[c])]
             null = bool(a["is_null"][0, p])
             number = aggregate_value(cell, float(a["numeric_values"][0, p]))
             shown = HIDDEN if hidden else NULL if null else f"{number:.6g}"

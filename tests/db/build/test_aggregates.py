@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlkit.db import check_database, open_database, preprocess, verify_database
 from dlkit.db import aggregates as agg
+from dlkit.db import check_database, open_database, preprocess, verify_database
 from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
 from dlkit.errors import SchemaError
 from tests.db.conftest import EXAMPLE
