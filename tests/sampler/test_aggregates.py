@@ -255,3 +255,30 @@ def test_aggregate_cells_follow_their_row_and_take_their_column_ids(tmp_path: Pa
                              "mean of x of events of users"]
         emb = np.asarray(db.aggregates.embeddings)
         assert emb.shape == (6, db.metadata["embeddings"]["column_dim"])
+
+
+def test_huge_page_copies_give_the_same_aggregate_cells(tmp_path: Path):
+    """Row records (huge-page copies) and column arrays (memory map) fill the same batches:
+    both leave the aggregate cells to the prefix sums."""
+    users = {"uid": [0, 1, 2], "t": [5, 6, 6], "a": [1.0, None, 2.0]}
+    events = {"eid": list(range(8)), "uid": [0, 0, 1, 2, 2, 2, None, 1],
+              "t": [1, 2, 3, None, 6, 6, 1, 7], "x": [1.5, None, 4.0, 2.0, -3.0, 8.0, 1.0, 2.0],
+              "flag": [True, None, False, True, True, None, False, True]}
+    visits = {"vid": [0, 1], "uid": [1, 2], "t": [1, 6]}
+    src = write_db(tmp_path / "src", {"users": _table(users), "events": _table(events),
+                                      "visits": _table(visits)}, _toml(1, True, True))
+    preprocess(src, tmp_path / "db", fsync=False)
+    with open_database(tmp_path / "db") as db:
+        batches = []
+        for huge in (False, True):
+            builder = BatchBuilder(db, BatchConfig(sequence_length=48, max_rows=8,
+                                                   bfs_child_width=1, huge_pages=huge), seed=5)
+            assert builder.rows.words.size > 0 if huge else builder.rows.words.size == 0
+            batches.append([builder.build(t, np.arange(t.num_seeds), epoch=1).arrays
+                            for t in builder.tasks])
+            builder.release()
+        for plain, copied in zip(*batches):
+            for key in plain:
+                np.testing.assert_array_equal(plain[key], copied[key], err_msg=key)
+        num_columns = db.metadata["num_columns"]
+        assert any((b["column_ids"] >= num_columns).any() for b in batches[0])
