@@ -282,3 +282,29 @@ def test_huge_page_copies_give_the_same_aggregate_cells(tmp_path: Path):
                 np.testing.assert_array_equal(plain[key], copied[key], err_msg=key)
         num_columns = db.metadata["num_columns"]
         assert any((b["column_ids"] >= num_columns).any() for b in batches[0])
+
+
+def test_show_lists_the_aggregate_cells_with_their_as_of_values(tmp_path: Path):
+    from dlkit.sampler.inspect import describe_sequence
+
+    users = {"uid": [0, 1], "t": [0, 5], "a": [1.0, 2.0]}
+    events = {"eid": [0, 1, 2, 3], "uid": [1, 1, 1, 0], "t": [1, 3, 6, 1],
+              "x": [10.0, None, 7.0, 1.0], "flag": [True, False, True, None]}
+    visits = {"vid": [0], "uid": [1], "t": [5]}
+    src = write_db(tmp_path / "src", {"users": _table(users), "events": _table(events),
+                                      "visits": _table(visits)}, _toml(0, False, True))
+    preprocess(src, tmp_path / "db", fsync=False)
+    view = describe_sequence(tmp_path / "db", "us", anchor_row=1, sequence_length=64)
+    seed = view.rows[0]
+    cells = {c.column: c for c in seed.cells}
+    # user 1 observed at 5: events at 1 and 3 are visible (x = 10 and null), the one at 6 not
+    assert cells["number of events of users"].typed == 2
+    assert cells["sum of x of events of users"].typed == pytest.approx(10.0, rel=1e-5)
+    assert cells["mean of x of events of users"].typed == pytest.approx(10.0, rel=1e-5)
+    assert cells["sum of flag of events of users"].typed == pytest.approx(1.0, rel=1e-5)
+    assert cells["mean of flag of events of users"].typed == pytest.approx(0.5, rel=1e-5)
+    assert cells["number of visits of users"].typed == 1  # at 5: at the observation time
+    assert cells["number of visits of users"].value == "1"
+    assert not seed.truncated
+    cut = describe_sequence(tmp_path / "db", "us", anchor_row=1, sequence_length=4)
+    assert cut.rows[0].truncated  # 2 columns and 2 of the 6 aggregate cells
