@@ -22,6 +22,7 @@ from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import RunManifest
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
+from dlkit.sampler.aggregates import column_embeddings
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.batch import BatchBuilder, BuiltBatch
 from dlkit.sampler.channel import BatchChannel, build_job
@@ -268,9 +269,10 @@ class Sampler:
     # --- tables and metadata ------------------------------------------------------------------
 
     def column_embeddings(self) -> np.ndarray:
-        """``[C, D]`` float16 column-name embeddings (a copy, to upload once)."""
+        """``[C, D]`` float16 column-name embeddings (a copy, to upload once); with as-of
+        aggregate cells, their embeddings follow the columns' (rows ``num_columns ..``)."""
         self._check_open()
-        return np.array(self._db.column_embeddings(), dtype=np.float16)
+        return column_embeddings(self._db)
 
     def categorical_embeddings(self) -> np.ndarray:
         """``[Vc, D]`` float16 category embeddings (a copy, to upload once)."""

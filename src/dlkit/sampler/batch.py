@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.core.aggregates import Aggregates
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records, table_links_of
 from dlkit.core.codes import CATEGORICAL
 from dlkit.core.collate import build_sequences
@@ -33,6 +34,7 @@ from dlkit.core.records import (
 )
 from dlkit.db.schema.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
+from dlkit.sampler.aggregates import kernel_aggregates
 from dlkit.sampler.catalog import (
     ColumnCatalog,
     RowRecords,
@@ -280,6 +282,7 @@ class KernelInputs:
     column_lists: ColumnLists
     row_values: RowValues
     walk: Walk
+    aggregates: Aggregates
 
 
 @dataclass(frozen=True)
@@ -343,7 +346,7 @@ class BatchBuilder:
         self.inputs: KernelInputs | None = self._kernel_inputs()
         self.tasks = tuple(self._task_view(task) for task in db.tasks)
         for view in self.tasks:
-            cells = int(self.catalog.table_num_cells[view.table_index])
+            cells = int(self.catalog.table_num_features[view.table_index])
             if config.sequence_length < cells:
                 raise InvalidArgumentError(
                     f"sequence_length {config.sequence_length} is shorter than the {cells} cells "
@@ -398,7 +401,8 @@ class BatchBuilder:
         links = table_links_of(g.parent_offsets, g.child_offsets, catalog.table_offsets)
         return KernelInputs(g.kernel_graph(), catalog.kernel_tables(links),
                             catalog.kernel_columns(), catalog.kernel_lists(),
-                            self.rows.kernel_values(), self.config.walk)
+                            self.rows.kernel_values(), self.config.walk,
+                            kernel_aggregates(self.db, catalog, g.child_offsets))
 
     def label_info(self, task: TaskView) -> LabelInfo:
         """What ``task``'s labels are (see ``dlkit.sampler.labels``)."""
@@ -458,7 +462,7 @@ class BatchBuilder:
         cells, unique = build_sequences(
             seeds, np.uint64(self.seed), np.uint64(epoch), task.kernel_task, inputs.walk,
             inputs.graph, inputs.tables, inputs.columns, inputs.column_lists, inputs.row_values,
-            out, visits)
+            out, visits, inputs.aggregates)
         D = self.text_bits.shape[1]
         bits = np.empty((unique.shape[0], D), np.uint16)
         gather_rows(self.text_bits, unique, bits)

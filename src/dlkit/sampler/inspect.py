@@ -9,6 +9,7 @@ included -- without anyone decoding arrays by hand.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,19 @@ def typed_value(db: SamplerDatabase, column: Any, local: int) -> Any:
     return text_of(int(v)) if text_of is not None else int(v)
 
 
+def aggregate_value(cell: Any, encoded: float) -> float:
+    """The as-of value an aggregate cell holds, from its encoding (docs/batch_format.md):
+    a count exactly (an integer), a sum or mean to about float32 precision."""
+    value = encoded * float(cell.std) + float(cell.mean)
+    if cell.kind == "count":
+        return float(round(math.expm1(value)))
+    if cell.kind == "sum":
+        if abs(value) < 1e-6:  # a float32 z-score's rounding around an empty sum
+            return 0.0
+        return math.copysign(math.expm1(abs(value)), value)
+    return value
+
+
 def _typed_key(table: Any, local: int) -> Any:
     key = getattr(table, "key", None)
     try:
@@ -205,9 +219,18 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         table_name, column_name = catalog.names[c]
         row = int(built.visited_rows[0, i])
         table, local = db.row_of(row)
-        column = _column(table, column_name, row)
         target = bool(a["is_target"][0, p])
         hidden = bool(a["is_hidden"][0, p])
+        if catalog.is_aggregate(c):
+            cells: Any = db.aggregates.cells  # type: ignore[attr-defined]
+            cell = cells[int(catalog.col_agg[c])]
+            null = bool(a["is_null"][0, p])
+            number = aggregate_value(cell, float(a["numeric_values"][0, p]))
+            shown = HIDDEN if hidden else NULL if null else f"{number:.6g}"
+            rows_cells[i].append(CellView(p, column_name, "numeric", shown, null, False, hidden,
+                                          shown if hidden else None if null else number))
+            continue
+        column = _column(table, column_name, row)
         value = MASKED if target else HIDDEN if hidden else format_value(db, column, local)
         typed = value if target or hidden else typed_value(db, column, local)
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
@@ -223,7 +246,8 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         rows.append(RowView(i, table.name, local, _key_of(table, local),
                             format_time(int(db.graph.row_times[row]), compact=True),
                             int(built.visited_depth[0, i]), reached, tuple(rows_cells[i]),
-                            len(rows_cells[i]) < len(table.columns), _typed_key(table, local),
+                            len(rows_cells[i]) < int(catalog.table_num_cells[table.index]),
+                            _typed_key(table, local),
                             format_time(int(db.graph.row_times[row])), source, row))
     task = builder.task(built.task)
     seed_table = db.tables[task.table_index]

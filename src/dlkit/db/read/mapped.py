@@ -208,8 +208,10 @@ class Database:
     def __init__(self, path: Path, metadata: DatabaseMetadata, manifest_files: dict[str, dict],
                  recorded_hash: bytes, maps: FileMaps, tables: tuple[TableData, ...], graph: Graph,
                  tasks: tuple[TaskData, ...], embeddings: dict[str, np.ndarray],
-                 texts: tuple[np.ndarray, np.ndarray]):
+                 texts: tuple[np.ndarray, np.ndarray], aggregates: Any = None):
         self.path = path
+        # the as-of aggregate cells (dlkit.db.read.aggregates.AggregateData), None without
+        self.aggregates = aggregates
         self.metadata_record = metadata
         self.manifest_files = manifest_files
         self.database_hash = recorded_hash
