@@ -319,8 +319,11 @@ class Sampler:
             if not isinstance(theirs, Mapping):  # missing or not a map: every entry differs
                 raise CheckpointError("the state was taken from a different configuration: "
                                       "config is malformed")
-            diffs = [f"{k}: state has {theirs.get(k)!r}, sampler has {v!r}" for k, v in
-                     mine.items() if theirs.get(k) != v]
+            # An entry recorded only when not the default is compared with its default.
+            defaults = {"bfs_child_policy": ChildPolicy.UNIFORM.value}
+            ours, other = {**defaults, **mine}, {**defaults, **theirs}
+            diffs = [f"{k}: state has {other.get(k)!r}, sampler has {v!r}" for k, v in
+                     ours.items() if other.get(k) != v]
             raise CheckpointError("the state was taken from a different configuration: "
                                   + "; ".join(diffs or ["config is malformed"]))
         restores = []
