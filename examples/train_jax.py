@@ -30,7 +30,9 @@ batch, and so a checkpoint's continuation, does not depend on the number of proc
 The model reads the batch's structure (docs/batch_format.md): a token per cell (a value
 encoder per semantic type, plus the column's name embedding from the resident table, plus
 null/target flags), then layers whose attention heads each see one relation: cells of the same
-row, cells of the row's foreign-key parents, cells of its children, cells of the same column.
+row and of the same column (windows of the sorted cell orders), the row's foreign-key parents
+and its children (attention between rows over ``fk_adj``): the torch example's attention,
+the same math (``relation_attention``; tests/examples/test_attention.py compares them).
 The target cell's final state feeds one decoder head for the task's target type. It is the
 torch example's model made smaller: one attention per layer (a head per relation) where torch
 has four, and the loss of the task's type only (seeds never have a null target).

@@ -19,13 +19,16 @@ The model follows the batch's structure (docs/batch_format.md), not a flat seque
   the 15 timestamp features; the frozen categorical and text embeddings through learned
   projections), a learned vector for null cells and one for the hidden target cell, plus the
   column's name embedding (the frozen column table through a learned projection);
-* layers whose attention heads each see one relation between cells: the same row, the rows
-  this row points to (foreign-key parents, from ``fk_adj``), the rows pointing to it
-  (children), the same column. Each mask includes the diagonal, so every position attends at
-  least to itself; padding attends only to itself and nothing attends to padding. Attention
-  is QK-normalised in float32 (``q / max(|q|, 1e-6)``, a ``-1e9`` additive mask). The masks
-  are dense [S, S] (cheap at CPU-sized S); ``col_perm`` / ``out_perm`` / ``in_perm`` serve
-  kernels that sort cells into blocks instead, for long sequences;
+* layers whose attention heads each see one relation, at a cost linear in S (no S x S
+  mask): the same row and the same column through the sorted cell orders ``out_perm`` /
+  ``col_perm`` (blocks of ``--attention-block`` cells, each attending to itself and its two
+  neighbours where the row / column matches: ``window_attention``), the rows this row
+  points to (foreign-key parents, from ``fk_adj``) and the rows pointing to it (children)
+  between rows (``row_attention``: a row's q, k, v the means of its cells', the result
+  given to each of its cells). Every position attends at least to itself; padding only to
+  itself and nothing attends to padding. Attention is QK-normalised in float32
+  (``q / max(|q|, 1e-6)``, a ``-1e9`` fill); ``relation_masks`` is the dense definition the
+  tests compare with;
 * the target cell's final state feeds one decoder head per target type, and the loss is the
   null-aware dispatch: ``null_loss + (1 - target_is_null) * type_loss`` with ``type_loss``
   picked from the four heads' losses by the batch's ``target_stype``.

@@ -191,7 +191,8 @@ def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *, se
     db, owned = open_db(db_path)
     try:
         builder = BatchBuilder(db, BatchConfig(sequence_length, max_rows, bfs_child_width,
-                                               bfs_child_policy=bfs_child_policy),
+                                               bfs_child_policy=ChildPolicy.parse(
+                                                   bfs_child_policy)),
                                check_seed(seed, "seed"))
         view = builder.task(task)
         matches = np.flatnonzero(view.anchor_row == anchor_row)
