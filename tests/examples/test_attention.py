@@ -166,3 +166,20 @@ def test_learning_rate_schedule(schedule):
     jax_lr = train_jax.lr_schedule(args)
     np.testing.assert_allclose([float(jax_lr(step)) for step in range(0, 200, 7)], lr[::7],
                                rtol=1e-5)
+
+
+def test_sampler_knobs_are_flags_and_part_of_the_fingerprint():
+    base = ["--db", "d", "--task", "t", "--steps", "1", "--sequence-length", "256"]
+    args = common.parse_args("torch", base)
+    assert (args.rows, args.bfs_child_width, args.bfs_child_policy, args.attention_block,
+            args.schedule) == (256, 16, "uniform", 32, "cosine")
+    other = common.parse_args("jax", base + ["--max-rows", "64", "--bfs-child-width", "4",
+                                             "--bfs-child-policy", "quota",
+                                             "--attention-block", "8"])
+    assert (other.rows, other.bfs_child_width, other.bfs_child_policy,
+            other.attention_block) == (64, 4, "quota", 8)
+    mine, theirs = common.fingerprint(args, "torch"), common.fingerprint(other, "torch")
+    assert {k for k in mine if mine[k] != theirs[k]} == {"max_rows", "bfs_child_width",
+                                                         "bfs_child_policy", "attention_block"}
+    with pytest.raises(SystemExit):
+        common.parse_args("torch", base + ["--bfs-child-policy", "newest"])
