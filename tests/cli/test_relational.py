@@ -93,17 +93,22 @@ def test_manifest_help_says_to_sample_val_and_test_with_stage_eval(dlkit):
     assert "dlkit sample --stage eval" in text and "in order either way" not in text
 
 
-def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path):
+@pytest.mark.parametrize("policy", [None, "recent", "quota"])
+def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path, policy):
     out = tmp_path / "batches"
+    extra = ["--bfs-child-width", 1, "--bfs-child-policy", policy] if policy else []
     result = dlkit("batches", db_path, "--task", "order_status", "--split", "train", "--steps", 3,
-                   "--out", out, "--seed", 7, "-b", 4, "-S", 128, "-R", 16, "--json")
+                   "--out", out, "--seed", 7, "-b", 4, "-S", 128, "-R", 16, "--json", *extra)
     assert result.returncode == 0, result.stderr
     files = sorted(out.glob("step_*.npz"))
     assert len(files) == 3
     index = json.loads((out / "index.json").read_text())
+    # The index records a policy other than the default (and nothing for the default).
+    assert index["request"].get("bfs_child_policy") == policy
     # The multi-task Sampler yields the same batches for this task, in the same order.
+    knobs = dict(bfs_child_width=1, bfs_child_policy=policy) if policy else {}
     with Sampler(db_path, 0, 1, seed=7, batch_size=4, sequence_length=128, max_rows=16,
-                 num_prefetch=0) as s:
+                 num_prefetch=0, **knobs) as s:
         ours = []
         while len(ours) < 3:
             built = s.next_built_batch("train")
