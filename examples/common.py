@@ -155,8 +155,8 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
     parser.add_argument("--batch-size", type=_positive_int, default=32,
                         help="GLOBAL batch: each of the world-size ranks takes "
                              "batch-size / world-size sequences (default 32)")
-    parser.add_argument("--sequence-length", type=_positive_int, default=128,
-                        help="cells per sequence (default 128)")
+    parser.add_argument("--sequence-length", type=_positive_int, default=512,
+                        help="cells per sequence (default 512)")
     parser.add_argument("--context", choices=CONTEXTS, default="full",
                         help="anchor-only: keep only the anchor row's cells (an ablation)")
     parser.add_argument("--checkpoint-dir", default=None,
