@@ -2,11 +2,12 @@
 """How much of a seed's own history its sequence holds, per child policy, width and length.
 
 For seeds of one task, the *entities* of a seed are its row and the row's foreign-key parents
-(a ballot's player, an order's user). For each child table of an entity this counts the
-entity's children visible at the observation time and how many of them the sequence took, and
-whether the latest visible one is in it: the figures the choice of ``bfs_child_width``,
-``bfs_child_policy`` and the sequence length is made from (docs/batch_format.md, "Child
-policies")::
+(a ballot's player, an order's user). For each child table this counts the entities'
+children visible at the observation time, how many of them the sequence took, and whether
+the latest visible one of them all is in it (with several parents, e.g. a salary's player and
+team, that is often another entity's: the team's other salaries of the same day): the
+figures the choice of ``bfs_child_width``, ``bfs_child_policy`` and the sequence length is
+made from (docs/batch_format.md, "Child policies")::
 
     python benchmarks/context_coverage.py out/db --task churn --seeds 300
     python benchmarks/context_coverage.py out/db --task churn --json
