@@ -29,6 +29,8 @@ demo: $(STAMP)  ## run the main job on the bundled example
 # `make train TRAIN_VARIANT=majority` picks another planted signal (churn grand majority mix).
 TRAIN_VARIANT ?= churn
 TRAIN_STEPS   ?= 300
+# The planted histories fit in 128 cells (the example's own default is 512).
+TRAIN_LENGTH  ?= 128
 PLANTED       := $(OUT)/planted/$(TRAIN_VARIANT)
 .PHONY: train
 train: $(STAMP)  ## train the torch example on a planted-signal database; prints its JSON
@@ -36,7 +38,8 @@ train: $(STAMP)  ## train the torch example on a planted-signal database; prints
 	  $(BIN)/python fixtures/make_planted_db.py $(PLANTED)/source --variant $(TRAIN_VARIANT)
 	@test -f $(PLANTED)/db/manifest.json || \
 	  $(BIN)/dlkit preprocess $(PLANTED)/source $(PLANTED)/db >&2
-	$(BIN)/python examples/train_torch.py --db $(PLANTED)/db --steps $(TRAIN_STEPS) --task \
+	$(BIN)/python examples/train_torch.py --db $(PLANTED)/db --steps $(TRAIN_STEPS) \
+	  --sequence-length $(TRAIN_LENGTH) --task \
 	  $$($(BIN)/python -c "import json; print(json.load(open('$(PLANTED)/source/planted.json'))['task'])")
 
 test: $(STAMP)  ## run the whole test suite

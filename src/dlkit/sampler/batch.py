@@ -10,13 +10,22 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from dlkit.core.aggregates import Aggregates
-from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records, table_links_of
+from dlkit.core.bfs import (
+    CHILD_QUOTA,
+    CHILD_RECENT,
+    CHILD_UNIFORM,
+    RECORD_WIDTH,
+    child_edge_records,
+    parent_edge_records,
+    table_links_of,
+)
 from dlkit.core.codes import CATEGORICAL
 from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
@@ -205,6 +214,36 @@ class GraphArrays:
                        parent_records=parent_records, child_records=child_records)
 
 
+class ChildPolicy(str, Enum):
+    """Which children a visited row with more than ``bfs_child_width`` visible ones queues
+    (docs/batch_format.md, "Temporal BFS"): ``uniform`` (the default) draws them uniformly,
+    ``recent`` takes the latest ones, ``quota`` gives every child table its share of the width
+    (a table with fewer children passes the rest of its share on) and draws uniformly within
+    each table."""
+
+    UNIFORM = "uniform"
+    RECENT = "recent"
+    QUOTA = "quota"
+
+    @classmethod
+    def parse(cls, value: Any) -> ChildPolicy:
+        """``value`` (a ``ChildPolicy`` or its name) as a ``ChildPolicy``."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            for policy in cls:
+                if policy.value == value.lower():
+                    return policy
+        raise InvalidArgumentError(f"bfs_child_policy must be one of "
+                                   f"{', '.join(p.value for p in cls)}, got {value!r}")
+
+    @property
+    def code(self) -> int:
+        """The kernels' code of the policy (``dlkit.core.bfs.CHILD_*``)."""
+        return {ChildPolicy.UNIFORM: CHILD_UNIFORM, ChildPolicy.RECENT: CHILD_RECENT,
+                ChildPolicy.QUOTA: CHILD_QUOTA}[self]
+
+
 @dataclass(frozen=True)
 class BatchConfig:
     """Shape and BFS knobs of every batch (validated), and whether the builder reads the
@@ -215,14 +254,16 @@ class BatchConfig:
     max_rows: int = 256
     bfs_child_width: int = 16
     huge_pages: bool | None = False
+    bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
 
     @property
     def walk(self) -> Walk:
         """The kernels' walk limits of every sequence."""
         return Walk(child_width=self.bfs_child_width, max_cells=self.sequence_length,
-                    max_rows=self.max_rows)
+                    max_rows=self.max_rows, child_policy=self.bfs_child_policy.code)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "bfs_child_policy", ChildPolicy.parse(self.bfs_child_policy))
         if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
             raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
                                        f"got {self.huge_pages!r}")

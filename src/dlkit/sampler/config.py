@@ -14,7 +14,7 @@ from typing import Any
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler.arguments import integer, is_number
-from dlkit.sampler.batch import BatchConfig
+from dlkit.sampler.batch import BatchConfig, ChildPolicy
 from dlkit.sampler.run_plan import RunConfig
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, check_seed
 
@@ -76,8 +76,10 @@ class SamplerConfig:
     huge_pages: bool | None = None
     local_rank: int = 0
     local_world_size: int = 1
+    bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "bfs_child_policy", ChildPolicy.parse(self.bfs_child_policy))
         self.batch_config  # noqa: B018 - validates S, R, the child width and huge_pages
         # Integers are stored as ``int`` (a NumPy integer would show in repr and manifests).
         for name, minimum in (("num_prefetch", 0), ("batch_size", 1), ("num_threads", 1),
@@ -117,7 +119,7 @@ class SamplerConfig:
     @property
     def batch_config(self) -> BatchConfig:
         return BatchConfig(self.sequence_length, self.max_rows, self.bfs_child_width,
-                           self.huge_pages)
+                           self.huge_pages, self.bfs_child_policy)
 
     @property
     def run(self) -> RunConfig:
