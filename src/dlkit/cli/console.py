@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from dlkit.errors import DlkitError
+
+if TYPE_CHECKING:  # imported by progress(): --help and usage errors need none of it
+    from rich.progress import Progress
 
 
 class _Console(Console):
@@ -68,6 +63,15 @@ def print_json(payload: Any) -> None:
 def progress(transient: bool = True, enabled: bool = True) -> Progress:
     """A progress display on stderr, so stdout stays clean for data (none unless
     ``enabled``)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),

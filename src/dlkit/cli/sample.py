@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from dlkit.errors import (
     GoldenFileError,
     GoldenMismatchError,
     InvalidArgumentError,
+    TraceError,
 )
-from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
+from dlkit.nextbatch.formats import OutputFormat
 
 PANEL = "Index sampling (NextBatch_v2 and v3)"
 
@@ -85,6 +87,8 @@ def sample(
 
         dlkit sample run.json -d flights/train --epoch 0 --rank 1 --world-size 8 --steps 10
     """
+    from dlkit.nextbatch.export import SampleRequest, run_sample
+
     check_rank(rank, world_size)
     if as_json and out is None:
         raise InvalidArgumentError("--json prints a summary on stdout, so it needs --out")
@@ -132,12 +136,20 @@ def replay(
     Exit 0 only when every record (indices digest, cursors, tokens, metadata) matches.
     """
     from dlkit.atomic import settle
+    from dlkit.files import open_regular
     from dlkit.nextbatch.run_manifest import load_manifest
-    from dlkit.nextbatch.trace import replay_trace
 
     settle(trace)  # a commit of it that a killed `dlkit sample` decided is finished first
     try:
-        report = replay_trace(trace, load_manifest(manifest))
+        # The arguments are checked before the kernels load (a second or more)
+        run = load_manifest(manifest)
+        try:
+            os.close(open_regular(trace))
+        except OSError as exc:
+            raise TraceError(f"cannot read: {exc.strerror}", path=trace) from None
+        from dlkit.nextbatch.trace import replay_trace
+
+        report = replay_trace(trace, run)
     except DlkitError as exc:
         if as_json:  # scripts read the verdict on stdout; the exit code still tells it
             print_json({"ok": False, "code": exc.code, "message": str(exc)})
