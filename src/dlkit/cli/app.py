@@ -54,6 +54,19 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+def _check_output_read() -> None:
+    """A command that ends with its output unread in a pipe whose reader left (``dlkit show
+    | head -1``, an output smaller than the pipe's buffer) exits 141, as a larger one does."""
+    from dlkit.cli.pipes import wait_until_read
+
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
+        raise _ReaderGone from exc
+    if not wait_until_read(sys.stdout.fileno()):
+        raise _ReaderGone
+
+
 def _command_name(ctx) -> str:
     return " ".join(["dlkit", *filter(None, [ctx.invoked_subcommand])])
 
@@ -314,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
                     status = app(args=words, prog_name="dlkit", standalone_mode=False)
                     if status == INTERRUPTED_EXIT:  # click's own catch, while parsing
                         raise _Interrupted(command)
+                    _check_output_read()
             except click_exceptions.NoArgsIsHelpError as exc:
                 sys.exit(_print_help_for(exc))
             except click_exceptions.UsageError as exc:

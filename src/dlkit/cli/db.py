@@ -72,6 +72,7 @@ class RichProgress:
             TextColumn("{task.fields[spill]}"),
             console=err_console,
             transient=False,
+            disable=not err_console.is_terminal,  # bars only on a terminal (docs/cli.md)
         )
         self.task: TaskID | None = None
         self.started = False

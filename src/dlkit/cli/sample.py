@@ -12,6 +12,7 @@ import typer
 from dlkit.cli.app import app
 from dlkit.cli.console import err_console, plain, print_error, print_json, print_note, progress
 from dlkit.cli.params import check_rank, positive_uint64, uint64
+from dlkit.cli.pipes import DeliveredStream
 from dlkit.errors import (
     DlkitError,
     GoldenFileError,
@@ -103,14 +104,15 @@ def sample(
         actual_cardinality=cardinality, overwrite=overwrite,
     )
     show = not quiet and out is not None
+    stdout = DeliveredStream(sys.stdout.buffer)  # `| head -1` leaves early: exit 141
     if show:
         with progress() as bar:
             task = bar.add_task("sampling steps", total=None)
-            summary = run_sample(request, sys.stdout.buffer,
+            summary = run_sample(request, stdout,
                                  on_start=lambda total: bar.update(task, total=total),
                                  on_progress=lambda n: bar.advance(task, n))
     else:
-        summary = run_sample(request, sys.stdout.buffer)
+        summary = run_sample(request, stdout)
     sys.stdout.flush()
     for note in summary.notes:
         print_note(note)
