@@ -15,7 +15,7 @@ import select
 import stat
 import struct
 import termios
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 _POLL_MS = 10  # how often an unread pipe is looked at again
 
@@ -65,3 +65,8 @@ class DeliveredStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def delivered(stream: BinaryIO) -> BinaryIO:
+    """``stream`` as a :class:`DeliveredStream`, typed as the binary stream it stands for."""
+    return cast(BinaryIO, DeliveredStream(stream))

@@ -12,7 +12,7 @@ import typer
 from dlkit.cli.app import app
 from dlkit.cli.console import err_console, plain, print_error, print_json, print_note, progress
 from dlkit.cli.params import check_rank, positive_uint64, uint64
-from dlkit.cli.pipes import DeliveredStream
+from dlkit.cli.pipes import delivered
 from dlkit.errors import (
     DlkitError,
     GoldenFileError,
@@ -104,7 +104,7 @@ def sample(
         actual_cardinality=cardinality, overwrite=overwrite,
     )
     show = not quiet and out is not None
-    stdout = DeliveredStream(sys.stdout.buffer)  # `| head -1` leaves early: exit 141
+    stdout = delivered(sys.stdout.buffer)  # `| head -1` leaves early: exit 141
     if show:
         with progress() as bar:
             task = bar.add_task("sampling steps", total=None)
