@@ -15,16 +15,31 @@ help:  ## list targets
 TORCH_PIN ?= torch==2.13.0
 
 $(STAMP): pyproject.toml
+	@echo "== $(VENV): the development venv: $(TORCH_PIN) (the CPU build), then dlkit (editable)"
+	@echo "   with its core dependencies and the test, torch (torchdata), jax (optax) and lint"
+	@echo "   (ruff, mypy) extras; pip names each package as it goes"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet '$(TORCH_PIN)'
-	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,lint,sql]'
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install '$(TORCH_PIN)'
+	$(BIN)/python -m pip install -e '.[test,torch,jax,lint,sql]'
 	touch $@
 
 venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax, lint and sql extras
 
-demo: $(STAMP)  ## run the main job on the bundled example
-	@bash scripts/demo.sh $(OUT)/demo
+# The demo runs the dlkit command and nothing else: its own venv holds dlkit and its core
+# dependencies (typer, rich, numpy, pyarrow, numba, cbor2), no test tool, torch or jax.
+DEMO_VENV  := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.dlkit-installed
+
+$(DEMO_STAMP): pyproject.toml
+	@echo "== $(DEMO_VENV): the demo's venv: dlkit (editable) and its core dependencies only"
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install -e .
+	touch $@
+
+demo: $(DEMO_STAMP)  ## run the main job on the bundled example (in .venv-demo: dlkit alone)
+	@DLKIT=$(CURDIR)/$(DEMO_VENV)/bin/dlkit bash scripts/demo.sh $(OUT)/demo
 
 # `make train TRAIN_VARIANT=majority` picks another planted signal (churn grand majority mix).
 TRAIN_VARIANT ?= churn

@@ -63,9 +63,11 @@ def run(main: Callable[[], int]) -> int:
     except Exception as exc:
         from dlkit.errors import DlkitError
 
-        if isinstance(exc, DlkitError):
+        if isinstance(exc, DlkitError):  # the code and exit status `dlkit` itself gives
+            from dlkit.cli.app import exit_code_for
+
             print(f"error {exc.code}: {exc}", file=sys.stderr)
-            return 1
+            return exit_code_for(exc)
         raise
 
 

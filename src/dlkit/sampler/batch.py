@@ -53,6 +53,7 @@ from dlkit.sampler.catalog import (
 from dlkit.sampler.hugepages import memory_path
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.shared import PrivateMemory, SegmentSizer, SharedSegment, segment_key
+from dlkit.text import unknown_name
 
 MAX_U16_EXTENT = 1 << 16
 MAX_RECORD_EDGES = 1 << 31
@@ -471,8 +472,8 @@ class BatchBuilder:
         for view in self.tasks:
             if name_or_index in (view.name, view.index):
                 return view
-        known = ", ".join(v.name for v in self.tasks) or "none"
-        raise InvalidArgumentError(f"no task {name_or_index!r} in the database (tasks: {known})")
+        raise InvalidArgumentError(unknown_name("task", name_or_index,
+                                                [v.name for v in self.tasks], "the database"))
 
     def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int,
               num_real: int | None = None) -> BuiltBatch:

@@ -17,6 +17,7 @@ from dlkit.sampler.arguments import integer, is_number
 from dlkit.sampler.batch import BatchConfig, ChildPolicy
 from dlkit.sampler.run_plan import RunConfig
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, check_seed
+from dlkit.text import unknown_name
 
 
 def from_env(value: Any, variable: str, default: int, name: str) -> int:
@@ -39,8 +40,8 @@ def task_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...]:
     if isinstance(weights, Mapping):
         unknown = sorted(set(weights) - set(names))
         if unknown:
-            raise InvalidArgumentError(f"task_weights name unknown task(s) {unknown} "
-                                       f"(tasks: {', '.join(names)})")
+            # worded as every unknown task: the caller may have taken it from a --task
+            raise InvalidArgumentError(unknown_name("task", unknown[0], names, "the database"))
         values = [weights.get(name, 0.0) for name in names]
     else:
         values = list(weights)

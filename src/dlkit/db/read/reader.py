@@ -468,7 +468,11 @@ def _open_task(task: TaskMetadata, table: TableData, maps: FileMaps, checks: Che
 
 
 def open_database(path: str | os.PathLike[str], verify_hashes: bool = False) -> Database:
-    """Open a database directory read-only (see the module doc). Raises :class:`DatabaseError`."""
+    """Open a database directory read-only (see the module doc). Raises :class:`DatabaseError`
+    (``NOT_A_DATABASE`` for a path that is no database, as ``dlkit verify`` says)."""
+    from dlkit.db.read.verify import require_database
+
+    require_database(Path(path))
     checks = Checks(collect=False, root=Path(path))
     db = _open(Path(path), checks, full=False, verify_hashes=verify_hashes)
     assert db is not None

@@ -64,6 +64,7 @@ from dlkit.db.schema.time_units import (
 )
 from dlkit.errors import SchemaError
 from dlkit.files import read_regular
+from dlkit.text import did_you_mean
 
 SCHEMA_FILE = "dlkit.toml"
 
@@ -250,7 +251,8 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
         for column, parent in spec.foreign_keys:
             if parent not in by_name:
                 raise _err(source, f"table {spec.name!r}, column {column!r}: foreign key refers to "
-                                   f"table {parent!r}, which is not in the schema")
+                                   f"table {parent!r}, which is not in the schema"
+                                   f"{did_you_mean(parent, by_name)}")
             parent_key = by_name[parent].primary_key
             if parent_key is None:
                 raise _err(source, f"table {spec.name!r}, column {column!r}: foreign key refers to "
@@ -290,7 +292,8 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
             table = _need_str(raw.get("table"), f"task {task_name!r}: table", source)
         target = _need_str(raw.get("target"), f"task {task_name!r}: target", source)
         if table not in by_name:
-            raise _err(source, f"task {task_name!r}: table {table!r} is not in the schema")
+            raise _err(source, f"task {task_name!r}: table {table!r} is not in the schema"
+                               f"{did_you_mean(table, by_name)}")
         spec = by_name[table]
         if target in spec.key_column_set():
             raise _err(source, f"task {task_name!r}: table {table!r}, column {target!r}: a key "
