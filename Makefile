@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.dlkit-installed
 OUT    := out
 
-.PHONY: help venv demo test test-nojit lint bench golden clean
+.PHONY: help venv demo test test-nojit lint bench golden clean system-deps
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -57,7 +57,23 @@ train: $(STAMP)  ## train the torch example on a planted-signal database; prints
 	  --sequence-length $(TRAIN_LENGTH) --task \
 	  $$($(BIN)/python -c "import json; print(json.load(open('$(PLANTED)/source/planted.json'))['task'])")
 
-test: $(STAMP)  ## run the whole test suite
+# Real parts some tests drive (they fail, never skip, without them): PostgreSQL's server (the
+# `dlkit import sql` tests start a throwaway cluster), Chromium (the viewer's page is clicked
+# through headless) and Graphviz (schema diagrams as SVG). Installed from Debian's packages
+# when missing; without root, the line to run is printed instead.
+SYSTEM_PACKAGES := postgresql chromium graphviz
+system-deps:  ## install the Debian packages the tests drive (PostgreSQL, Chromium, Graphviz)
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v dot >/dev/null 2>&1 || missing="$$missing graphviz"; \
+	if [ -z "$$missing" ]; then echo "== system packages: $(SYSTEM_PACKAGES) present"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "== installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "error: the tests need Debian packages:$$missing;" \
+	  "run: sudo apt-get install$$missing" >&2; exit 1; fi
+
+test: $(STAMP) system-deps  ## run the whole test suite (installs system-deps first)
 	$(BIN)/python -m pytest -q
 
 # The kernels as plain Python (NUMBA_DISABLE_JIT=1): their semantics without the compiler, in
