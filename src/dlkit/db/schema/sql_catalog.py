@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 import re
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -177,6 +177,22 @@ def _order_by(table: SqlTable, collate: str = "",
 
 def _is_text(sql_type: str) -> bool:
     return any(word in sql_type for word in ("CHAR", "TEXT", "CLOB", "STRING"))
+
+
+def _with_keys(url: SqlUrl, columns: dict[str, list[SqlColumn]],
+               constraints: Sequence[Sequence[Any]], *, primary: str) -> SqlCatalog:
+    """The catalog of ``columns`` with the keys of ``constraints``: rows of (table, kind,
+    columns, referenced table, referenced columns), ``kind == primary`` for a primary key and
+    anything else for a foreign key."""
+    pks: dict[str, tuple[str, ...]] = {}
+    fks: dict[str, list[SqlForeignKey]] = {}
+    for table, kind, cols, parent, pcols in constraints:
+        if kind == primary:
+            pks[table] = tuple(cols)
+        else:
+            fks.setdefault(table, []).append(SqlForeignKey(tuple(cols), parent, tuple(pcols)))
+    return _finish(url, [SqlTable(t, tuple(cs), pks.get(t, ()), tuple(fks.get(t, ())))
+                         for t, cs in columns.items()])
 
 
 def _finish(url: SqlUrl, tables: list[SqlTable]) -> SqlCatalog:
@@ -357,20 +373,12 @@ class DuckdbConnection:
                 "AND NOT internal ORDER BY table_name, column_index"):
             if table in columns:  # not a view's
                 columns[table].append(SqlColumn(column, dtype.upper()))
-        pks: dict[str, tuple[str, ...]] = {}
-        fks: dict[str, list[SqlForeignKey]] = {}
-        for table, kind, cols, parent, pcols in self._rows(
-                "SELECT table_name, constraint_type, constraint_column_names, referenced_table, "
-                f"referenced_column_names FROM duckdb_constraints() WHERE {where} "
-                "AND constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY') "
-                "ORDER BY table_name, constraint_index"):
-            if kind == "PRIMARY KEY":
-                pks[table] = tuple(cols)
-            else:
-                fks.setdefault(table, []).append(
-                    SqlForeignKey(tuple(cols), parent, tuple(pcols)))
-        return _finish(self.url, [SqlTable(t, tuple(cs), pks.get(t, ()), tuple(fks.get(t, ())))
-                                  for t, cs in columns.items()])
+        constraints = self._rows(
+            "SELECT table_name, constraint_type, constraint_column_names, referenced_table, "
+            f"referenced_column_names FROM duckdb_constraints() WHERE {where} "
+            "AND constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY') "
+            "ORDER BY table_name, constraint_index")
+        return _with_keys(self.url, columns, constraints, primary="PRIMARY KEY")
 
     def _from(self, table: SqlTable) -> str:
         return f"{_quote(self.url.namespace or 'main')}.{_quote(table.name)}"
@@ -442,12 +450,10 @@ class PostgresConnection:
                 f"WHERE table_schema = {ns} ORDER BY table_name, ordinal_position"):
             if table in columns:
                 columns[table].append(SqlColumn(column, str(dtype).upper()))
-        pks: dict[str, tuple[str, ...]] = {}
-        fks: dict[str, list[SqlForeignKey]] = {}
         key_names = ("ARRAY(SELECT a.attname::text FROM unnest({keys}) WITH ORDINALITY "
                      "AS k(n, i) JOIN pg_attribute a ON a.attrelid = {rel} AND a.attnum = k.n "
                      "ORDER BY k.i)")
-        for table, kind, cols, parent, pcols in self._rows(
+        constraints = self._rows(
                 "SELECT cl.relname::text, c.contype::text, "
                 + key_names.format(keys="c.conkey", rel="c.conrelid") + ", fcl.relname::text, "
                 + key_names.format(keys="c.confkey", rel="c.confrelid")
@@ -455,14 +461,8 @@ class PostgresConnection:
                 "JOIN pg_namespace ns ON ns.oid = cl.relnamespace "
                 "LEFT JOIN pg_class fcl ON fcl.oid = c.confrelid "
                 f"WHERE ns.nspname = {ns} AND c.contype IN ('p', 'f') "
-                "ORDER BY cl.relname, c.conname"):
-            if kind == "p":
-                pks[table] = tuple(cols)
-            else:
-                fks.setdefault(table, []).append(
-                    SqlForeignKey(tuple(cols), parent, tuple(pcols)))
-        return _finish(self.url, [SqlTable(t, tuple(cs), pks.get(t, ()), tuple(fks.get(t, ())))
-                                  for t, cs in columns.items()])
+                "ORDER BY cl.relname, c.conname")
+        return _with_keys(self.url, columns, constraints, primary="p")
 
     def _from(self, table: SqlTable) -> str:
         return f"{_quote(self.url.namespace or 'public')}.{_quote(table.name)}"
