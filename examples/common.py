@@ -38,6 +38,8 @@ import numpy as np
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL = 0, 1, 2, 3
 METRIC_NAMES = {NUMERIC: "mae", BOOLEAN: "auc", TIMESTAMP: "mae", CATEGORICAL: "accuracy"}
 CONTEXTS = ("full", "anchor-only")
+CHILD_POLICIES = ("uniform", "recent", "quota")
+SCHEDULES = ("constant", "cosine", "linear")
 
 
 class UsageError(Exception):
@@ -61,9 +63,11 @@ def run(main: Callable[[], int]) -> int:
     except Exception as exc:
         from dlkit.errors import DlkitError
 
-        if isinstance(exc, DlkitError):
+        if isinstance(exc, DlkitError):  # the code and exit status `dlkit` itself gives
+            from dlkit.cli.app import exit_code_for
+
             print(f"error {exc.code}: {exc}", file=sys.stderr)
-            return 1
+            return exit_code_for(exc)
         raise
 
 
@@ -135,6 +139,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
 @dataclass(frozen=True)
 class TrainArgs:
     """The flags of both training examples (``--help`` describes each)."""
@@ -156,6 +170,18 @@ class TrainArgs:
     checkpoint_every: int
     num_threads: int
     split_seed: int
+    max_rows: int = 0            # 0: the sequence length
+    bfs_child_width: int = 16
+    bfs_child_policy: str = "uniform"
+    attention_block: int = 32
+    schedule: str = "cosine"
+    decay_steps: int = 1000
+    min_lr_ratio: float = 0.1
+
+    @property
+    def rows(self) -> int:
+        """The sampler's ``max_rows``: ``--max-rows``, or the sequence length."""
+        return self.max_rows or self.sequence_length
 
 
 def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
@@ -171,8 +197,8 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
     parser.add_argument("--batch-size", type=_positive_int, default=32,
                         help="GLOBAL batch: each of the world-size ranks takes "
                              "batch-size / world-size sequences (default 32)")
-    parser.add_argument("--sequence-length", type=_positive_int, default=128,
-                        help="cells per sequence (default 128)")
+    parser.add_argument("--sequence-length", type=_positive_int, default=512,
+                        help="cells per sequence (default 512)")
     parser.add_argument("--context", choices=CONTEXTS, default="full",
                         help="anchor-only: keep only the anchor row's cells (an ablation)")
     parser.add_argument("--checkpoint-dir", default=None,
@@ -195,6 +221,28 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
                         help="dlkit producer threads per process (default 1)")
     parser.add_argument("--split-seed", type=_non_negative_int, default=0,
                         help="seed of the train/val/test hash split (default 0)")
+    parser.add_argument("--max-rows", type=_non_negative_int, default=0,
+                        help="rows per sequence (the sampler's max_rows; default 0: the "
+                             "sequence length)")
+    parser.add_argument("--bfs-child-width", type=_non_negative_int, default=16,
+                        help="children kept per visited row (default 16)")
+    parser.add_argument("--bfs-child-policy", choices=CHILD_POLICIES, default="uniform",
+                        help="which children a row over the width keeps: uniform (default), "
+                             "recent (the latest), quota (each child table its share)")
+    parser.add_argument("--attention-block", type=_positive_int, default=32,
+                        help="block of the row and column attention windows: a cell sees the "
+                             "cells of its row / column within its block of the sorted cell "
+                             "order and the two beside it (default 32)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default="cosine",
+                        help="learning rate after the warm-up: constant, or a cosine / linear "
+                             "decay to --min-lr-ratio x --lr at step --decay-steps (default "
+                             "cosine)")
+    parser.add_argument("--decay-steps", type=_positive_int, default=1000,
+                        help="step at which the decay reaches its floor (default 1000; a "
+                             "function of the step alone, not of --steps, so a resumed run "
+                             "takes the steps of an uninterrupted one)")
+    parser.add_argument("--min-lr-ratio", type=_unit_float, default=0.1,
+                        help="the decay's floor as a fraction of --lr (default 0.1)")
     ns = parser.parse_args(argv)
     if ns.resume and not ns.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
@@ -203,7 +251,11 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
                      context=ns.context, checkpoint_dir=ns.checkpoint_dir, resume=ns.resume,
                      record=ns.record, lr=ns.lr, warmup=ns.warmup, d_model=ns.d_model,
                      layers=ns.layers, checkpoint_every=ns.checkpoint_every,
-                     num_threads=ns.num_threads, split_seed=ns.split_seed)
+                     num_threads=ns.num_threads, split_seed=ns.split_seed,
+                     max_rows=ns.max_rows, bfs_child_width=ns.bfs_child_width,
+                     bfs_child_policy=ns.bfs_child_policy, attention_block=ns.attention_block,
+                     schedule=ns.schedule, decay_steps=ns.decay_steps,
+                     min_lr_ratio=ns.min_lr_ratio)
 
 
 def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
@@ -212,7 +264,27 @@ def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
     return {"framework": framework, "task": args.task, "seed": args.seed,
             "batch_size": args.batch_size, "sequence_length": args.sequence_length,
             "context": args.context, "lr": args.lr, "warmup": args.warmup,
-            "d_model": args.d_model, "layers": args.layers, "split_seed": args.split_seed}
+            "d_model": args.d_model, "layers": args.layers, "split_seed": args.split_seed,
+            "max_rows": args.rows, "bfs_child_width": args.bfs_child_width,
+            "bfs_child_policy": args.bfs_child_policy, "attention_block": args.attention_block,
+            "schedule": args.schedule, "decay_steps": args.decay_steps,
+            "min_lr_ratio": args.min_lr_ratio}
+
+
+def learning_rate(args: TrainArgs, step: int) -> float:
+    """The learning rate of train step ``step`` (0-based), a function of the step alone (not
+    of --steps), so a run stopped at k and resumed to K takes exactly the steps of one run to
+    K: a linear warm-up over ``--warmup`` steps to ``--lr``, then ``--schedule`` — constant,
+    or a cosine / linear decay reaching ``--min-lr-ratio x --lr`` at ``--decay-steps`` and
+    staying there. With the gradient clipping both examples apply (global norm 1), the decay
+    keeps a rare positive class from pushing a late step back to the base rate."""
+    warm = min(1.0, (step + 1) / max(1, args.warmup))
+    if args.schedule == "constant" or step < args.warmup:
+        return args.lr * warm
+    span = max(1, args.decay_steps - args.warmup)
+    t = min(1.0, (step - args.warmup) / span)
+    shape = 0.5 * (1 + math.cos(math.pi * t)) if args.schedule == "cosine" else 1 - t
+    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * shape)
 
 
 def world_from_env() -> tuple[int, int]:
@@ -274,8 +346,25 @@ def anchor_only(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def prepare(batch: Mapping[str, np.ndarray], args: TrainArgs) -> dict[str, np.ndarray]:
-    """The batch as the model should see it under ``--context``."""
-    return anchor_only(batch) if args.context == "anchor-only" else dict(batch)
+    """The batch as the model should see it under ``--context``, ``fk_adj`` cut to the rows
+    in use (:func:`crop_rows`)."""
+    return crop_rows(anchor_only(batch) if args.context == "anchor-only" else dict(batch))
+
+
+def crop_rows(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``fk_adj`` [B, R, R] cut to [B, R', R'], ``R'`` the smallest power of two (at least 8,
+    at most R) above every sequence row in use: the row attention costs R'^2, and a few
+    distinct shapes keep JAX's compilations few. Only rows without a cell (none of
+    any cell's relations) are cut."""
+    out = dict(batch)
+    r = batch["fk_adj"].shape[1]
+    used = int(batch["seq_row_ids"].max()) + 1 if batch["seq_row_ids"].size else 1
+    keep = 8
+    while keep < used:
+        keep *= 2
+    keep = min(keep, r)
+    out["fk_adj"] = np.ascontiguousarray(batch["fk_adj"][:, :keep, :keep])
+    return out
 
 
 # --- losses, metrics, baseline ----------------------------------------------------------------

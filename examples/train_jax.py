@@ -30,7 +30,9 @@ batch, and so a checkpoint's continuation, does not depend on the number of proc
 The model reads the batch's structure (docs/batch_format.md): a token per cell (a value
 encoder per semantic type, plus the column's name embedding from the resident table, plus
 null/target flags), then layers whose attention heads each see one relation: cells of the same
-row, cells of the row's foreign-key parents, cells of its children, cells of the same column.
+row and of the same column (windows of the sorted cell orders), the row's foreign-key parents
+and its children (attention between rows over ``fk_adj``): the torch example's attention,
+the same math (``relation_attention``; tests/examples/test_attention.py compares them).
 The target cell's final state feeds one decoder head for the task's target type. It is the
 torch example's model made smaller: one attention per layer (a head per relation) where torch
 has four, and the loss of the task's type only (seeds never have a null target).
@@ -177,6 +179,7 @@ class ModelConfig:
     text_dim: int
     out_dim: int    # 1 (numeric, boolean, timestamp) or the number of classes
     stype: int      # the task's target type
+    block: int = 32  # attention window block of the row and column relations
 
     @property
     def heads(self) -> int:
@@ -263,12 +266,115 @@ def relation_masks(batch: dict[str, jax.Array]) -> jax.Array:
     return (masks & key_ok) | eye
 
 
-def _attention(p: dict[str, Any], x: jax.Array, masks: jax.Array, cfg: ModelConfig) -> jax.Array:
+MASK_FILL = -1e9
+
+
+def batch_structure(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """What the attention reads of a batch: each cell's row and column, validity, the two
+    sorted cell orders (``out_perm``: by row, ``col_perm``: by column) and ``fk_adj``."""
+    return {"rows": batch["seq_row_ids"].astype(jnp.int32),
+            "cols": batch["column_ids"].astype(jnp.int32),
+            "valid": batch["is_padding"] == 0, "by_row": batch["out_perm"].astype(jnp.int32),
+            "by_col": batch["col_perm"].astype(jnp.int32), "fk_adj": batch["fk_adj"] != 0}
+
+
+def _neighbour_blocks(t: jax.Array, axis: int) -> jax.Array:
+    """Blocks ``n - 1, n, n + 1`` of ``t`` (blocks along ``axis``, their entries along
+    ``axis + 1``) side by side along ``axis + 1``; missing blocks are zeros."""
+    pad = [(0, 0)] * t.ndim
+    pad[axis] = (1, 1)
+    padded = jnp.pad(t, pad)
+    n = t.shape[axis]
+    parts = [jax.lax.slice_in_dim(padded, i, i + n, axis=axis) for i in range(3)]
+    return jnp.concatenate(parts, axis=axis + 1)
+
+
+def window_attention(q: jax.Array, k: jax.Array, v: jax.Array, order: jax.Array,
+                     group: jax.Array, valid: jax.Array, block: int) -> jax.Array:
+    """Attention among cells of the same ``group`` [B, S] through ``order`` (the torch
+    example's ``window_attention``: the sorted cells in blocks of ``block``, each attending
+    to its own block and the two beside it where the group matches and the key is not
+    padding, itself always). ``q``, ``k``, ``v``: [B, S, H, dh]."""
+    b, s, h, dh = q.shape
+    n = -(-s // block)
+    extra = n * block - s
+    if extra:
+        q, k, v = (jnp.pad(t, ((0, 0), (0, extra), (0, 0), (0, 0))) for t in (q, k, v))
+        order = jnp.concatenate([order, jnp.broadcast_to(
+            jnp.arange(s, s + extra, dtype=order.dtype), (b, extra))], axis=1)
+        group = jnp.pad(group, ((0, 0), (0, extra)))
+        valid = jnp.pad(valid, ((0, 0), (0, extra)))
+    qs, ks, vs = (jnp.take_along_axis(t, order[:, :, None, None], axis=1)
+                  .reshape(b, n, block, h, dh) for t in (q, k, v))
+    gs = jnp.take_along_axis(group, order, axis=1).reshape(b, n, block)
+    ok = jnp.take_along_axis(valid, order, axis=1).reshape(b, n, block)
+    kw, vw = _neighbour_blocks(ks, 1), _neighbour_blocks(vs, 1)  # [B, n, 3 block, H, dh]
+    gw, okw = _neighbour_blocks(gs, 1), _neighbour_blocks(ok, 1)  # [B, n, 3 block]
+    allowed = (gs[..., :, None] == gw[..., None, :]) & ok[..., :, None] & okw[..., None, :]
+    eye = jnp.zeros((block, 3 * block), bool).at[jnp.arange(block),
+                                                  block + jnp.arange(block)].set(True)
+    allowed = (allowed | eye)[:, :, None]  # [B, n, 1, block, 3 block]
+    scores = jnp.where(allowed, jnp.einsum("bnqhd,bnkhd->bnhqk", qs, kw), MASK_FILL)
+    y = jnp.einsum("bnhqk,bnkhd->bnqhd", jax.nn.softmax(scores, axis=-1), vw)
+    inverse = jnp.argsort(order, axis=1)
+    return jnp.take_along_axis(y.reshape(b, n * block, h, dh), inverse[:, :, None, None],
+                               axis=1)[:, :s]
+
+
+def row_attention(q: jax.Array, k: jax.Array, v: jax.Array, rows: jax.Array,
+                  valid: jax.Array, links: jax.Array) -> jax.Array:
+    """Attention between rows along ``links`` [B, R, R] (the torch example's
+    ``row_attention``: rows' q, k, v are the means of their cells', each row also reads
+    itself, each cell receives its row's result, padding cells their own value).
+    ``q``, ``k``, ``v``: [B, S, H, dh]."""
+    b, s, h, dh = q.shape
+    r = links.shape[1]
+    segment = jnp.where(valid, rows, r)
+
+    def pool_one(t: jax.Array, seg: jax.Array) -> jax.Array:
+        return jax.ops.segment_sum(t, seg, num_segments=r + 1)[:r]
+
+    count = jax.vmap(pool_one)(valid.astype(jnp.float32), segment)  # [B, R]
+    scale = 1.0 / jnp.maximum(count, 1.0)[:, :, None, None]
+    qr, kr, vr = (jax.vmap(pool_one)(t, segment) * scale for t in (q, k, v))  # [B, R, H, dh]
+    real = count > 0
+    allowed = (links & real[:, None, :]) | jnp.eye(r, dtype=bool)
+    scores = jnp.where(allowed[:, None], jnp.einsum("bihd,bjhd->bhij", qr, kr), MASK_FILL)
+    yr = jnp.einsum("bhij,bjhd->bihd", jax.nn.softmax(scores, axis=-1), vr)
+    y = jnp.take_along_axis(yr, jnp.minimum(rows, r - 1)[:, :, None, None], axis=1)
+    return jnp.where(valid[:, :, None, None], y, v)
+
+
+def relation_attention(q: jax.Array, k: jax.Array, v: jax.Array,
+                       structure: dict[str, jax.Array], block: int) -> jax.Array:
+    """Heads take ``RELATIONS`` in turn: the same row and the same column by
+    ``window_attention`` over ``out_perm`` / ``col_perm``, the foreign-key parents and
+    children by ``row_attention`` over ``fk_adj`` and its transpose. [B, S, H, dh]."""
+    per = q.shape[2] // len(RELATIONS)
+    parts = []
+    for r, name in enumerate(RELATIONS):
+        qh, kh, vh = (t[:, :, r * per:(r + 1) * per] for t in (q, k, v))
+        if name == "row":
+            parts.append(window_attention(qh, kh, vh, structure["by_row"], structure["rows"],
+                                          structure["valid"], block))
+        elif name == "column":
+            parts.append(window_attention(qh, kh, vh, structure["by_col"], structure["cols"],
+                                          structure["valid"], block))
+        else:
+            links = structure["fk_adj"] if name == "parents" else \
+                jnp.swapaxes(structure["fk_adj"], 1, 2)
+            parts.append(row_attention(qh, kh, vh, structure["rows"], structure["valid"],
+                                       links))
+    return jnp.concatenate(parts, axis=2)
+
+
+def _attention(p: dict[str, Any], x: jax.Array, structure: dict[str, jax.Array],
+               cfg: ModelConfig) -> jax.Array:
     b, s, d = x.shape
     q, k, v = (t.reshape(b, s, cfg.heads, d // cfg.heads)
                for t in jnp.split(x @ p["qkv"], 3, axis=-1))
-    mask = jnp.repeat(masks, cfg.heads_per_relation, axis=1)  # relation r -> its heads
-    out = jax.nn.dot_product_attention(q, k, v, mask=mask)  # softmax over allowed keys only
+    q = q / math.sqrt(d // cfg.heads)
+    out = relation_attention(q, k, v, structure, cfg.block)
     return out.reshape(b, s, d) @ p["proj"]
 
 
@@ -276,9 +382,9 @@ def forward(params: dict[str, Any], batch: dict[str, jax.Array], tables: dict[st
             cfg: ModelConfig) -> jax.Array:
     """``[B, out_dim]`` raw outputs for each sequence's target cell."""
     x = encode_cells(params, batch, tables)
-    masks = relation_masks(batch)
+    structure = batch_structure(batch)
     for layer in params["layers"]:
-        x = x + _attention(layer, _rms_norm(x, layer["attn_norm"]), masks, cfg)
+        x = x + _attention(layer, _rms_norm(x, layer["attn_norm"]), structure, cfg)
         hidden = jax.nn.gelu(_rms_norm(x, layer["mlp_norm"]) @ layer["up"] + layer["up_b"])
         x = x + hidden @ layer["down"] + layer["down_b"]
     target = jnp.einsum("bs,bsd->bd", batch["is_target"].astype(jnp.float32), x)
@@ -310,8 +416,8 @@ def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
 # What the model reads (anchor_rows and observation_times stay on the host).
 MODEL_KEYS = ("semantic_types", "column_ids", "seq_row_ids", "numeric_values",
               "timestamp_values", "bool_values", "categorical_embed_ids", "text_embed_ids",
-              "is_null", "is_target", "is_padding", "fk_adj", "text_batch_embeddings", "labels",
-              "sequence_mask")
+              "is_null", "is_target", "is_padding", "fk_adj", "col_perm", "out_perm",
+              "text_batch_embeddings", "labels", "sequence_mask")
 
 
 def device_batch(local: dict[str, np.ndarray], procs: Processes) -> dict[str, jax.Array]:
@@ -409,14 +515,25 @@ def load_checkpoint(path: Path, params: Any, opt_state: Any, fingerprint: dict[s
 # --- training -------------------------------------------------------------------------------
 
 
-def make_optimizer(args: common.TrainArgs) -> optax.GradientTransformation:
-    # Warm-up, then constant (the torch example's rule): a function of the step alone, not of
-    # --steps, so a run stopped at k and resumed to K takes exactly the steps of one run to K.
+def lr_schedule(args: common.TrainArgs) -> Any:
+    """``common.learning_rate`` (the torch example's rule) in jnp, for optax: warm-up, then the
+    --schedule decay, a function of the step alone (not of --steps), so a run stopped at k
+    and resumed to K takes exactly the steps of one run to K."""
     def schedule(count: jax.Array) -> jax.Array:
-        return args.lr * jnp.minimum(1.0, (count + 1) / max(1, args.warmup))
+        warm = args.lr * jnp.minimum(1.0, (count + 1) / max(1, args.warmup))
+        if args.schedule == "constant":
+            return warm
+        t = jnp.clip((count - args.warmup) / max(1, args.decay_steps - args.warmup), 0.0, 1.0)
+        shape = 0.5 * (1 + jnp.cos(jnp.pi * t)) if args.schedule == "cosine" else 1 - t
+        decayed = args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * shape)
+        return jnp.where(count < args.warmup, warm, decayed)
 
+    return schedule
+
+
+def make_optimizer(args: common.TrainArgs) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(1.0),
-                       optax.adamw(schedule, weight_decay=1e-4))
+                       optax.adamw(lr_schedule(args), weight_decay=1e-4))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -427,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler = dlkit.jax.make_sampler(
             args.db, global_batch_size=args.batch_size, split_seed=args.split_seed,
             seed=args.seed, sequence_length=args.sequence_length,
-            max_rows=args.sequence_length, task_weights={args.task: 1.0},
+            max_rows=args.rows, bfs_child_width=args.bfs_child_width,
+            bfs_child_policy=args.bfs_child_policy, task_weights={args.task: 1.0},
             num_threads=args.num_threads, num_prefetch=4)
         with sampler:
             result = train(args, procs, sampler)
@@ -462,7 +580,7 @@ def train(args: common.TrainArgs, procs: Processes,
                       table_dim=int(tables["column_embeddings"].shape[1]),
                       text_dim=int(sampler.database_metadata()["embeddings"]["text_dim"]),
                       out_dim=info.num_classes if info.stype == CATEGORICAL else 1,
-                      stype=info.stype)
+                      stype=info.stype, block=args.attention_block)
     optimizer = make_optimizer(args)
     # Every process computes the same initial values (same key, same program).
     params = jax.jit(lambda key: init_params(key, cfg),

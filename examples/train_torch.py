@@ -19,13 +19,16 @@ The model follows the batch's structure (docs/batch_format.md), not a flat seque
   the 15 timestamp features; the frozen categorical and text embeddings through learned
   projections), a learned vector for null cells and one for the hidden target cell, plus the
   column's name embedding (the frozen column table through a learned projection);
-* layers whose attention heads each see one relation between cells: the same row, the rows
-  this row points to (foreign-key parents, from ``fk_adj``), the rows pointing to it
-  (children), the same column. Each mask includes the diagonal, so every position attends at
-  least to itself; padding attends only to itself and nothing attends to padding. Attention
-  is QK-normalised in float32 (``q / max(|q|, 1e-6)``, a ``-1e9`` additive mask). The masks
-  are dense [S, S] (cheap at CPU-sized S); ``col_perm`` / ``out_perm`` / ``in_perm`` serve
-  kernels that sort cells into blocks instead, for long sequences;
+* layers whose attention heads each see one relation, at a cost linear in S (no S x S
+  mask): the same row and the same column through the sorted cell orders ``out_perm`` /
+  ``col_perm`` (blocks of ``--attention-block`` cells, each attending to itself and its two
+  neighbours where the row / column matches: ``window_attention``), the rows this row
+  points to (foreign-key parents, from ``fk_adj``) and the rows pointing to it (children)
+  between rows (``row_attention``: a row's q, k, v the means of its cells', the result
+  given to each of its cells). Every position attends at least to itself; padding only to
+  itself and nothing attends to padding. Attention is QK-normalised in float32
+  (``q / max(|q|, 1e-6)``, a ``-1e9`` fill); ``relation_masks`` is the dense definition the
+  tests compare with;
 * the target cell's final state feeds one decoder head per target type, and the loss is the
   null-aware dispatch: ``null_loss + (1 - target_is_null) * type_loss`` with ``type_loss``
   picked from the four heads' losses by the batch's ``target_stype``.
@@ -70,6 +73,7 @@ class ModelConfig:
     table_dim: int    # width of the column and categorical embedding tables
     text_dim: int     # width of text_batch_embeddings
     num_classes: int  # classes of a categorical target (0 for other targets)
+    block: int = 32   # attention window block of the row and column relations
 
 
 # --- model ----------------------------------------------------------------------------------
@@ -80,44 +84,47 @@ RELATIONS = ("row", "parents", "children", "column")
 
 class RelationAttention(nn.Module):
     """Multi-head attention whose heads each see one relation (``RELATIONS``, in turn),
-    QK-normalised in float32: ``q / max(|q|, 1e-6)``, a learned temperature per head."""
+    QK-normalised in float32: ``q / max(|q|, 1e-6)``, a learned temperature per head; the
+    relations are computed by :func:`relation_attention` at a cost linear in ``S``."""
 
-    def __init__(self, d: int, heads: int):
+    def __init__(self, d: int, heads: int, block: int):
         super().__init__()
         self.heads = heads
+        self.block = block
         self.qkv = nn.Linear(d, 3 * d, bias=False)  # no bias: padding gives zero q/k, made safe
         self.out = nn.Linear(d, d, bias=False)
         # q and k are unit vectors, so the logits need a temperature (learned, per head)
         self.log_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(8.0)))
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, structure: dict[str, torch.Tensor]) -> torch.Tensor:
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         q, k = q.float(), k.float()
         q = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-6) * self.log_scale.exp()
         k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-        y = F.scaled_dot_product_attention(q, k, v.float(), attn_mask=bias, scale=1.0)
+        y = relation_attention(q, k, v.float(), structure, self.block)
         return self.out(y.to(x.dtype).transpose(1, 2).reshape(b, s, d))
 
 
 class Block(nn.Module):
     """Pre-norm residual relation attention, then a feed-forward layer."""
 
-    def __init__(self, d: int, heads: int):
+    def __init__(self, d: int, heads: int, block: int):
         super().__init__()
         self.attn_norm = nn.RMSNorm(d)
-        self.attn = RelationAttention(d, heads)
+        self.attn = RelationAttention(d, heads, block)
         self.ff_norm = nn.RMSNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def forward(self, h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        h = h + self.attn(self.attn_norm(h), bias)
+    def forward(self, h: torch.Tensor, structure: dict[str, torch.Tensor]) -> torch.Tensor:
+        h = h + self.attn(self.attn_norm(h), structure)
         return h + self.ff(self.ff_norm(h))
 
 
 def relation_masks(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The relations' attention masks [B, 4, S, S] (``RELATIONS`` order; the diagonal always
-    in, padding only on it)."""
+    """The relations' dense cell-to-cell masks [B, 4, S, S] (``RELATIONS`` order; the diagonal
+    always in, padding only on it): the definition the sparse attention is tested against, not
+    used in training (it costs S^2 per sequence)."""
     rows = batch["seq_row_ids"].long()
     cols = batch["column_ids"].long()
     real = batch["is_padding"] == 0
@@ -132,12 +139,101 @@ def relation_masks(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return masks & both[:, None] | torch.eye(s, dtype=torch.bool)
 
 
-def attention_bias(masks: torch.Tensor, heads: int) -> torch.Tensor:
-    """Additive float32 bias [B, heads, S, S]: 0 where allowed, -1e9 elsewhere (not -inf,
-    nor the dtype's minimum: extreme logits are what made the backward pass unstable).
-    Heads take the relations in turn."""
-    per_head = masks.repeat_interleave(heads // len(RELATIONS), dim=1)
-    return torch.zeros(per_head.shape).masked_fill_(~per_head, MASK_FILL)
+def batch_structure(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What the attention reads of a batch: each cell's row and column, validity, the two
+    sorted cell orders (``out_perm``: by row, ``col_perm``: by column) and ``fk_adj``."""
+    return {"rows": batch["seq_row_ids"].long(), "cols": batch["column_ids"].long(),
+            "valid": batch["is_padding"] == 0, "by_row": batch["out_perm"].long(),
+            "by_col": batch["col_perm"].long(), "fk_adj": batch["fk_adj"].bool()}
+
+
+def _neighbour_blocks(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Blocks ``n - 1, n, n + 1`` of ``t`` (blocks along ``dim``, their entries along
+    ``dim + 1``) side by side along ``dim + 1``; missing blocks are zeros."""
+    pad = [0, 0] * (t.dim() - dim - 1) + [1, 1]
+    padded = F.pad(t, pad)
+    n = t.shape[dim]
+    return torch.cat([padded.narrow(dim, 0, n), padded.narrow(dim, 1, n),
+                      padded.narrow(dim, 2, n)], dim=dim + 1)
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, order: torch.Tensor,
+                     group: torch.Tensor, valid: torch.Tensor, block: int) -> torch.Tensor:
+    """Attention among cells of the same ``group`` [B, S], read through ``order`` [B, S] (a
+    permutation sorting the cells by group, padding last): the sorted cells are cut into
+    blocks of ``block`` and each attends to its own block and the two beside it, where the
+    group matches and the key is not padding (itself always). Exact for groups of at most
+    ``block + 1`` cells; a larger group is seen through a window of at least ``block`` cells
+    each side. ``q``, ``k``, ``v``: [B, H, S, dh]; cost O(S * 3 * block)."""
+    b, h, s, dh = q.shape
+    n = -(-s // block)
+    extra = n * block - s
+    if extra:
+        q, k, v = (F.pad(t, (0, 0, 0, extra)) for t in (q, k, v))
+        order = torch.cat([order, torch.arange(s, s + extra).expand(b, extra)], dim=1)
+        group, valid = F.pad(group, (0, extra)), F.pad(valid, (0, extra))
+    index = order[:, None, :, None].expand(b, h, n * block, dh)
+    qs, ks, vs = (t.gather(2, index).view(b, h, n, block, dh) for t in (q, k, v))
+    gs = group.gather(1, order).view(b, n, block)
+    ok = valid.gather(1, order).view(b, n, block)
+    kw, vw = _neighbour_blocks(ks, 2), _neighbour_blocks(vs, 2)  # [B, H, n, 3 block, dh]
+    gw, okw = _neighbour_blocks(gs, 1), _neighbour_blocks(ok, 1)  # [B, n, 3 block]
+    allowed = (gs[..., :, None] == gw[..., None, :]) & ok[..., :, None] & okw[..., None, :]
+    eye = torch.zeros(block, 3 * block, dtype=torch.bool)
+    eye[torch.arange(block), block + torch.arange(block)] = True
+    allowed = (allowed | eye)[:, None]  # [B, 1, n, block, 3 block]
+    scores = torch.einsum("bhnqd,bhnkd->bhnqk", qs, kw).masked_fill(~allowed, MASK_FILL)
+    y = torch.einsum("bhnqk,bhnkd->bhnqd", scores.softmax(-1), vw).reshape(b, h, n * block, dh)
+    out = torch.empty_like(y).scatter_(2, index, y)
+    return out[:, :, :s]
+
+
+def row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+                  valid: torch.Tensor, links: torch.Tensor) -> torch.Tensor:
+    """Attention between rows along ``links`` [B, R, R] (``links[b, i, j]``: row ``i`` reads
+    row ``j``; every row also reads itself): a row's query, key and value are the means of
+    its cells', and each cell receives its row's result (padding cells their own value).
+    ``q``, ``k``, ``v``: [B, H, S, dh]; cost O(S + R^2) (``fk_adj`` is R x R already)."""
+    b, h, s, dh = q.shape
+    r = links.shape[1]
+    segment = torch.where(valid, rows, r)  # padding cells pool into a dropped extra row
+    index = segment[:, None, :, None].expand(b, h, s, dh)
+    count = torch.zeros(b, r + 1).scatter_add_(1, segment, valid.float())[:, :r]
+
+    def pool(t: torch.Tensor) -> torch.Tensor:
+        total = t.new_zeros(b, h, r + 1, dh).scatter_add_(2, index, t)[:, :, :r]
+        return total / count.clamp_min(1.0)[:, None, :, None]
+
+    qr, kr, vr = pool(q), pool(k), pool(v)
+    real = count > 0
+    allowed = (links & real[:, None, :]) | torch.eye(r, dtype=torch.bool)
+    scores = torch.einsum("bhid,bhjd->bhij", qr, kr).masked_fill(~allowed[:, None], MASK_FILL)
+    yr = torch.einsum("bhij,bhjd->bhid", scores.softmax(-1), vr)
+    y = yr.gather(2, rows.clamp_max(r - 1)[:, None, :, None].expand(b, h, s, dh))
+    return torch.where(valid[:, None, :, None], y, v)
+
+
+def relation_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       structure: dict[str, torch.Tensor], block: int) -> torch.Tensor:
+    """Heads take ``RELATIONS`` in turn (H / 4 heads each): the same row and the same column
+    by :func:`window_attention` over ``out_perm`` / ``col_perm``; the foreign-key parents and
+    children by :func:`row_attention` over ``fk_adj`` and its transpose. [B, H, S, dh]."""
+    per = q.shape[1] // len(RELATIONS)
+    parts = []
+    for r, name in enumerate(RELATIONS):
+        qh, kh, vh = (t[:, r * per:(r + 1) * per] for t in (q, k, v))
+        if name == "row":
+            parts.append(window_attention(qh, kh, vh, structure["by_row"], structure["rows"],
+                                          structure["valid"], block))
+        elif name == "column":
+            parts.append(window_attention(qh, kh, vh, structure["by_col"], structure["cols"],
+                                          structure["valid"], block))
+        else:
+            links = structure["fk_adj"] if name == "parents" else \
+                structure["fk_adj"].transpose(1, 2)
+            parts.append(row_attention(qh, kh, vh, structure["rows"], structure["valid"],
+                                       links))
+    return torch.cat(parts, dim=1)
 
 
 class RelationalTransformer(nn.Module):
@@ -154,7 +250,7 @@ class RelationalTransformer(nn.Module):
         self.type_embedding = nn.Embedding(NUM_TYPES, d)
         self.null_embedding = nn.Embedding(NUM_TYPES, d)
         self.target_embedding = nn.Parameter(torch.randn(d) * 0.02)
-        self.blocks = nn.ModuleList(Block(d, cfg.heads) for _ in range(cfg.layers))
+        self.blocks = nn.ModuleList(Block(d, cfg.heads, cfg.block) for _ in range(cfg.layers))
         self.final_norm = nn.RMSNorm(d)
         self.heads = nn.Linear(d, 4)  # numeric, boolean logit, timestamp, null logit
         # Class logits from a plain linear map: scoring the state against the (projected)
@@ -188,9 +284,9 @@ class RelationalTransformer(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor],
                 tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         h = self.encode(batch, tables)
-        bias = attention_bias(relation_masks(batch), self.cfg.heads)
+        structure = batch_structure(batch)
         for block in self.blocks:
-            h = block(h, bias)
+            h = block(h, structure)
         h = self.final_norm(h)
         target = (h * batch["is_target"].float()[..., None]).sum(1)  # one target cell per row
         scalar = self.heads(target)
@@ -309,9 +405,9 @@ def load_checkpoint(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
 
 
 def learning_rate(args: common.TrainArgs, step: int) -> float:
-    # Warm-up, then constant: a function of the step alone (not of --steps), so a run
-    # stopped at k and resumed to K takes exactly the steps of one run to K.
-    return args.lr * min(1.0, (step + 1) / max(1, args.warmup))
+    """``common.learning_rate``: warm-up, then the --schedule decay (a function of the step
+    alone, so a resumed run takes the steps of an uninterrupted one)."""
+    return common.learning_rate(args, step)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,7 +430,9 @@ def train(args: common.TrainArgs, world: World) -> int:
     sampler = dlkit.Sampler(args.db, rank=world.rank, world_size=world.size,
                             split_seed=args.split_seed, seed=args.seed, batch_size=batch_size,
                             sequence_length=args.sequence_length,
-                            max_rows=args.sequence_length, task_weights={args.task: 1.0},
+                            max_rows=args.rows, bfs_child_width=args.bfs_child_width,
+                            bfs_child_policy=args.bfs_child_policy,
+                            task_weights={args.task: 1.0},
                             num_threads=args.num_threads, num_prefetch=4)
     with sampler:
         return run_training(args, world, sampler)
@@ -350,7 +448,8 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
     text_dim = int(sampler.database_metadata()["embeddings"]["text_dim"])
     cfg = ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
                       table_dim=tables["column"].shape[1], text_dim=text_dim,
-                      num_classes=info.num_classes if info.stype == common.CATEGORICAL else 0)
+                      num_classes=info.num_classes if info.stype == common.CATEGORICAL else 0,
+                      block=args.attention_block)
     model = RelationalTransformer(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     fingerprint = {**common.fingerprint(args, "torch"), "model": asdict(cfg)}

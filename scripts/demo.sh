@@ -4,7 +4,7 @@
 set -euo pipefail
 out=${1:-out/demo}
 here=$(cd "$(dirname "$0")/.." && pwd)
-export DLKIT="$here/.venv/bin/dlkit"
+export DLKIT="${DLKIT:-$here/.venv/bin/dlkit}"  # `make demo`: .venv-demo's
 rm -rf "$out" && mkdir -p "$out"
 for section in "$here"/scripts/demo.d/*.sh; do
   echo

@@ -93,10 +93,67 @@ def visible(t: int, cutoff: int) -> bool:
     return t == NO_TIME or t <= cutoff
 
 
+UNIFORM, RECENT, QUOTA = range(3)  # child policies
+
+
+def floyd(stream: Stream, population: int, count: int) -> list[int]:
+    """``count`` distinct positions of ``range(population)``, ascending (Floyd's algorithm)."""
+    chosen: list[int] = []
+    for j in range(population - count, population):
+        t = stream.below(j + 1)
+        chosen.append(j if t in chosen else t)
+    return sorted(chosen)
+
+
+def quotas(counts: dict[int, int], width: int) -> dict[int, int]:
+    """Each child table's share of ``width`` (more children than ``width`` in all): a table
+    with at most its even share of what is left takes all its children, the rest share what
+    they leave, the first tables (by index) taking the remainder one each."""
+    out: dict[int, int] = {}
+    remaining = width
+    open_tables = sorted(counts)
+    while open_tables:
+        share = remaining // len(open_tables)
+        fits = [t for t in open_tables if counts[t] <= share]
+        if not fits:
+            break
+        for t in fits:
+            out[t] = counts[t]
+            remaining -= counts[t]
+        open_tables = [t for t in open_tables if t not in fits]
+    for i, t in enumerate(open_tables):
+        out[t] = remaining // len(open_tables) + (i < remaining % len(open_tables))
+    return out
+
+
+def choose_children(g, lo: int, k: int, width: int, policy: int, stream: Stream) -> list[int]:
+    """Positions (in the visible prefix ``k`` long) of the children a visit queues."""
+    if k <= width:
+        return list(range(k))
+    if policy == RECENT:
+        return list(range(k - width, k))
+    if policy == UNIFORM:
+        return floyd(stream, k, width)
+    tables = [int(g.row_table[int(g.child_ids[lo + q])]) for q in range(k)]
+    counts: dict[int, int] = {}
+    for t in tables:
+        counts[t] = counts.get(t, 0) + 1
+    chosen: list[int] = []
+    for t, quota in sorted(quotas(counts, width).items()):
+        mine = [q for q in range(k) if tables[q] == t]
+        if quota == len(mine):
+            chosen += mine
+        elif quota:
+            chosen += [mine[r] for r in floyd(stream, len(mine), quota)]
+    return sorted(chosen)
+
+
 def bfs(db, seed_row: int, obs_time: int, width: int, max_cells: int, max_rows: int,
-        stream: Stream, strict: bool = False) -> list[tuple[int, int, int, int]]:
+        stream: Stream, strict: bool = False,
+        policy: int = UNIFORM) -> list[tuple[int, int, int, int]]:
     """Visited rows as (row, depth, source visit index, via) with via 0 seed, 1 parent, 2 child.
-    ``strict``: rows at exactly the observation time are not visible."""
+    ``strict``: rows at exactly the observation time are not visible. ``policy``: which
+    children over the width are queued (UNIFORM, RECENT or QUOTA)."""
     g = db.graph
     cutoff = INT64_MAX if obs_time == NO_TIME else obs_time - int(strict)
     ncells = {t.index: len(t.columns) for t in db.tables}
@@ -140,14 +197,7 @@ def bfs(db, seed_row: int, obs_time: int, width: int, max_cells: int, max_rows: 
         k = bisect.bisect_right(times, cutoff)
         if k == 0:
             continue
-        if k <= width:
-            chosen = list(range(k))
-        else:
-            chosen = []
-            for j in range(k - width, k):
-                t = stream.below(j + 1)
-                chosen.append(j if t in chosen else t)
-            chosen.sort()
+        chosen = choose_children(g, lo, k, width, policy, stream)
         level = levels.setdefault(depth + 1, [])
         for q in chosen:
             level.append((int(g.child_ids[lo + q]), me))
@@ -168,7 +218,8 @@ def time_features(t: int, mean: float, std: float) -> list[float]:
     return feats + [(float(t) - mean) / std]
 
 
-def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S: int, R: int):
+def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S: int, R: int,
+             policy: int = UNIFORM):
     """One sequence: (visited rows, cells), each cell a dict of the values of every key."""
     table = db.table(task.table)
     anchor = int(task.anchor_row[seed_index])
@@ -177,7 +228,7 @@ def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S:
     obs_time = int(task.obs_time[seed_index])
     rules = getattr(task, "rules", None)
     visits = bfs(db, seed_row, obs_time, width, S, R, stream,
-                 strict=bool(rules is not None and rules.strict))
+                 strict=bool(rules is not None and rules.strict), policy=policy)
     known_until = INT64_MAX if obs_time == NO_TIME else obs_time
     # A column is lagged by the largest of its own known_after lag and the label lags of the
     # tasks that predict it.

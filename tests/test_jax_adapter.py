@@ -207,7 +207,7 @@ def test_without_jax_the_error_names_the_extra():
     code, message = result.stdout.strip().split(" ", 1)
     assert code == "MISSING_EXTRA"
     assert message.startswith("dlkit.jax needs JAX")
-    assert message.endswith("pip install 'dlkit[jax]'")
+    assert message.endswith("pip install '.[jax]' in a checkout of dlkit")
 
 
 TWO_PROCESSES = """

@@ -257,7 +257,7 @@ except MissingExtraError as exc:
     code, message = result.stdout.strip().split(" ", 1)
     assert code == "MISSING_EXTRA"
     assert message.startswith("dlkit.torch needs PyTorch") and \
-        message.endswith("pip install 'dlkit[torch]'")
+        message.endswith("pip install '.[torch]' in a checkout of dlkit")
     assert issubclass(MissingExtraError, ImportError)
 
 

@@ -1,6 +1,6 @@
 """``python -m dlkit`` runs the command-line interface."""
 
-from dlkit.cli.app import main
+from dlkit.cli import main
 
 if __name__ == "__main__":
     main()

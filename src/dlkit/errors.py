@@ -168,6 +168,13 @@ class MissingExtraError(DlkitError, ImportError):
     code = "MISSING_EXTRA"
 
 
+class SqlSourceError(DlkitError, OSError):
+    """A SQL database (``dlkit import sql``) could not be reached or read: the message names
+    the database (its URL, any password masked) and the problem."""
+
+    code = "SQL_SOURCE_ERROR"
+
+
 class OutOfMemoryError(DlkitError, MemoryError):
     """The work asked for needs more memory than the machine gives (e.g. a micro-batch of
     billions of indices, which is materialised whole)."""

@@ -60,7 +60,7 @@ try:
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 except ImportError as _exc:  # the one error a user without the extra sees
     raise MissingExtraError(f"dlkit.jax needs JAX, which could not be imported ({_exc}): "
-                            "pip install 'dlkit[jax]'") from _exc
+                            "pip install '.[jax]' in a checkout of dlkit") from _exc
 
 __all__ = ["BATCH_AXIS", "HOST_ONLY_WITHOUT_X64", "REPLICATED_KEYS", "batch_mesh",
            "device_batch", "global_batch", "make_sampler", "rank_and_world", "upload_tables"]

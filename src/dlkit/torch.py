@@ -62,7 +62,7 @@ try:
     from torch.utils.data import IterableDataset, get_worker_info
 except ImportError as _exc:  # the one error a user without the extra sees
     raise MissingExtraError(f"dlkit.torch needs PyTorch, which could not be imported "
-                            f"({_exc}): pip install 'dlkit[torch]'") from _exc
+                            f"({_exc}): pip install '.[torch]' in a checkout of dlkit") from _exc
 
 __all__ = ["DATASET_STATE_FORMAT", "SPLITS", "SamplerDataset", "TorchBatches", "to_torch",
            "upload_tables"]

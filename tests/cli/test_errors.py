@@ -172,8 +172,8 @@ def kernel_interrupted():
 register = cli._register_commands
 
 
-def register_boom():
-    register()
+def register_boom(command=None):
+    register(command)
     cli.app.command("boom")(BOOM)
 
 

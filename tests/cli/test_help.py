@@ -40,6 +40,8 @@ def test_every_command_and_option_has_help():
         result = run_dlkit(*name.split(), "--help")
         assert result.returncode == 0 and b"Usage" in result.stdout, name
         assert b"18446744073709551615" not in result.stdout, f"`dlkit {name}` prints 2^64-1"
+        # a flag takes no value: `--overwrite <bool>` would read as `--overwrite true`
+        assert b"<bool>" not in result.stdout, f"`dlkit {name}` shows a flag with a value"
 
 
 def test_readme_documents_every_command():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -92,17 +93,22 @@ def test_manifest_help_says_to_sample_val_and_test_with_stage_eval(dlkit):
     assert "dlkit sample --stage eval" in text and "in order either way" not in text
 
 
-def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path):
+@pytest.mark.parametrize("policy", [None, "recent", "quota"])
+def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path, policy):
     out = tmp_path / "batches"
+    extra = ["--bfs-child-width", 1, "--bfs-child-policy", policy] if policy else []
     result = dlkit("batches", db_path, "--task", "order_status", "--split", "train", "--steps", 3,
-                   "--out", out, "--seed", 7, "-b", 4, "-S", 128, "-R", 16, "--json")
+                   "--out", out, "--seed", 7, "-b", 4, "-S", 128, "-R", 16, "--json", *extra)
     assert result.returncode == 0, result.stderr
     files = sorted(out.glob("step_*.npz"))
     assert len(files) == 3
     index = json.loads((out / "index.json").read_text())
+    # The index records a policy other than the default (and nothing for the default).
+    assert index["request"].get("bfs_child_policy") == policy
     # The multi-task Sampler yields the same batches for this task, in the same order.
+    knobs = dict(bfs_child_width=1, bfs_child_policy=policy) if policy else {}
     with Sampler(db_path, 0, 1, seed=7, batch_size=4, sequence_length=128, max_rows=16,
-                 num_prefetch=0) as s:
+                 num_prefetch=0, **knobs) as s:
         ours = []
         while len(ours) < 3:
             built = s.next_built_batch("train")
@@ -220,6 +226,45 @@ def test_show_renders_the_sequence_with_the_masked_target(dlkit, db_path):
     assert text.returncode == 0 and "[MASKED]" in text.stdout and "reviews" in text.stdout
 
 
+@pytest.mark.parametrize("policy", ["uniform", "recent", "quota"])
+def test_show_says_what_the_context_took_of_each_child_table(dlkit, db_path, policy):
+    """Per child table, the distinct visible children of the visited rows and how many of
+    them the sequence holds, recomputed here from the graph; the fill and why it stopped."""
+    args = ("show", db_path, "--task", "review_rating", "--anchor", 3, "-S", 60,
+            "--bfs-child-width", 1, "--bfs-child-policy", policy)
+    view = json.loads(dlkit(*args, "--json").stdout)
+    assert view["bfs_child_policy"] == policy and view["bfs_child_width"] == 1
+    with open_database(db_path) as db:
+        g = db.graph
+        visited = {db.table(r["table"]).row_offset + r["local_row"] for r in view["rows"]}
+        seen: dict[str, set[int]] = {}
+        obs = view["obs_time"]
+        for row in visited:
+            for e in range(int(g.child_offsets[row]), int(g.child_offsets[row + 1])):
+                child = int(g.child_ids[e])
+                t = int(g.child_times[e])
+                if obs != "-" and t != -(1 << 63) and t > _micros(obs):
+                    continue
+                seen.setdefault(db.row_of(child)[0].name, set()).add(child)
+        names = [t.name for t in db.tables]
+    want = [{"table": name, "visible": len(rows), "taken": len(rows & visited)}
+            for name, rows in sorted(seen.items(), key=lambda kv: names.index(kv[0]))]
+    assert view["children"] == want and want
+    assert any(c["taken"] < c["visible"] for c in want)  # width 1 cuts something
+    stopped = ("cells" if view["num_cells"] == 60 else
+               "rows" if len(view["rows"]) == view["max_rows"] else "exhausted")
+    assert view["stopped"] == stopped
+    text = dlkit(*args).stdout
+    assert f"context: {view['num_cells']} of 60 cells" in text
+    for c in want:
+        assert f"{c['table']}: {c['taken']} of {c['visible']} visible" in text
+
+
+def _micros(iso: str) -> int:
+    moment = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
 def test_show_counts_in_the_singular(dlkit, db_path):
     # S is one users row's cells, so the sequence is the seed row alone
     result = dlkit("show", db_path, "--task", "user_premium", "--anchor", 0, "-S", 5)
@@ -246,6 +291,8 @@ def test_show_counts_in_the_singular(dlkit, db_path):
      "'user_premium')"),
     (("batches", "{db}", "--task", "review_rating", "--bfs-child-width", 2**31, "--out",
       "{tmp}/b"), 2, "bfs_child_width must be an integer in"),
+    (("show", "{db}", "--task", "review_rating", "--anchor", 3, "--bfs-child-policy", "old"),
+     2, "bfs_child_policy must be one of uniform, recent, quota"),
 ])
 def test_errors_are_one_line_with_an_exit_code(dlkit, db_path, tmp_path, args, code, needle):
     argv = [str(a).format(db=db_path, tmp=tmp_path) for a in args]

@@ -4,7 +4,9 @@ stderr, -q hides those and never data); one name per concept in JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
@@ -47,6 +49,13 @@ def _commands(db: Path, tmp: Path) -> dict[str, list]:
     manifest = tmp / "m.json"
     manifest.write_text(json.dumps(manifest_dict(70, 8, 16)))
     golden = one_case_golden(tmp / "g.json")
+    record = tmp / "run.jsonl"
+    record.write_text('{"step": 0, "loss": 1.5}\n{"step": 1, "loss": 1.25}\n')
+    sqlite = tmp / "shop.sqlite"
+    with contextlib.closing(sqlite3.connect(sqlite)) as con:
+        con.executescript("CREATE TABLE u (id INTEGER PRIMARY KEY, x REAL);"
+                          "CREATE TABLE o (uid INTEGER REFERENCES u (id));"
+                          "INSERT INTO u VALUES (1, 0.5), (2, 1.5); INSERT INTO o VALUES (1);")
     return {
         "sample": ["sample", manifest, "-d", "ds", "--steps", 2, "--out", tmp / "i{n}.txt",
                    "--trace", tmp / "t{n}.cbor"],
@@ -60,6 +69,11 @@ def _commands(db: Path, tmp: Path) -> dict[str, list]:
                     "--out", tmp / "b{n}"],
         "show": ["show", db, "--task", "review_rating", "--anchor", 3, "-S", 32],
         "bench": ["bench", "--workload", "gather", "--steps", 8, "--rows", 4096, "--no-torch"],
+        "import sql": ["import", "sql", f"sqlite:///{sqlite}", tmp / "sq{n}", "--no-fsync"],
+        "info": ["info", db],
+        "schema diagram": ["schema", "diagram", db, "--format", "dot"],
+        "view": ["view", db, "-o", tmp / "v{n}.html", "--seeds", 1, "-S", 32],
+        "curves": ["curves", record, "-o", tmp / "c{n}.svg"],
     }
 
 

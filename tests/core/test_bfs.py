@@ -7,6 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dlkit.core.bfs import (
+    CHILD_QUOTA,
+    CHILD_RECENT,
+    CHILD_UNIFORM,
     NO_TIME,
     RECORD_WIDTH,
     VIA_CHILD,
@@ -14,6 +17,7 @@ from dlkit.core.bfs import (
     child_edge_records,
     choose_without_replacement,
     parent_edge_records,
+    quota_of,
     table_links_of,
     temporal_bfs,
     visible_prefix,
@@ -62,7 +66,7 @@ def edge_records(g) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, task, anchor,
-               table_offsets=None, records=False):
+               table_offsets=None, records=False, policy=CHILD_UNIFORM):
     g = db.graph
     offsets = np.asarray(db.table_offsets) if table_offsets is None else table_offsets
     ncells = np.asarray([len(t.columns) for t in db.tables], dtype=np.int64)
@@ -82,7 +86,7 @@ def run_kernel(db, seed_row, obs_time, width, max_cells, max_rows, seed, epoch, 
     tables = Tables(offsets=offsets, col_start=np.concatenate([[0], np.cumsum(ncells)]),
                     num_cells=ncells,
                     links=table_links_of(g.parent_offsets, g.child_offsets, offsets))
-    walk = Walk(child_width=width, max_cells=max_cells, max_rows=max_rows)
+    walk = Walk(child_width=width, max_cells=max_cells, max_rows=max_rows, child_policy=policy)
     # A one-entry buffer at a non-zero fill: the walk must grow it and append after it.
     n, parent_buffer, used = temporal_bfs(graph, tables, walk, seed_row, cutoff,
                                           Stream(k0=k0, k1=k1, anchor=anchor), visit,
@@ -109,26 +113,29 @@ def any_seed(db, draw):
 
 @given(db=databases, data=st.data(), width=st.integers(0, 6), max_cells=st.integers(1, 80),
        max_rows=st.integers(1, 40), seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 2**64 - 1),
-       records=st.booleans())
-def test_kernel_matches_reference(db, data, width, max_cells, max_rows, seed, epoch, records):
-    """Reading the CSR alone or the edge records, the walk is the reference's."""
+       records=st.booleans(), policy=st.sampled_from([CHILD_UNIFORM, CHILD_RECENT, CHILD_QUOTA]))
+def test_kernel_matches_reference(db, data, width, max_cells, max_rows, seed, epoch, records,
+                                  policy):
+    """Reading the CSR alone or the edge records, under every child policy, the walk is the
+    reference's."""
     row, obs = any_seed(db, data.draw)
     task = data.draw(st.integers(0, 2**32 - 1))
     anchor = data.draw(st.integers(0, 2**63 - 1))
     got = run_kernel(db, row, obs, width, max_cells, max_rows, seed, epoch, task, anchor,
-                     records=records)
+                     records=records, policy=policy)
     want = naive.bfs(db, row, obs, width, max_cells, max_rows,
-                     naive.Stream(seed, epoch, task, anchor))
+                     naive.Stream(seed, epoch, task, anchor), policy=policy)
     assert got == want
 
 
-@given(db=databases, data=st.data(), width=st.integers(0, 4), max_rows=st.integers(1, 60))
-def test_invariants(db, data, width, max_rows):
+@given(db=databases, data=st.data(), width=st.integers(0, 4), max_rows=st.integers(1, 60),
+       policy=st.sampled_from([CHILD_UNIFORM, CHILD_RECENT, CHILD_QUOTA]))
+def test_invariants(db, data, width, max_rows, policy):
     """Seed first, each row once, nothing after the cut-off, child cap, provenance edges real."""
     row, obs = any_seed(db, data.draw)
     # An arbitrary observation time too: the rule must hold for any cut-off.
     obs = data.draw(st.sampled_from([obs, NO_TIME, obs // 2 if obs != NO_TIME else 0]))
-    visits = run_kernel(db, row, obs, width, 10**6, max_rows, 1, 2, 3, row)
+    visits = run_kernel(db, row, obs, width, 10**6, max_rows, 1, 2, 3, row, policy=policy)
     g = db.graph
     rows = [v[0] for v in visits]
     assert rows[0] == row and visits[0][1:] == (0, -1, 0)
@@ -290,3 +297,68 @@ def test_golden_visit_order():
 # foreign-key order), then children drawn from the shallowest level and their parents.
 GOLDEN_VISITS = [(9, 0, -1, 0), (1, 1, 0, 1), (3, 1, 0, 1), (5, 2, 2, 2), (0, 3, 3, 1),
                  (6, 2, 1, 2), (4, 3, 5, 1), (8, 4, 4, 2)]
+
+
+@given(counts=st.lists(st.integers(0, 12), min_size=1, max_size=6), data=st.data())
+def test_quota_shares_the_width_and_passes_the_unused_share_on(counts, data):
+    """Against the reference, and from the definition: the quotas fill the width exactly,
+    no table gets more than it has, and a table cut short got at least as much as any other
+    table (less one for the remainder)."""
+    total = sum(counts)
+    if total == 0:
+        return
+    width = data.draw(st.integers(0, total - 1))
+    got = np.full(len(counts), -9, np.int64)
+    quota_of(np.asarray(counts, np.int64), width, got)
+    want = naive.quotas({t: c for t, c in enumerate(counts) if c}, width)
+    assert got.tolist() == [want.get(t, 0) for t in range(len(counts))]
+    assert int(got.sum()) == width
+    assert all(0 <= q <= c for q, c in zip(got.tolist(), counts))
+    for t, (q, c) in enumerate(zip(got.tolist(), counts)):
+        if q < c:
+            assert all(q >= other - 1 for other in got.tolist()), (t, got)
+
+
+def _star(children_tables: list[int], times: list[int]):
+    """One parent (row 0, table 0) with children rows 1.. of the given tables and times."""
+    n = len(children_tables)
+    db = random_database(0, num_tables=3, max_rows=1)  # a cell count for each table
+    assert len(db.tables) == 3
+    g = db.graph
+    order = sorted(range(n), key=lambda q: (times[q], q + 1))
+    g.parent_offsets = np.asarray([0] + list(range(n + 1)), np.int64)
+    g.parent_ids = np.zeros(n, np.int64)
+    g.child_offsets = np.asarray([0] + [n] * (n + 1), np.int64)
+    g.child_ids = np.asarray([q + 1 for q in order], np.int64)
+    g.child_times = np.asarray([times[q] for q in order], np.int64)
+    g.row_times = np.asarray([0] + times, np.int64)
+    g.row_table = np.asarray([0] + children_tables, np.int32)
+    return db
+
+
+def test_recent_takes_the_latest_visible_children():
+    """Children at times 1..10, observed at 7, width 3: children at 5, 6, 7, for every
+    stream; later children are never visible."""
+    db = _star([0] * 10, list(range(1, 11)))
+    for anchor in range(20):
+        visits = run_kernel(db, 0, 7, 3, 10**6, 10, 9, 0, 0, anchor,
+                            table_offsets=np.asarray([0, 11], np.int64), policy=CHILD_RECENT)
+        assert sorted(r for r, *_ in visits[1:]) == [5, 6, 7]
+
+
+def test_quota_gives_every_child_table_its_share():
+    """Ten children of table 1 and two of table 2, width 6: table 2 keeps both (its share is
+    3), table 1 gets the other 4, uniformly (each of its children about equally often)."""
+    tables = [1] * 10 + [2] * 2
+    db = _star(tables, list(range(12)))
+    offsets = np.asarray([0, 1, 11, 13], np.int64)
+    counts = np.zeros(13, int)
+    for anchor in range(2000):
+        visits = run_kernel(db, 0, 100, 6, 10**6, 20, 9, 0, 0, anchor, table_offsets=offsets,
+                            policy=CHILD_QUOTA)
+        rows = [r for r, *_ in visits[1:]]
+        assert len(rows) == 6 and 11 in rows and 12 in rows
+        for r in rows:
+            counts[r] += 1
+    expected = 2000 * 4 / 10
+    assert all(abs(c - expected) < 5 * np.sqrt(expected) for c in counts[1:11])

@@ -39,3 +39,19 @@ def example_db(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("example") / "db"
     preprocess(EXAMPLE, out, fsync=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server on a Unix socket, for the session (tests/db/postgres_server.py).
+    Missing PostgreSQL fails the tests that use it: they are never skipped."""
+    from tests.db.postgres_server import start_server
+
+    try:
+        server, stop = start_server()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
+    finally:
+        stop()

@@ -28,7 +28,7 @@ def test_the_default_golden_files_are_the_bundled_ones():
 def test_an_installed_wheel_verifies_every_bundled_golden_from_anywhere(tmp_path):
     source = tmp_path / "source"  # a copy: building in place would write into the tree
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "tests", "benchmarks", "fixtures", "build", "*.egg-info",
+        ".venv", ".venv-demo", ".git", "tests", "benchmarks", "fixtures", "build", "*.egg-info",
         "__pycache__", "*.nbi", "*.nbc", ".pytest_cache"))
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",

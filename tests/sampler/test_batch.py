@@ -9,15 +9,28 @@ from hypothesis import strategies as st
 
 from dlkit.core.bfs import table_links_of
 from dlkit.errors import InvalidArgumentError
-from dlkit.sampler.batch import BATCH_KEYS, BATCH_LAYOUT, BatchBuilder, BatchConfig, batch_dtype
+from dlkit.sampler.batch import (
+    BATCH_KEYS,
+    BATCH_LAYOUT,
+    BatchBuilder,
+    BatchConfig,
+    ChildPolicy,
+    batch_dtype,
+)
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
 
 SEED_DB = st.integers(0, 2**32 - 1)
+NAIVE_POLICY = {ChildPolicy.UNIFORM: naive.UNIFORM, ChildPolicy.RECENT: naive.RECENT,
+                ChildPolicy.QUOTA: naive.QUOTA}
 
 
-def build(db, *, S, R, width, seed, epoch, task=0, indices=None):
-    builder = BatchBuilder(db, BatchConfig(sequence_length=S, max_rows=R, bfs_child_width=width),
+POLICIES = st.sampled_from(list(ChildPolicy))
+
+
+def build(db, *, S, R, width, seed, epoch, task=0, indices=None, policy=ChildPolicy.UNIFORM):
+    builder = BatchBuilder(db, BatchConfig(sequence_length=S, max_rows=R, bfs_child_width=width,
+                                           bfs_child_policy=policy),
                            seed=seed)
     view = builder.tasks[task]
     idx = np.arange(view.num_seeds) if indices is None else np.asarray(indices)
@@ -29,7 +42,8 @@ def expected_shape(key, B, S, R, U, D):
     return tuple(sizes[p] if p in sizes else int(p) for p in BATCH_LAYOUT[key][1].split(","))
 
 
-def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch):
+def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch,
+                             policy=ChildPolicy.UNIFORM):
     a = built.arrays
     assert tuple(a) == BATCH_KEYS
     B = built.seed_indices.shape[0]
@@ -44,7 +58,8 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch):
         assert a["observation_times"][b] == task.obs_time[seed_index]
         assert a["sequence_mask"][b] == 1
         visits, cells = naive.sequence(db, task, int(seed_index), seed=seed, epoch=epoch,
-                                       width=width, S=S, R=R)
+                                       width=width, S=S, R=R,
+                                       policy=NAIVE_POLICY[ChildPolicy(policy)])
         n = len(cells)
         k = built.visited_counts[b]
         assert list(zip(built.visited_rows[b, :k].tolist(), built.visited_depth[b, :k].tolist(),
@@ -87,17 +102,18 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch):
 
 @settings(max_examples=40)
 @given(db_seed=SEED_DB, S=st.integers(1, 48), R=st.integers(1, 20), width=st.integers(0, 5),
-       seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 5), data=st.data())
-def test_batches_match_reference(db_seed, S, R, width, seed, epoch, data):
+       seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 5), data=st.data(), policy=POLICIES)
+def test_batches_match_reference(db_seed, S, R, width, seed, epoch, data, policy):
     db = random_database(db_seed, num_tables=data.draw(st.integers(1, 4)), num_tasks=1)
     if not db.tasks or db.tasks[0].num_seeds == 0:
         return
     n = db.tasks[0].num_seeds
     S = max(S, len(db.table(db.tasks[0].table).columns))
     indices = data.draw(st.lists(st.integers(0, n - 1), min_size=0, max_size=6))
-    _, view, built = build(db, S=S, R=R, width=width, seed=seed, epoch=epoch, indices=indices)
+    _, view, built = build(db, S=S, R=R, width=width, seed=seed, epoch=epoch, indices=indices,
+                           policy=policy)
     assert_matches_reference(db, built, db.tasks[0], S=S, R=R, width=width, seed=seed,
-                             epoch=epoch)
+                             epoch=epoch, policy=policy)
 
 
 @settings(max_examples=40)
@@ -222,8 +238,18 @@ def test_kernel_inputs_are_made_once_from_the_arrays_the_builder_reads():
     assert inputs.graph.parent_records is builder.graph.parent_records
     assert inputs.row_values.words is builder.rows.words and builder.rows.words.size > 0
     assert inputs.column_lists.u8_cols is builder.catalog.u8_cols
-    assert inputs.walk == (2, 64, 16)
+    assert inputs.walk == (2, 64, 16, 0)  # width, S, R, uniform children
     links = table_links_of(builder.graph.parent_offsets, builder.graph.child_offsets,
                            builder.catalog.table_offsets)
     assert inputs.tables.links.tolist() == links.tolist()
     assert view.kernel_task == (view.index, view.target_col, int(view.rules.strict))
+
+
+def test_child_policy_is_validated_and_named():
+    """A policy by name or enum; anything else is one readable error naming the choices."""
+    assert BatchConfig(bfs_child_policy="Recent").bfs_child_policy is ChildPolicy.RECENT
+    assert BatchConfig().walk.child_policy == 0
+    assert BatchConfig(bfs_child_policy=ChildPolicy.QUOTA).walk.child_policy == 2
+    for bad in ("newest", 1, None):
+        with pytest.raises(InvalidArgumentError, match="uniform, recent, quota"):
+            BatchConfig(bfs_child_policy=bad)

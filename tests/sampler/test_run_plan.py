@@ -35,12 +35,14 @@ def test_the_sampler_and_dlkit_manifest_write_one_manifest(db):
             assert alone.datasets[f"fake/{task.name}/{split}"].cardinality == codes.count(k)
 
 
-def test_dlkit_batches_gives_the_samplers_batches_of_one_task(db):
+@pytest.mark.parametrize("policy", ["uniform", "recent", "quota"])
+def test_dlkit_batches_gives_the_samplers_batches_of_one_task(db, policy):
     request = BatchRequest(task="task1", split="train", steps=6, seed=SMALL["seed"],
-                           split_seed=SMALL["split_seed"], batch_size=4, **SHAPE)
+                           split_seed=SMALL["split_seed"], batch_size=4, **SHAPE,
+                           bfs_child_policy=policy)
     written = [built.arrays for _, built in iter_batches(db, request)]
     with Sampler(db, 0, 1, batch_size=4, num_prefetch=0, task_weights=[0.0, 1.0, 0.0],
-                 **SMALL) as s:
+                 **SMALL, bfs_child_policy=policy) as s:
         assert_same_batches(written, [s.next_train_batch() for _ in range(6)])
 
 

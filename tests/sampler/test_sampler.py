@@ -17,6 +17,7 @@ from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
 
 SMALL = dict(sequence_length=48, max_rows=12, bfs_child_width=3, split_seed=5, seed=11)
+POLICIES = pytest.mark.parametrize("policy", ["uniform", "recent", "quota"])
 
 
 def take(sampler, split, count):
@@ -45,8 +46,10 @@ def test_same_batches_for_any_thread_count_and_prefetch_depth(db, threads, prefe
         assert_same_batches(take(s, "val", 8), val)
 
 
-def test_state_dict_resume_gives_the_same_following_batches(db):
-    with Sampler(db, 0, 1, batch_size=4, num_threads=2, num_prefetch=3, **SMALL) as s:
+@POLICIES
+def test_state_dict_resume_gives_the_same_following_batches(db, policy):
+    with Sampler(db, 0, 1, batch_size=4, num_threads=2, num_prefetch=3, **SMALL,
+                 bfs_child_policy=policy) as s:
         take(s, "train", 7)
         take(s, "val", 5)
         state = json.loads(json.dumps(s.state_dict()))  # survives a JSON round trip
@@ -54,7 +57,8 @@ def test_state_dict_resume_gives_the_same_following_batches(db):
         # Rewinding the same sampler works too (prefetched batches are dropped).
         s.load_state_dict(state)
         assert_same_batches(take(s, "train", 9), train_after)
-    with Sampler(db, 0, 1, batch_size=4, num_threads=1, num_prefetch=0, **SMALL) as fresh:
+    with Sampler(db, 0, 1, batch_size=4, num_threads=1, num_prefetch=0, **SMALL,
+                 bfs_child_policy=policy) as fresh:
         fresh.load_state_dict(state)
         assert_same_batches(take(fresh, "val", 6), val_after)
         assert_same_batches(take(fresh, "train", 9), train_after)
@@ -87,14 +91,16 @@ def test_state_from_another_configuration_is_refused(db):
 
 
 @pytest.mark.filterwarnings("ignore::dlkit.sampler.SamplerWarning")
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_rank_slices_are_disjoint_and_make_the_world_size_1_batch(db, world_size):
+@pytest.mark.parametrize("world_size,policy", [(2, "uniform"), (4, "uniform"), (2, "recent"),
+                                               (4, "quota")])
+def test_rank_slices_are_disjoint_and_make_the_world_size_1_batch(db, world_size, policy):
     B = 4
-    with Sampler(db, 0, 1, batch_size=B * world_size, num_prefetch=0, **SMALL) as whole:
+    config = dict(SMALL, bfs_child_policy=policy)
+    with Sampler(db, 0, 1, batch_size=B * world_size, num_prefetch=0, **config) as whole:
         wholes = [whole.next_built_batch("train") for _ in range(5)]
     parts = []
     for rank in range(world_size):
-        with Sampler(db, rank, world_size, batch_size=B, num_prefetch=2, **SMALL) as s:
+        with Sampler(db, rank, world_size, batch_size=B, num_prefetch=2, **config) as s:
             parts.append([s.next_built_batch("train") for _ in range(5)])
     text = db.text_embeddings()
     for step, ref in enumerate(wholes):
@@ -278,6 +284,7 @@ def test_rank_and_world_size_default_to_the_torchrun_environment(db, monkeypatch
     (dict(task_weights=[0, 0, 0]), "all zero"),
     (dict(num_threads=0), "num_threads"),
     (dict(seed=-1), "seed"),
+    (dict(bfs_child_policy="latest"), "bfs_child_policy"),
 ])
 def test_invalid_arguments_are_named(db, kwargs, match):
     args = dict(SMALL, rank=0, world_size=1, batch_size=2)
@@ -320,15 +327,18 @@ def test_a_producer_error_reaches_the_consumer_and_the_stream_recovers(db, prefe
 
 
 @pytest.mark.filterwarnings("ignore::dlkit.sampler.SamplerWarning")
-def test_resume_on_another_world_size_with_the_same_global_batch(db):
+@POLICIES
+def test_resume_on_another_world_size_with_the_same_global_batch(db, policy):
     """Save on 1 rank x 8, resume on 2 ranks x 4: each rank continues with its slice."""
-    with Sampler(db, 0, 1, batch_size=8, num_prefetch=0, **SMALL) as s:
+    with Sampler(db, 0, 1, batch_size=8, num_prefetch=0, **SMALL,
+                 bfs_child_policy=policy) as s:
         take(s, "train", 5)
         take(s, "val", 3)
         state = s.state_dict()
         whole_train = [s.next_built_batch("train") for _ in range(4)]
     for rank in range(2):
-        with Sampler(db, rank, 2, batch_size=4, num_prefetch=2, **SMALL) as r:
+        with Sampler(db, rank, 2, batch_size=4, num_prefetch=2, **SMALL,
+                     bfs_child_policy=policy) as r:
             r.load_state_dict(state)
             for ref in whole_train:
                 part = r.next_built_batch("train")
@@ -336,3 +346,26 @@ def test_resume_on_another_world_size_with_the_same_global_batch(db):
                 assert np.array_equal(part.arrays["fk_adj"],
                                       ref.arrays["fk_adj"][rank * 4:(rank + 1) * 4])
             r.next_val_batch()  # val resumes too (rank-local)
+
+
+def test_child_policy_is_fingerprinted_only_when_not_the_default(db):
+    """A state records the policy (so a resume under another policy is refused), and the
+    default's state is that of earlier versions (no new key). The policies differ: the same
+    steps give other batches."""
+    states, batches = {}, {}
+    for policy in ("uniform", "recent", "quota"):
+        with Sampler(db, 0, 1, batch_size=8, num_prefetch=0, **SMALL,
+                     bfs_child_policy=policy) as s:
+            states[policy] = s.state_dict()
+            batches[policy] = take(s, "train", 3)
+    assert "bfs_child_policy" not in states["uniform"]["config"]
+    assert states["quota"]["config"]["bfs_child_policy"] == "quota"
+    for policy in ("recent", "quota"):
+        assert any(not np.array_equal(a["fk_adj"], b["fk_adj"])
+                   for a, b in zip(batches[policy], batches["uniform"])), policy
+    with Sampler(db, 0, 1, batch_size=8, num_prefetch=0, **SMALL,
+                 bfs_child_policy="recent") as s:
+        with pytest.raises(CheckpointError, match="bfs_child_policy"):
+            s.load_state_dict(states["quota"])
+        with pytest.raises(CheckpointError, match="bfs_child_policy"):
+            s.load_state_dict(states["uniform"])

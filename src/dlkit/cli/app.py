@@ -54,14 +54,65 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+def _check_output_read() -> None:
+    """A command that ends with its output unread in a pipe whose reader left (``dlkit show
+    | head -1``, an output smaller than the pipe's buffer) exits 141, as a larger one does."""
+    from dlkit.cli.pipes import wait_until_read
+
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
+        raise _ReaderGone from exc
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # no descriptor (a test's capture): no pipe
+        return
+    if not wait_until_read(fd):
+        raise _ReaderGone
+
+
 def _command_name(ctx) -> str:
     return " ".join(["dlkit", *filter(None, [ctx.invoked_subcommand])])
+
+
+def _tidy_options(command) -> None:
+    """Two fixes to typer's options, for ``command`` and every command under it.
+
+    A flag (``--overwrite``, ``--json``) shows no value type in help: typer prints ``<bool>``
+    beside it, which reads as ``--overwrite true``, a usage error. And a group's ``--help``
+    reads "not given" (``None``) as ``False`` itself: typer would coerce that ``None``
+    through Pydantic, whose import alone costs more than the rest of `dlkit sample --help`.
+    """
+    for param in command.params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    get_help_option = command.get_help_option  # made on demand, the same object each time
+
+    def help_option(ctx):
+        option = get_help_option(ctx)
+        if option is not None and "process_value" not in vars(option):
+            option.metavar = ""
+            process = option.process_value
+
+            def process_value(ctx, value):
+                return process(ctx, False if value is None else value)
+
+            option.process_value = process_value
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_options(sub)
 
 
 class _Group(TyperGroup):
     """The root command group. A ``BrokenPipeError`` leaving a command becomes
     :class:`_ReaderGone` when stdout's reader left, an ``OutputError`` otherwise (a plug-in's
     pipe, say), before click's own handler, which would exit 1 on either."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _tidy_options(self)
 
     def invoke(self, ctx):
         try:
@@ -142,9 +193,40 @@ def exit_code_for(error: errors.DlkitError) -> int:
     return 1
 
 
-def _register_commands() -> None:
-    # Importing a command module registers its commands on ``app``.
-    from dlkit.cli import bench, db, relational, sample, view  # noqa: F401
+# Every command (or command group) and the module that defines it. Importing a module
+# registers its commands on ``app`` (``@app.command()`` or ``app.add_typer``); only the module
+# of the command being run is imported, so `dlkit sample --help` loads neither NumPy's nor the
+# other commands' imports. To add a command, write its module and add ONE line here, e.g.
+#     "info": "dlkit.cli.info",
+# A command module imports at its top only what its --help needs (typer, rich, dlkit.cli.*,
+# dlkit.errors); what runs the command (numpy, pyarrow, kernels) is imported inside it.
+# tests/cli/test_startup.py checks every command's --help loads no Numba.
+COMMAND_MODULES: dict[str, str] = {
+    "sample": "dlkit.cli.sample",
+    "replay": "dlkit.cli.sample",
+    "verify-golden": "dlkit.cli.sample",
+    "bench": "dlkit.cli.bench",
+    "preprocess": "dlkit.cli.db",
+    "verify": "dlkit.cli.db",
+    "schema": "dlkit.cli.db",
+    "import": "dlkit.cli.db",
+    "manifest": "dlkit.cli.relational",
+    "batches": "dlkit.cli.relational",
+    "show": "dlkit.cli.relational",
+    "info": "dlkit.cli.view",
+    "view": "dlkit.cli.view",
+    "curves": "dlkit.cli.view",
+}
+
+
+def _register_commands(command: str | None = None) -> None:
+    """Import the module of ``command``, or every command module when it names none of them
+    (``dlkit --help``, a mistyped command: click lists them all)."""
+    import importlib
+
+    module = COMMAND_MODULES.get(command or "")
+    for name in [module] if module else dict.fromkeys(COMMAND_MODULES.values()):
+        importlib.import_module(name)
 
 
 @contextlib.contextmanager
@@ -199,6 +281,11 @@ def _apply_aliases(argv: list[str]) -> tuple[list[str], list[str]]:
     return out, notes
 
 
+def _command_word(words: list[str]) -> str | None:
+    """The command ``words`` run: the first word that is not an option of the root."""
+    return next((w for w in words if not w.startswith("-")), None)
+
+
 def _usage_error(exc: click_exceptions.UsageError) -> errors.DlkitError:
     """Click's usage error as ours: one line, ``error USAGE: ...``, exit 2."""
     message = " ".join(exc.format_message().split())
@@ -241,13 +328,14 @@ def main(argv: list[str] | None = None) -> None:
         try:
             try:
                 with _sigterm_as_interrupt():
-                    _register_commands()
                     words, notes = _apply_aliases(words)
+                    _register_commands(_command_word(words))
                     for note in dict.fromkeys(notes):
                         print_note(note)
                     status = app(args=words, prog_name="dlkit", standalone_mode=False)
                     if status == INTERRUPTED_EXIT:  # click's own catch, while parsing
                         raise _Interrupted(command)
+                    _check_output_read()
             except click_exceptions.NoArgsIsHelpError as exc:
                 sys.exit(_print_help_for(exc))
             except click_exceptions.UsageError as exc:

@@ -3,27 +3,26 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from dlkit.errors import DlkitError
+
+if TYPE_CHECKING:  # imported by progress(): --help and usage errors need none of it
+    from rich.progress import Progress
+
+
+UNBOUNDED_WIDTH = 1 << 15  # columns of a console that is not a terminal
 
 
 class _Console(Console):
     """A rich console for a command's output.
 
     Off a terminal (a pipe, a log) it does not wrap printed lines at 80 columns in the middle
-    of a phrase; tables still fit the width. When the reader of stdout leaves (``dlkit show |
+    of a phrase, and a table is as wide as its cells. When the reader of stdout leaves (``dlkit show |
     head -1``) it raises ``BrokenPipeError`` for the CLI's boundary (rich's own handler exits
     1 at once); when stderr's does, the command goes on without its messages, so its exit
     code still tells how it went.
@@ -32,6 +31,10 @@ class _Console(Console):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.soft_wrap = not self.is_terminal
+        if not self.is_terminal and "COLUMNS" not in os.environ:
+            # Nor are tables fitted to 80 columns (cut to `samples…`, a value split over two
+            # lines): each takes the width its cells need. COLUMNS=N sets a width.
+            self.width = UNBOUNDED_WIDTH
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -68,6 +71,15 @@ def print_json(payload: Any) -> None:
 def progress(transient: bool = True, enabled: bool = True) -> Progress:
     """A progress display on stderr, so stdout stays clean for data (none unless
     ``enabled``)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),

@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import (
@@ -27,6 +28,9 @@ from dlkit.cli.console import err_console, plain, print_json
 from dlkit.cli.params import check_output_file
 from dlkit.errors import InvalidArgumentError, VerificationError
 from dlkit.text import counted
+
+if TYPE_CHECKING:
+    from dlkit.viewer.diagram import SchemaDiagram
 
 PANEL = "Relational database"
 
@@ -72,6 +76,7 @@ class RichProgress:
             TextColumn("{task.fields[spill]}"),
             console=err_console,
             transient=False,
+            disable=not err_console.is_terminal,  # bars only on a terminal (docs/cli.md)
         )
         self.task: TaskID | None = None
         self.started = False
@@ -307,6 +312,80 @@ def _printing_relbench_warnings() -> Iterator[None]:
         err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
 
 
+def _diagram_of(source: Path) -> SchemaDiagram:
+    """The diagram of a database, a dlkit.toml, or a directory of Parquet tables (its
+    dlkit.toml, else a draft inferred from the data)."""
+    from dlkit.db.schema.spec import SCHEMA_FILE, load_schema
+    from dlkit.viewer.diagram import diagram_of_metadata, diagram_of_schema
+
+    if source.is_dir() and (source / "metadata.json").is_file() \
+            and (source / "manifest.json").is_file():
+        from dlkit.db import open_database
+
+        with open_database(source) as db:
+            return diagram_of_metadata(db.metadata_record)
+    if source.is_dir() and (source / SCHEMA_FILE).is_file():
+        return diagram_of_schema(load_schema(source / SCHEMA_FILE))
+    if source.is_dir():
+        from dlkit.db.schema.infer import infer_schema
+
+        schema, _text = infer_schema(source)
+        return diagram_of_schema(schema)
+    return diagram_of_schema(load_schema(source))
+
+
+_FORMATS = ("mermaid", "dot", "svg")
+_SUFFIXES = {".mmd": "mermaid", ".mermaid": "mermaid", ".md": "mermaid", ".dot": "dot",
+             ".gv": "dot", ".svg": "svg"}
+
+
+@schema_app.command("diagram")
+def schema_diagram(
+    source: Path = typer.Argument(
+        ..., help="A database directory, a dlkit.toml, or a directory of Parquet tables (its "
+                  "dlkit.toml, else a draft `schema infer` would write)."),
+    fmt: str = typer.Option("auto", "--format", "-f",
+                            help="mermaid, dot or svg (svg needs Graphviz's `dot`). auto: by "
+                                 "--out's suffix (.mmd .dot .gv .svg), else mermaid."),
+    out: Path = typer.Option(None, "--out", "-o", help="Write here (default: stdout)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print the diagram's tables and edges as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No note on stderr."),
+) -> None:
+    """Draw the schema: tables with keys and time columns, foreign keys as arrows (with edge
+    counts from a database), tasks marked.
+
+    Mermaid text renders on GitHub and in many editors; DOT and SVG come from Graphviz
+    (Debian: `apt-get install graphviz`). Examples:
+
+        dlkit schema diagram out/db -o schema.svg
+        dlkit schema diagram data/shop --format mermaid
+    """
+    from dlkit.atomic import atomic_write_bytes
+
+    if fmt == "auto":
+        fmt = _SUFFIXES.get(out.suffix.lower(), "mermaid") if out is not None else "mermaid"
+    if fmt not in _FORMATS:
+        raise InvalidArgumentError(f"--format must be one of auto, {', '.join(_FORMATS)}, got "
+                                   f"{fmt!r}", code="USAGE")
+    if out is not None:
+        check_output_file(out, overwrite)
+    diagram = _diagram_of(source)
+    if as_json:
+        print_json(diagram.to_json())
+        return
+    text = {"mermaid": diagram.to_mermaid, "dot": diagram.to_dot, "svg": diagram.to_svg}[fmt]()
+    if out is None:
+        sys.stdout.write(text)
+        return
+    atomic_write_bytes(out, text.encode("utf-8"), overwrite=overwrite)
+    if not quiet:
+        err_console.print(f"wrote {plain(out)} ({fmt}, "
+                          f"{counted(len(diagram.tables), 'table')}, "
+                          f"{counted(len(diagram.edges), 'foreign key')})", highlight=False)
+
+
 import_app = typer.Typer(help="Build a dlkit database from data another tool saved.",
                          no_args_is_help=True)
 app.add_typer(import_app, name="import", rich_help_panel=PANEL)
@@ -366,3 +445,93 @@ def import_relbench(
                memory_budget=None,  # type: ignore[arg-type]  # typer declares it str
                no_fsync=no_fsync,
                as_json=as_json, quiet=quiet)
+
+
+@import_app.command("sql")
+def import_sql(
+    url: str = typer.Argument(..., help="The database: sqlite:///PATH, duckdb:///PATH (four "
+                                        "slashes for an absolute path) or "
+                                        "postgresql://[USER@]HOST[:PORT]/DB "
+                                        "(postgresql:///DB?host=/socket/dir for a Unix socket; "
+                                        "?schema=NAME picks a SQL schema)."),
+    output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
+    schema: Path = typer.Option(None, "--schema",
+                                help="A partial dlkit.toml merged over what the catalog says "
+                                     "(time columns, types, exclusions, tasks; see "
+                                     "docs/schema.md)."),
+    time: list[str] = typer.Option(None, "--time", metavar="<table.column>",
+                                   help="A table's time column (repeat for several tables)."),
+    exclude_table: list[str] = typer.Option(None, "--exclude-table", metavar="<table>",
+                                            help="A table to leave out (repeat for several)."),
+    name: str = typer.Option(None, "--name", help="Database id (default: the database's name)."),
+    schema_out: Path = typer.Option(None, "--schema-out",
+                                    help="Where to write the dlkit.toml the database was built "
+                                         "from (default: OUTPUT.dlkit.toml beside it; `dlkit "
+                                         "import sql URL OUTPUT --schema FILE` builds it again)."),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace an existing database at OUTPUT (atomically) and "
+                                        "an existing schema file."),
+    on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
+                                    help="Foreign keys pointing to a missing parent: drop (keep "
+                                         "the row, drop the edge, report) or error."),
+    batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
+                                   help="Rows per record batch read from the database (the "
+                                        "output does not depend on it)."),
+    embedder: str = typer.Option("hashed", "--embedder",
+                                 help="Text embedder: 'hashed' (built in, no download) or "
+                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+    embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
+    memory_budget: str = typer.Option(None, "--memory-budget",
+                                      help="Memory for the build's working arrays, e.g. 2G (see "
+                                           "`dlkit preprocess --help`)."),
+    no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary on stderr."),
+) -> None:
+    """Turn a SQL database (SQLite, DuckDB, PostgreSQL) into a dlkit database in one command.
+
+    Tables, primary keys and foreign keys (composite ones included) come from the database's
+    catalog; time columns, types and tasks from --time or a partial schema (--schema). Rows
+    stream through Parquet files in a scratch directory beside OUTPUT (removed afterwards),
+    so the database is the one `dlkit preprocess` builds from the same rows in Parquet.
+    Needs the `sql` extra: pip install 'dlkit[sql]'. Example:
+
+        dlkit import sql sqlite:///shop.db out/shop --time orders.created_at
+    """
+    from dlkit.db.build.embed import load_embedder
+    from dlkit.db.build.sql_source import import_sql as run
+    from dlkit.db.build.writer import ON_DANGLING
+    from dlkit.db.schema.sql_schema import SqlSchemaOptions
+
+    if on_dangling not in ON_DANGLING:
+        raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
+    emb = load_embedder(embedder, embedding_dim)
+    budget = None if memory_budget is None else parse_size(memory_budget, "--memory-budget")
+    if schema_out is not None:  # before the work: a refused output wastes none of it
+        check_output_file(schema_out, overwrite, inputs={} if schema is None else
+                          {"the partial schema": schema})
+    options = SqlSchemaOptions(time_columns=tuple(time or ()),
+                               exclude_tables=tuple(exclude_table or ()), name=name)
+    kwargs: dict = dict(partial=schema, options=options, schema_out=schema_out,
+                        overwrite=overwrite, on_dangling=on_dangling, batch_rows=batch_rows,
+                        embedder=emb, fsync=not no_fsync, memory_budget=budget)
+    if not quiet and not as_json:
+        with RichProgress() as sink:
+            report = run(url, output, progress=sink, **kwargs)  # type: ignore[arg-type]
+    else:
+        report = run(url, output, **kwargs)
+    build = report.build
+    if as_json:
+        print_json(report.to_json())
+    for warning in build.warnings:  # not a summary: --quiet and --json keep them
+        err_console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
+    if as_json or quiet:
+        return
+    for note in report.notes:
+        err_console.print(f"note: {plain(note)}", highlight=False)
+    err_console.print(f"[bold green]imported[/] {plain(report.url)} -> {plain(output)}  "
+                      f"({counted(build.num_tables, 'table')}, {build.num_rows:,} rows, "
+                      f"{build.num_edges:,} edges, {build.seconds:.2f} s)", highlight=False)
+    if report.schema_path is not None:
+        err_console.print(f"schema written to {plain(report.schema_path)}", highlight=False)
+    err_console.print(f"database hash [bold]{build.database_hash}[/]", highlight=False)

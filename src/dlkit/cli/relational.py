@@ -130,7 +130,10 @@ def manifest(
 
 S_HELP = "Cells per sequence (S)."
 R_HELP = "Rows per sequence, the size of fk_adj (R)."
-WIDTH_HELP = "Children kept per visited row (uniform without replacement)."
+WIDTH_HELP = "Children kept per visited row (which ones: --bfs-child-policy)."
+POLICY_HELP = ("Which children a row with more than the width keeps: uniform (drawn uniformly, "
+               "the default), recent (the latest visible ones), quota (each child table its "
+               "share of the width, the unused share passed on; uniform within a table).")
 
 
 @app.command(rich_help_panel=PANEL)
@@ -162,6 +165,8 @@ def batches(
         1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
+    bfs_child_policy: str = typer.Option("uniform", "--bfs-child-policy",
+                                         metavar="<uniform|recent|quota>", help=POLICY_HELP),
     sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
                                       help=BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
@@ -183,7 +188,8 @@ def batches(
                                split_seed=split_seed, split_ratios=_ratios(split_ratios),
                                batch_size=batch_size, rank=rank, world_size=world_size,
                                sequence_length=sequence_length, max_rows=max_rows,
-                               bfs_child_width=bfs_child_width, sampling_mode=sampling_mode)
+                               bfs_child_width=bfs_child_width, sampling_mode=sampling_mode,
+                               bfs_child_policy=bfs_child_policy)
         if quiet or as_json:
             summary = write_batches(db, request, out, overwrite=overwrite)
         else:
@@ -217,6 +223,8 @@ def show(
         1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
     max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
     bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
+    bfs_child_policy: str = typer.Option("uniform", "--bfs-child-policy",
+                                         metavar="<uniform|recent|quota>", help=POLICY_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
                                help="Accepted for uniformity: show prints only data (the "
@@ -234,7 +242,8 @@ def show(
 
     view = describe_sequence(db, task, anchor, seed=seed, epoch=epoch,
                              sequence_length=sequence_length, max_rows=max_rows,
-                             bfs_child_width=bfs_child_width)
+                             bfs_child_width=bfs_child_width,
+                             bfs_child_policy=bfs_child_policy)
     if as_json:
         print_json(view.to_json_value())
         return
@@ -265,3 +274,14 @@ def show(
     console.print(f"target [bold red]{plain(target)}[/] of row #0 is [bold red]{plain(MASKED)}[/] in "
                   f"the batch; its true value {plain(view.target)} is hidden from the model",
                   highlight=False)
+    stopped = {"cells": "the sequence is full", "rows": "the row budget (--max-rows) is spent",
+               "exhausted": "nothing visible is left within the child width"}[view.stopped]
+    console.print(f"context: {view.num_cells:,} of {counted(view.sequence_length, 'cell')} "
+                  f"({view.num_cells / view.sequence_length:.0%}), "
+                  f"{len(view.rows)} of {view.max_rows} rows; stopped because {stopped}",
+                  highlight=False)
+    for child in view.children:
+        console.print(f"  {plain(child.table)}: {child.taken} of "
+                      f"{counted(child.visible, 'visible child', 'visible children')} taken "
+                      f"(width {view.bfs_child_width}, policy {view.bfs_child_policy})",
+                      highlight=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,15 @@ import typer
 from dlkit.cli.app import app
 from dlkit.cli.console import err_console, plain, print_error, print_json, print_note, progress
 from dlkit.cli.params import MAX_STEPS, check_rank, positive_uint64, uint64
+from dlkit.cli.pipes import delivered
 from dlkit.errors import (
     DlkitError,
     GoldenFileError,
     GoldenMismatchError,
     InvalidArgumentError,
+    TraceError,
 )
-from dlkit.nextbatch.export import OutputFormat, SampleRequest, run_sample
+from dlkit.nextbatch.formats import OutputFormat
 
 PANEL = "Index sampling (NextBatch_v2 and v3)"
 
@@ -85,6 +88,8 @@ def sample(
 
         dlkit sample run.json -d flights/train --epoch 0 --rank 1 --world-size 8 --steps 10
     """
+    from dlkit.nextbatch.export import SampleRequest, run_sample
+
     check_rank(rank, world_size)
     if as_json and out is None:
         raise InvalidArgumentError("--json prints a summary on stdout, so it needs --out")
@@ -99,14 +104,15 @@ def sample(
         actual_cardinality=cardinality, overwrite=overwrite,
     )
     show = not quiet and out is not None
+    stdout = delivered(sys.stdout.buffer)  # `| head -1` leaves early: exit 141
     if show:
         with progress() as bar:
             task = bar.add_task("sampling steps", total=None)
-            summary = run_sample(request, sys.stdout.buffer,
+            summary = run_sample(request, stdout,
                                  on_start=lambda total: bar.update(task, total=total),
                                  on_progress=lambda n: bar.advance(task, n))
     else:
-        summary = run_sample(request, sys.stdout.buffer)
+        summary = run_sample(request, stdout)
     sys.stdout.flush()
     for note in summary.notes:
         print_note(note)
@@ -132,12 +138,20 @@ def replay(
     Exit 0 only when every record (indices digest, cursors, tokens, metadata) matches.
     """
     from dlkit.atomic import settle
+    from dlkit.files import open_regular
     from dlkit.nextbatch.run_manifest import load_manifest
-    from dlkit.nextbatch.trace import replay_trace
 
     settle(trace)  # a commit of it that a killed `dlkit sample` decided is finished first
     try:
-        report = replay_trace(trace, load_manifest(manifest))
+        # The arguments are checked before the kernels load (a second or more)
+        run = load_manifest(manifest)
+        try:
+            os.close(open_regular(trace))
+        except OSError as exc:
+            raise TraceError(f"cannot read: {exc.strerror}", path=trace) from None
+        from dlkit.nextbatch.trace import replay_trace
+
+        report = replay_trace(trace, run)
     except DlkitError as exc:
         if as_json:  # scripts read the verdict on stdout; the exit code still tells it
             print_json({"ok": False, "code": exc.code, "message": str(exc)})

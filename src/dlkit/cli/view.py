@@ -1,10 +1,10 @@
-"""``dlkit info``, ``dlkit schema diagram``, ``dlkit view``, ``dlkit curves``: ways to see a
-database, its schema, the contexts the Sampler draws from it and how training went."""
+"""``dlkit info``, ``dlkit view``, ``dlkit curves``: ways to see a database, the contexts the
+Sampler draws from it and how training went (``dlkit schema diagram`` is with the other
+``schema`` commands, in :mod:`dlkit.cli.db`)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +13,6 @@ from rich.table import Table
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, progress
-from dlkit.cli.db import schema_app
 from dlkit.cli.params import check_output_file
 from dlkit.errors import InvalidArgumentError
 from dlkit.text import counted
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
     from dlkit.db.read.info import Degrees
     from dlkit.db.read.mapped import Database
     from dlkit.viewer.curves import Series
-    from dlkit.viewer.diagram import SchemaDiagram
     from dlkit.viewer.page import PageOptions
 
 PANEL = "Seeing the data"
@@ -161,80 +159,6 @@ def info(
                       "counted together", highlight=False)
 
 
-def _diagram_of(source: Path) -> SchemaDiagram:
-    """The diagram of a database, a dlkit.toml, or a directory of Parquet tables (its
-    dlkit.toml, else a draft inferred from the data)."""
-    from dlkit.db.schema.spec import SCHEMA_FILE, load_schema
-    from dlkit.viewer.diagram import diagram_of_metadata, diagram_of_schema
-
-    if source.is_dir() and (source / "metadata.json").is_file() \
-            and (source / "manifest.json").is_file():
-        from dlkit.db import open_database
-
-        with open_database(source) as db:
-            return diagram_of_metadata(db.metadata_record)
-    if source.is_dir() and (source / SCHEMA_FILE).is_file():
-        return diagram_of_schema(load_schema(source / SCHEMA_FILE))
-    if source.is_dir():
-        from dlkit.db.schema.infer import infer_schema
-
-        schema, _text = infer_schema(source)
-        return diagram_of_schema(schema)
-    return diagram_of_schema(load_schema(source))
-
-
-_FORMATS = ("mermaid", "dot", "svg")
-_SUFFIXES = {".mmd": "mermaid", ".mermaid": "mermaid", ".md": "mermaid", ".dot": "dot",
-             ".gv": "dot", ".svg": "svg"}
-
-
-@schema_app.command("diagram")
-def schema_diagram(
-    source: Path = typer.Argument(
-        ..., help="A database directory, a dlkit.toml, or a directory of Parquet tables (its "
-                  "dlkit.toml, else a draft `schema infer` would write)."),
-    fmt: str = typer.Option("auto", "--format", "-f",
-                            help="mermaid, dot or svg (svg needs Graphviz's `dot`). auto: by "
-                                 "--out's suffix (.mmd .dot .gv .svg), else mermaid."),
-    out: Path = typer.Option(None, "--out", "-o", help="Write here (default: stdout)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
-    as_json: bool = typer.Option(False, "--json",
-                                 help="Print the diagram's tables and edges as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No note on stderr."),
-) -> None:
-    """Draw the schema: tables with keys and time columns, foreign keys as arrows (with edge
-    counts from a database), tasks marked.
-
-    Mermaid text renders on GitHub and in many editors; DOT and SVG come from Graphviz
-    (Debian: `apt-get install graphviz`). Examples:
-
-        dlkit schema diagram out/db -o schema.svg
-        dlkit schema diagram data/shop --format mermaid
-    """
-    from dlkit.atomic import atomic_write_bytes
-
-    if fmt == "auto":
-        fmt = _SUFFIXES.get(out.suffix.lower(), "mermaid") if out is not None else "mermaid"
-    if fmt not in _FORMATS:
-        raise InvalidArgumentError(f"--format must be one of auto, {', '.join(_FORMATS)}, got "
-                                   f"{fmt!r}", code="USAGE")
-    if out is not None:
-        check_output_file(out, overwrite)
-    diagram = _diagram_of(source)
-    if as_json:
-        print_json(diagram.to_json())
-        return
-    text = {"mermaid": diagram.to_mermaid, "dot": diagram.to_dot, "svg": diagram.to_svg}[fmt]()
-    if out is None:
-        sys.stdout.write(text)
-        return
-    atomic_write_bytes(out, text.encode("utf-8"), overwrite=overwrite)
-    if not quiet:
-        err_console.print(f"wrote {plain(out)} ({fmt}, "
-                          f"{counted(len(diagram.tables), 'table')}, "
-                          f"{counted(len(diagram.edges), 'foreign key')})", highlight=False)
-
-
 @app.command(rich_help_panel=PANEL)
 def view(
     database: Path = typer.Argument(..., help=DB_HELP),
@@ -363,6 +287,7 @@ def curves(
     record: list[Path] = typer.Argument(..., help="--record JSONL files of training runs."),
     out: Path = typer.Option(..., "--out", "-o", help="The SVG file to write."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    as_json: bool = typer.Option(False, "--json", help="Print {output, series} as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
 ) -> None:
     """Plot training curves (loss and any other number per step) of the examples' --record
@@ -376,6 +301,8 @@ def curves(
     check_output_file(out, overwrite)
     series = tuple(s for path in record for s in read_record(path))
     atomic_write_bytes(out, curves_svg(series).encode("utf-8"), overwrite=overwrite)
-    if not quiet:
+    if as_json:
+        print_json({"output": str(out), "series": [s.name for s in series]})
+    elif not quiet:
         err_console.print(f"wrote {plain(out)}: {', '.join(plain(s.name) for s in series)}",
                           highlight=False)

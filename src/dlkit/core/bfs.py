@@ -6,8 +6,11 @@ The semantics follow the public Relational Transformer sampler and are pinned in
 1. The seed row is visited first (depth 0).
 2. A visited row pushes its visible foreign-key parents on a stack (last foreign key first, so
    they pop in foreign-key column order) and its visible children into the child level
-   ``depth + 1``; more than ``child_width`` visible children are cut to ``child_width`` chosen
-   uniformly without replacement (Floyd's algorithm), pushed in child-list order.
+   ``depth + 1``; more than ``child_width`` visible children are cut to ``child_width`` by the
+   walk's child policy, pushed in child-list order: ``CHILD_UNIFORM`` chooses them uniformly
+   without replacement (Floyd's algorithm), ``CHILD_RECENT`` takes the latest ``child_width``
+   (no draw), ``CHILD_QUOTA`` gives every child table its share of the width
+   (``quota_of``) and chooses uniformly within each table.
 3. The next row is the top of the parent stack; when the stack is empty, a uniform draw from
    the shallowest non-empty child level (swap-remove). A row already visited is skipped.
 4. Stop when the visited rows hold ``max_cells`` cells (the last row may be cut by the
@@ -38,6 +41,9 @@ VIA_CHILD = 2
 HAS_PARENTS = 1
 HAS_CHILDREN = 2
 _EMPTY = -1
+CHILD_UNIFORM = 0
+CHILD_RECENT = 1
+CHILD_QUOTA = 2
 _RANK_SORT_MAX = 32  # Floyd's picks up to this many are placed by rank
 _LEVEL_START = 512  # initial entries of a child level
 
@@ -214,6 +220,79 @@ def choose_without_replacement(k0, k1, anchor, stream, population, count, out, p
 
 
 @kernel
+def quota_of(counts, width, quotas):
+    """Each table's share of ``width`` children when table ``t`` has ``counts[t]`` of them
+    (written to ``quotas``; ``sum(counts) > width`` assumed).
+
+    Water-filling: with ``left`` tables still open and ``remaining`` places, a table whose
+    count is at most ``remaining // left`` takes all its children and passes the rest of
+    its share on; repeated until no open table fits. Each still open table then gets
+    ``remaining // left``, and the first ``remaining % left`` of them in table order one more.
+    """
+    remaining = width
+    left = 0
+    for t in range(counts.shape[0]):
+        quotas[t] = -1 if counts[t] > 0 else 0
+        left += 1 if counts[t] > 0 else 0
+    settled = True
+    while settled and left > 0:
+        settled = False
+        share = remaining // left
+        for t in range(counts.shape[0]):
+            if quotas[t] < 0 and counts[t] <= share:
+                quotas[t] = counts[t]
+                remaining -= counts[t]
+                left -= 1
+                settled = True
+    if left > 0:
+        share = remaining // left
+        extra = remaining - share * left
+        for t in range(counts.shape[0]):
+            if quotas[t] < 0:
+                quotas[t] = share + (1 if extra > 0 else 0)
+                extra -= 1 if extra > 0 else 0
+
+
+@kernel
+def choose_by_quota(k0, k1, anchor, stream, child_tables, visible, width, out, picks):
+    """Positions of ``width`` of the ``visible`` children whose tables are
+    ``child_tables[:visible]``, ascending in ``out[:width]``: each table's ``quota_of``
+    share, chosen by Floyd's algorithm among that table's children (tables in order; a table
+    taking all its children draws nothing). ``picks`` is uint64 scratch of ``width``."""
+    num_tables = 0
+    for q in range(visible):
+        num_tables = max(num_tables, child_tables[q] + 1)
+    counts = np.zeros(num_tables, dtype=np.int64)
+    for q in range(visible):
+        counts[child_tables[q]] += 1
+    quotas = np.empty(num_tables, dtype=np.int64)
+    quota_of(counts, width, quotas)
+    taken = np.zeros(visible, dtype=np.bool_)
+    ranks = np.empty(max(width, 1), dtype=np.int64)
+    for t in range(num_tables):
+        if quotas[t] == 0:
+            continue
+        full = quotas[t] == counts[t]
+        if not full:
+            choose_without_replacement(k0, k1, anchor, stream, counts[t], quotas[t], ranks,
+                                       picks)
+        rank = 0
+        at = 0
+        for q in range(visible):
+            if child_tables[q] != t:
+                continue
+            if full or (at < quotas[t] and ranks[at] == rank):
+                taken[q] = True
+                at += 1
+            rank += 1
+    n = 0
+    for q in range(visible):
+        if taken[q]:
+            out[n] = q
+            n += 1
+
+
+@kernel
 def _grow(buffer, at_least):
     """A copy of ``buffer`` with room for at least ``at_least`` entries along axis 0."""
     bigger = np.empty((max(buffer.shape[0] * 2, at_least),) + buffer.shape[1:],
@@ -328,6 +407,7 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
     table_links = tables.links
     out_rows, out_depth, out_source, out_via, out_parent_start = visit
     child_width = walk.child_width
+    child_policy = walk.child_policy
     max_cells = walk.max_cells
     max_rows = walk.max_rows
     k0, k1, anchor = sequence_stream
@@ -475,8 +555,19 @@ def temporal_bfs(graph, tables, walk, seed_row, cutoff, sequence_stream, visit, 
             level_sizes.append(0)
         take = visible if visible <= child_width else child_width
         if visible > child_width:
-            choose_without_replacement(k0, k1, anchor, stream, visible, child_width, picked,
-                                       picks)
+            if child_policy == CHILD_RECENT:
+                for q in range(child_width):
+                    picked[q] = visible - child_width + q
+            elif child_policy == CHILD_QUOTA:
+                child_tables = np.empty(visible, dtype=np.int64)
+                for q in range(visible):
+                    child = child_records[lo + q, 0] if records else child_ids[lo + q]
+                    child_tables[q] = table_of(table_offsets, child)
+                choose_by_quota(k0, k1, anchor, stream, child_tables, visible, child_width,
+                                picked, picks)
+            else:
+                choose_without_replacement(k0, k1, anchor, stream, visible, child_width,
+                                           picked, picks)
         # Bind the level once: every list item access costs a reference count update.
         size = level_sizes[child_level]
         entries = levels[child_level]

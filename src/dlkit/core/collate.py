@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlkit.core.aggregates import fill_aggregates, mark_aggregate_cells
 from dlkit.core.bfs import (
     row_set_capacity,
     row_set_find,
@@ -444,7 +445,7 @@ def hide_unknown_values(obs_times, layout, columns, col_table, tables, row_times
 
 @kernel
 def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, column_lists,
-                    row_values, out, visits):
+                    row_values, out, visits, aggregates):
     """A batch: BFS, layout and structure of every sequence, then every value, then the text
     deduplication (design phases 1 and 2). Returns the cell count of each sequence and the
     batch's distinct text ids (ascending).
@@ -460,7 +461,9 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, colu
 
     With ``task.strict`` (0/1), rows at exactly the observation time are not visible. A
     column whose ``columns.label_lag`` is not 0 has its not-yet-known values hidden
-    (``hide_unknown_values``).
+    (``hide_unknown_values``). The as-of aggregate cells of ``aggregates`` (a
+    ``dlkit.core.aggregates.Aggregates``; none when its ``kind`` is empty) are laid out like
+    columns and filled by ``dlkit.core.aggregates.fill_aggregates``.
     """
     B = seeds.rows.shape[0]
     S = out.semantic_types.shape[1]
@@ -490,19 +493,27 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, colu
     for c in range(num_columns):
         if columns.label_lag[c] != 0:
             lagged = True
-    if lagged:
+    with_aggregates = aggregates.kind.shape[0] > 0
+    col_table = np.empty(num_columns, dtype=np.int64)
+    if lagged or with_aggregates:
         skip = out.is_target.copy()
-        col_table = np.empty(num_columns, dtype=np.int64)
         for t in range(tables.col_start.shape[0] - 1):
             for c in range(tables.col_start[t], tables.col_start[t + 1]):
                 col_table[c] = t
+    if lagged:
         hide_unknown_values(seeds.obs_times, layout, columns, col_table, tables,
                             graph.row_times, out, skip)
+    if with_aggregates:
+        mark_aggregate_cells(layout, aggregates.col_agg, skip)
     if row_values.words.shape[0] > 0:
         text_cells, text_ids = fill_values_from_rows(layout, visits.counts, skip, tables,
                                                      columns, row_values, out)
     else:
         text_cells, text_ids = fill_values(layout, skip, columns, column_lists, out)
+    if with_aggregates:
+        fill_aggregates(seeds.obs_times, task.strict, task.target_col, layout, col_table,
+                        tables.offsets, graph.child_offsets, graph.child_times,
+                        columns.label_lag, aggregates, out)
     return layout.cell_counts, dedup_text(text_cells, text_ids, out.text_embed_ids)
 
 

@@ -98,11 +98,13 @@ class Walk(NamedTuple):
     """How a sequence is walked (``bfs.temporal_bfs``): at most ``child_width`` visible
     children of a row are queued, and the walk stops at ``max_cells`` cells or ``max_rows``
     rows. For a batch, ``max_cells`` is the sequence length ``S`` of its ``BatchOutput``
-    and ``max_rows`` the ``R`` of its ``Visits``."""
+    and ``max_rows`` the ``R`` of its ``Visits``. ``child_policy`` picks which children a
+    row over the width queues (``bfs.CHILD_UNIFORM``, ``CHILD_RECENT``, ``CHILD_QUOTA``)."""
 
     child_width: int
     max_cells: int
     max_rows: int
+    child_policy: int = 0
 
 
 class Task(NamedTuple):

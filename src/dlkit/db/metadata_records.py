@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlkit.db import aggregates as agg
 from dlkit.db import format as fmt
+from dlkit.db.aggregates import AggregateMetadata
 from dlkit.db.read.checks import Checks, check_metadata
 from dlkit.db.schema.task_rules import TaskRules
 
@@ -251,6 +253,8 @@ class DatabaseMetadata:
     tasks: tuple[TaskMetadata, ...]
     embeddings: EmbeddingsMetadata
     on_dangling: str  # options.on_dangling: what the build did with a dangling key
+    # the as-of aggregate cells ([aggregates] in dlkit.toml); the key only when there are some
+    aggregates: tuple[AggregateMetadata, ...] = ()
 
     @property
     def num_tables(self) -> int:
@@ -297,6 +301,8 @@ class DatabaseMetadata:
         for task in self.tasks:
             for stem, _ in fmt.TASK_ARRAYS:
                 files.add(fmt.task_file(task.name, stem))
+        if self.aggregates:
+            files.update(agg.FILES)
         return files
 
     def to_json(self) -> dict[str, Any]:
@@ -319,6 +325,8 @@ class DatabaseMetadata:
             "tasks": [t.to_json() for t in self.tasks],
             "embeddings": self.embeddings.to_json(),
             "options": {"on_dangling": self.on_dangling},
+            **({"aggregates": [a.to_json() for a in self.aggregates]} if self.aggregates
+               else {}),
         }
 
     @classmethod
@@ -341,7 +349,9 @@ class DatabaseMetadata:
                    tables=tuple(TableMetadata.from_json(t) for t in doc["tables"]),
                    tasks=tuple(tasks), embeddings=EmbeddingsMetadata.from_json(doc["embeddings"]),
                    on_dangling=_unchecked(options if isinstance(options, dict) else {},
-                                          "on_dangling"))
+                                          "on_dangling"),
+                   aggregates=tuple(AggregateMetadata.from_json(a)
+                                    for a in doc.get("aggregates", ())))
 
 
 def metadata_bytes(meta: DatabaseMetadata) -> bytes:

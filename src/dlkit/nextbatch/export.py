@@ -7,7 +7,6 @@ size is written with constant memory. A trace, when requested, gets one record p
 from __future__ import annotations
 
 import contextlib
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
@@ -15,16 +14,11 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 
 from dlkit.nextbatch.cursor import Cursor
+from dlkit.nextbatch.formats import OutputFormat
 
 if TYPE_CHECKING:  # imported where used: they load the kernels (see dlkit._lazy)
     from dlkit.nextbatch.sampler import SamplingPlan
     from dlkit.nextbatch.trace import TraceWriter
-
-
-class OutputFormat(str, enum.Enum):
-    TXT = "txt"
-    NPY = "npy"
-    BIN = "bin"
 
 
 @dataclass(frozen=True)

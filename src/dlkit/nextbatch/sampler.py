@@ -32,6 +32,7 @@ from dlkit.nextbatch import tokens
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.orders import TRAIN_ORDERS, EpochOrder, order_for
 from dlkit.nextbatch.run_manifest import RunManifest
+from dlkit.text import did_you_mean
 
 MAX_BLOCK_SIZE = 1 << 32
 DEFAULT_CHUNK_INDICES = 1 << 20
@@ -130,7 +131,8 @@ class SamplingPlan:
         if entry is None:
             known = ", ".join(sorted(manifest.datasets))
             raise InvalidDatasetKeyError(
-                f"dataset key {dataset_key!r} is not in the manifest (known: {known})",
+                f"dataset key {dataset_key!r} is not in the manifest (known: {known})"
+                f"{did_you_mean(dataset_key, manifest.datasets)}",
                 record={"dataset_key": dataset_key if isinstance(dataset_key, str) else None,
                         "failure_operator": operator})
         failure = {"dataset_key": dataset_key, "failure_operator": operator}

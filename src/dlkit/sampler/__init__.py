@@ -14,6 +14,7 @@ if TYPE_CHECKING:
         BatchBuilder,
         BatchConfig,
         BuiltBatch,
+        ChildPolicy,
     )
     from dlkit.sampler.config import SamplerConfig
     from dlkit.sampler.database import SamplerDatabase
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
     "dlkit.sampler.api": ("STATE_FORMAT", "Sampler"),
     "dlkit.sampler.batch": ("BATCH_KEYS", "BATCH_LAYOUT", "BatchBuilder", "BatchConfig",
-                            "BuiltBatch"),
+                            "BuiltBatch", "ChildPolicy"),
     "dlkit.sampler.config": ("SamplerConfig",),
     "dlkit.sampler.database": ("SamplerDatabase",),
     "dlkit.sampler.schedule": ("SamplerWarning",),

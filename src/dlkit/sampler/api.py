@@ -22,8 +22,9 @@ from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import RunManifest
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
+from dlkit.sampler.aggregates import column_embeddings
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BuiltBatch
+from dlkit.sampler.batch import BatchBuilder, BuiltBatch, ChildPolicy
 from dlkit.sampler.channel import BatchChannel, build_job
 from dlkit.sampler.config import SamplerConfig
 from dlkit.sampler.database import DatabaseSource, open_db
@@ -52,7 +53,11 @@ class Sampler:
     ``local_rank``; jax.distributed sets neither, so pass ``local_world_size``).
     ``num_prefetch`` bounds the batches built ahead per channel (0: build on demand);
     ``num_threads`` producer threads build consecutive steps. ``max_rows`` (keyword) is ``R``,
-    the row budget of a sequence and the size of ``fk_adj``. ``sampling_mode`` (keyword) is
+    the row budget of a sequence and the size of ``fk_adj``. ``bfs_child_policy`` (keyword)
+    says which children a row with more than ``bfs_child_width`` visible ones keeps: a
+    ``ChildPolicy`` or its name, ``"uniform"`` (default), ``"recent"`` or ``"quota"``
+    (docs/batch_format.md); it is part of the state's fingerprint when not the default.
+    ``sampling_mode`` (keyword) is
     the train order: ``"v3"`` (default; NextBatch_v3, a keyed shuffle of each epoch) or
     ``"v2"`` (NextBatch_v2's block-affine order, for runs that started with it).
     ``huge_pages`` (keyword) copies the graph and the columns into huge-page memory, which
@@ -72,7 +77,8 @@ class Sampler:
                  task_weights: Sequence[float] | Mapping[str, float] | None = None,
                  num_threads: int = 1, *, max_rows: int = 256,
                  sampling_mode: str = DEFAULT_SAMPLING_MODE, huge_pages: bool | None = None,
-                 local_rank: int | None = None, local_world_size: int | None = None):
+                 local_rank: int | None = None, local_world_size: int | None = None,
+                 bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM):
         self._db, self._owns_db = open_db(db_path)
         try:
             self._setup(SamplerConfig.create(
@@ -82,7 +88,8 @@ class Sampler:
                 sequence_length=sequence_length, max_rows=max_rows,
                 bfs_child_width=bfs_child_width, task_weights=task_weights,
                 num_threads=num_threads, sampling_mode=sampling_mode, huge_pages=huge_pages,
-                local_rank=local_rank, local_world_size=local_world_size))
+                local_rank=local_rank, local_world_size=local_world_size,
+                bfs_child_policy=bfs_child_policy))
         except BaseException:
             if self._owns_db:
                 self._db.close()
@@ -268,9 +275,10 @@ class Sampler:
     # --- tables and metadata ------------------------------------------------------------------
 
     def column_embeddings(self) -> np.ndarray:
-        """``[C, D]`` float16 column-name embeddings (a copy, to upload once)."""
+        """``[C, D]`` float16 column-name embeddings (a copy, to upload once); with as-of
+        aggregate cells, their embeddings follow the columns' (rows ``num_columns ..``)."""
         self._check_open()
-        return np.array(self._db.column_embeddings(), dtype=np.float16)
+        return column_embeddings(self._db)
 
     def categorical_embeddings(self) -> np.ndarray:
         """``[Vc, D]`` float16 category embeddings (a copy, to upload once)."""
@@ -290,7 +298,10 @@ class Sampler:
                 "global_batch_size": cfg.global_batch_size,
                 "sequence_length": cfg.sequence_length, "max_rows": cfg.max_rows,
                 "bfs_child_width": cfg.bfs_child_width,
-                "task_weights": list(cfg.task_weights or ())}
+                "task_weights": list(cfg.task_weights or ()),
+                # only when not the default: states of earlier versions stay valid
+                **({} if cfg.bfs_child_policy is ChildPolicy.UNIFORM
+                   else {"bfs_child_policy": cfg.bfs_child_policy.value})}
 
     def state_dict(self) -> dict[str, Any]:
         """Where both channels stand after the last batch *consumed* (JSON-serialisable).
@@ -316,8 +327,11 @@ class Sampler:
             if not isinstance(theirs, Mapping):  # missing or not a map: every entry differs
                 raise CheckpointError("the state was taken from a different configuration: "
                                       "config is malformed")
-            diffs = [f"{k}: state has {theirs.get(k)!r}, sampler has {v!r}" for k, v in
-                     mine.items() if theirs.get(k) != v]
+            # An entry recorded only when not the default is compared with its default.
+            defaults = {"bfs_child_policy": ChildPolicy.UNIFORM.value}
+            ours, other = {**defaults, **mine}, {**defaults, **theirs}
+            diffs = [f"{k}: state has {other.get(k)!r}, sampler has {v!r}" for k, v in
+                     ours.items() if other.get(k) != v]
             raise CheckpointError("the state was taken from a different configuration: "
                                   + "; ".join(diffs or ["config is malformed"]))
         restores = []

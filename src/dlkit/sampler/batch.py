@@ -10,12 +10,22 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records, table_links_of
+from dlkit.core.aggregates import Aggregates
+from dlkit.core.bfs import (
+    CHILD_QUOTA,
+    CHILD_RECENT,
+    CHILD_UNIFORM,
+    RECORD_WIDTH,
+    child_edge_records,
+    parent_edge_records,
+    table_links_of,
+)
 from dlkit.core.codes import CATEGORICAL
 from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
@@ -33,6 +43,7 @@ from dlkit.core.records import (
 )
 from dlkit.db.schema.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
+from dlkit.sampler.aggregates import kernel_aggregates
 from dlkit.sampler.catalog import (
     ColumnCatalog,
     RowRecords,
@@ -42,6 +53,7 @@ from dlkit.sampler.catalog import (
 from dlkit.sampler.hugepages import memory_path
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.sampler.shared import PrivateMemory, SegmentSizer, SharedSegment, segment_key
+from dlkit.text import unknown_name
 
 MAX_U16_EXTENT = 1 << 16
 MAX_RECORD_EDGES = 1 << 31
@@ -203,6 +215,36 @@ class GraphArrays:
                        parent_records=parent_records, child_records=child_records)
 
 
+class ChildPolicy(str, Enum):
+    """Which children a visited row with more than ``bfs_child_width`` visible ones queues
+    (docs/batch_format.md, "Temporal BFS"): ``uniform`` (the default) draws them uniformly,
+    ``recent`` takes the latest ones, ``quota`` gives every child table its share of the width
+    (a table with fewer children passes the rest of its share on) and draws uniformly within
+    each table."""
+
+    UNIFORM = "uniform"
+    RECENT = "recent"
+    QUOTA = "quota"
+
+    @classmethod
+    def parse(cls, value: Any) -> ChildPolicy:
+        """``value`` (a ``ChildPolicy`` or its name) as a ``ChildPolicy``."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            for policy in cls:
+                if policy.value == value.lower():
+                    return policy
+        raise InvalidArgumentError(f"bfs_child_policy must be one of "
+                                   f"{', '.join(p.value for p in cls)}, got {value!r}")
+
+    @property
+    def code(self) -> int:
+        """The kernels' code of the policy (``dlkit.core.bfs.CHILD_*``)."""
+        return {ChildPolicy.UNIFORM: CHILD_UNIFORM, ChildPolicy.RECENT: CHILD_RECENT,
+                ChildPolicy.QUOTA: CHILD_QUOTA}[self]
+
+
 @dataclass(frozen=True)
 class BatchConfig:
     """Shape and BFS knobs of every batch (validated), and whether the builder reads the
@@ -213,14 +255,16 @@ class BatchConfig:
     max_rows: int = 256
     bfs_child_width: int = 16
     huge_pages: bool | None = False
+    bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
 
     @property
     def walk(self) -> Walk:
         """The kernels' walk limits of every sequence."""
         return Walk(child_width=self.bfs_child_width, max_cells=self.sequence_length,
-                    max_rows=self.max_rows)
+                    max_rows=self.max_rows, child_policy=self.bfs_child_policy.code)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "bfs_child_policy", ChildPolicy.parse(self.bfs_child_policy))
         if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
             raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
                                        f"got {self.huge_pages!r}")
@@ -280,6 +324,7 @@ class KernelInputs:
     column_lists: ColumnLists
     row_values: RowValues
     walk: Walk
+    aggregates: Aggregates
 
 
 @dataclass(frozen=True)
@@ -343,7 +388,7 @@ class BatchBuilder:
         self.inputs: KernelInputs | None = self._kernel_inputs()
         self.tasks = tuple(self._task_view(task) for task in db.tasks)
         for view in self.tasks:
-            cells = int(self.catalog.table_num_cells[view.table_index])
+            cells = int(self.catalog.table_num_features[view.table_index])
             if config.sequence_length < cells:
                 raise InvalidArgumentError(
                     f"sequence_length {config.sequence_length} is shorter than the {cells} cells "
@@ -398,7 +443,8 @@ class BatchBuilder:
         links = table_links_of(g.parent_offsets, g.child_offsets, catalog.table_offsets)
         return KernelInputs(g.kernel_graph(), catalog.kernel_tables(links),
                             catalog.kernel_columns(), catalog.kernel_lists(),
-                            self.rows.kernel_values(), self.config.walk)
+                            self.rows.kernel_values(), self.config.walk,
+                            kernel_aggregates(self.db, catalog, g.child_offsets))
 
     def label_info(self, task: TaskView) -> LabelInfo:
         """What ``task``'s labels are (see ``dlkit.sampler.labels``)."""
@@ -426,8 +472,8 @@ class BatchBuilder:
         for view in self.tasks:
             if name_or_index in (view.name, view.index):
                 return view
-        known = ", ".join(v.name for v in self.tasks) or "none"
-        raise InvalidArgumentError(f"no task {name_or_index!r} in the database (tasks: {known})")
+        raise InvalidArgumentError(unknown_name("task", name_or_index,
+                                                [v.name for v in self.tasks], "the database"))
 
     def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int,
               num_real: int | None = None) -> BuiltBatch:
@@ -458,7 +504,7 @@ class BatchBuilder:
         cells, unique = build_sequences(
             seeds, np.uint64(self.seed), np.uint64(epoch), task.kernel_task, inputs.walk,
             inputs.graph, inputs.tables, inputs.columns, inputs.column_lists, inputs.row_values,
-            out, visits)
+            out, visits, inputs.aggregates)
         D = self.text_bits.shape[1]
         bits = np.empty((unique.shape[0], D), np.uint16)
         gather_rows(self.text_bits, unique, bits)

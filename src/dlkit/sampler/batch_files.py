@@ -21,7 +21,7 @@ from dlkit.atomic import AtomicDirectory, TargetKind
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, TaskView
+from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, ChildPolicy, TaskView
 from dlkit.sampler.channel import build_job
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.labels import LabelInfo
@@ -49,6 +49,7 @@ class BatchRequest:
     max_rows: int = 256
     bfs_child_width: int = 16
     sampling_mode: str = DEFAULT_SAMPLING_MODE
+    bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM
 
     def __post_init__(self) -> None:
         split_index(self.split)
@@ -65,7 +66,8 @@ class BatchRequest:
 
     @property
     def batch_config(self) -> BatchConfig:
-        return BatchConfig(self.sequence_length, self.max_rows, self.bfs_child_width)
+        return BatchConfig(self.sequence_length, self.max_rows, self.bfs_child_width,
+                           bfs_child_policy=ChildPolicy.parse(self.bfs_child_policy))
 
 
 def iter_batches(db: SamplerDatabase, request: BatchRequest) -> Iterator[tuple[Job, BuiltBatch]]:
@@ -176,6 +178,11 @@ def write_batches(db_path: DatabaseSource, request: BatchRequest, out_dir: str |
 def _request_json(request: BatchRequest) -> dict[str, Any]:
     value = dict(request.__dict__)
     value["split_ratios"] = str(SplitRatios.parse(request.split_ratios))
+    policy = ChildPolicy.parse(request.bfs_child_policy)
+    if policy is ChildPolicy.UNIFORM:  # the default: the index of earlier versions, exactly
+        del value["bfs_child_policy"]
+    else:
+        value["bfs_child_policy"] = policy.value
     return value
 
 

@@ -11,7 +11,7 @@ out-of-bounds read in a kernel.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from dlkit.core.lists import EMPTY_LISTS, append_array
 from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
 from dlkit.db.schema.task_rules import rules_of
 from dlkit.errors import DatabaseError
+from dlkit.sampler.aggregates import aggregate_cells
 
 _VALUE_DTYPES = {NUMERIC: np.float64, BOOLEAN: np.uint8, TIMESTAMP: np.int64,
                  CATEGORICAL: np.int32, TEXT: np.int64}
@@ -87,6 +88,10 @@ class ColumnCatalog:
     u8_cols: Any
     i64_cols: Any
     i32_cols: Any
+    # The as-of aggregate cells (dlkit.sampler.aggregates): catalog column c is the
+    # database's aggregate cell col_agg[c], -1 for a column of the table. Aggregate cells
+    # follow their table's columns, have no value arrays (slots -1) and are numeric.
+    col_agg: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def num_columns(self) -> int:
@@ -98,6 +103,18 @@ class ColumnCatalog:
             return self.names.index((table, column))
         except ValueError:
             return -1
+
+    def is_aggregate(self, c: int) -> bool:
+        """Whether catalog column ``c`` is an as-of aggregate cell (no value arrays)."""
+        return c < self.col_agg.shape[0] and int(self.col_agg[c]) >= 0
+
+    @property
+    def table_num_features(self) -> np.ndarray:
+        """Each table's own cells (its columns; ``table_num_cells`` adds the aggregates)."""
+        agg = np.zeros(self.table_num_cells.shape[0], dtype=np.int64)
+        for c in np.flatnonzero(self.col_agg >= 0):
+            agg[int(np.searchsorted(self.table_col_start, c, side="right")) - 1] += 1
+        return self.table_num_cells - agg
 
     def values(self, c: int) -> np.ndarray:
         """Column ``c``'s values (validated, read-only; null cells hold 0)."""
@@ -194,6 +211,8 @@ class RowRecords:
             first = int(catalog.table_col_start[t])
             for c in range(first, int(catalog.table_col_start[t + 1])):
                 k = c - first
+                if catalog.is_aggregate(c):
+                    continue  # filled from the prefix sums, never from the records
                 values = catalog.values(c)
                 if int(catalog.col_stype[c]) == NUMERIC:
                     table.view(np.float64)[:, 1 + k] = values
@@ -252,6 +271,7 @@ def build_catalog(db: Any) -> ColumnCatalog:
     lists: dict[Any, list[np.ndarray]] = {np.float64: [], np.uint8: [], np.int64: [], np.int32: []}
     names, starts, stypes, column_ids, value_slots, valid_slots = [], [0], [], [], [], []
     means, stds, cat_starts, cat_counts = [], [], [], []
+    col_agg: list[int] = []
     for table in db.tables:
         n = int(table.num_rows)
         if int(table_offsets[table.index + 1] - table_offsets[table.index]) != n:
@@ -288,6 +308,17 @@ def build_catalog(db: Any) -> ColumnCatalog:
             stds.append(std)
             cat_starts.append(cat_start)
             cat_counts.append(cat_count)
+        for j, cell in aggregate_cells(db, table.name):
+            col_agg.extend([-1] * (len(names) - len(col_agg)) + [j])
+            names.append((table.name, cell.name))
+            stypes.append(NUMERIC)
+            column_ids.append(int(cell.column_id))
+            value_slots.append(-1)
+            valid_slots.append(-1)
+            means.append(float(cell.mean))
+            stds.append(float(cell.std))
+            cat_starts.append(0)
+            cat_counts.append(0)
         starts.append(len(names))
     # A column's lag: the largest of its own (the schema's known_after) and the label lags
     # of the tasks predicting it.
@@ -321,5 +352,6 @@ def build_catalog(db: Any) -> ColumnCatalog:
         col_cat_start=np.asarray(cat_starts, dtype=np.int64),
         col_cat_count=np.asarray(cat_counts, dtype=np.int64),
         col_label_lag=label_lag,
+        col_agg=np.asarray(col_agg + [-1] * (len(names) - len(col_agg)), dtype=np.int64),
         **_typed_lists({np.dtype(dtype): arrays for dtype, arrays in lists.items()}),
     )

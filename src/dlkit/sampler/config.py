@@ -14,9 +14,10 @@ from typing import Any
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler.arguments import integer, is_number
-from dlkit.sampler.batch import BatchConfig
+from dlkit.sampler.batch import BatchConfig, ChildPolicy
 from dlkit.sampler.run_plan import RunConfig
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, check_seed
+from dlkit.text import unknown_name
 
 
 def from_env(value: Any, variable: str, default: int, name: str) -> int:
@@ -39,8 +40,8 @@ def task_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...]:
     if isinstance(weights, Mapping):
         unknown = sorted(set(weights) - set(names))
         if unknown:
-            raise InvalidArgumentError(f"task_weights name unknown task(s) {unknown} "
-                                       f"(tasks: {', '.join(names)})")
+            # worded as every unknown task: the caller may have taken it from a --task
+            raise InvalidArgumentError(unknown_name("task", unknown[0], names, "the database"))
         values = [weights.get(name, 0.0) for name in names]
     else:
         values = list(weights)
@@ -76,8 +77,10 @@ class SamplerConfig:
     huge_pages: bool | None = None
     local_rank: int = 0
     local_world_size: int = 1
+    bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "bfs_child_policy", ChildPolicy.parse(self.bfs_child_policy))
         self.batch_config  # noqa: B018 - validates S, R, the child width and huge_pages
         # Integers are stored as ``int`` (a NumPy integer would show in repr and manifests).
         for name, minimum in (("num_prefetch", 0), ("batch_size", 1), ("num_threads", 1),
@@ -117,7 +120,7 @@ class SamplerConfig:
     @property
     def batch_config(self) -> BatchConfig:
         return BatchConfig(self.sequence_length, self.max_rows, self.bfs_child_width,
-                           self.huge_pages)
+                           self.huge_pages, self.bfs_child_policy)
 
     @property
     def run(self) -> RunConfig:

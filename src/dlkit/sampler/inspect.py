@@ -9,6 +9,7 @@ included -- without anyone decoding arrays by hand.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NO_TIME, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
 from dlkit.errors import DatabaseError, InvalidArgumentError
-from dlkit.sampler.batch import BatchBuilder, BatchConfig
+from dlkit.sampler.batch import BatchBuilder, BatchConfig, ChildPolicy
 from dlkit.sampler.database import DatabaseSource, InspectableDatabase, SamplerDatabase, open_db
 from dlkit.sampler.splits import check_seed
 
@@ -59,6 +60,17 @@ class RowView:
 
 
 @dataclass(frozen=True)
+class ChildTableView:
+    """What the walk took of one child table: of the ``visible`` distinct rows of ``table``
+    that are visible children of the sequence's visited rows, ``taken`` are in the
+    sequence."""
+
+    table: str
+    visible: int
+    taken: int
+
+
+@dataclass(frozen=True)
 class SequenceView:
     task: str
     anchor_row: int
@@ -71,11 +83,19 @@ class SequenceView:
     rows: tuple[RowView, ...]
 
     target_typed: Any = None
+    # How the walk ended ("cells": the sequence is full, "rows": max_rows reached,
+    # "exhausted": nothing visible was left within the child width) and, per child table in
+    # table order, how many of the visible children of the visited rows it took.
+    stopped: str = "exhausted"
+    children: tuple[ChildTableView, ...] = ()
+    bfs_child_width: int = 16
+    bfs_child_policy: str = "uniform"
 
     def to_json_value(self) -> dict[str, Any]:
         """Typed values: numbers as numbers, booleans as true/false, nulls as null, every time
         in ISO 8601 (UTC, ``Z``), texts whole; a masked or hidden cell keeps its marker."""
-        value = {k: v for k, v in self.__dict__.items() if k != "target_typed"}
+        value = {k: v for k, v in self.__dict__.items() if k not in ("target_typed", "children")}
+        value["children"] = [dict(c.__dict__) for c in self.children]
         value["target"] = self.target_typed
         value["rows"] = []
         for r in self.rows:
@@ -139,6 +159,19 @@ def typed_value(db: SamplerDatabase, column: Any, local: int) -> Any:
     return text_of(int(v)) if text_of is not None else int(v)
 
 
+def aggregate_value(cell: Any, encoded: float) -> float:
+    """The as-of value an aggregate cell holds, from its encoding (docs/batch_format.md):
+    a count exactly (an integer), a sum or mean to about float32 precision."""
+    value = encoded * float(cell.std) + float(cell.mean)
+    if cell.kind == "count":
+        return float(round(math.expm1(value)))
+    if cell.kind == "sum":
+        if abs(value) < 1e-6:  # a float32 z-score's rounding around an empty sum
+            return 0.0
+        return math.copysign(math.expm1(abs(value)), value)
+    return value
+
+
 def _typed_key(table: Any, local: int) -> Any:
     key = getattr(table, "key", None)
     try:
@@ -168,11 +201,14 @@ def _key_of(table: Any, local: int) -> str:
 
 def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *, seed: int = 0,
                       epoch: int = 0, sequence_length: int = 1024, max_rows: int = 256,
-                      bfs_child_width: int = 16) -> SequenceView:
+                      bfs_child_width: int = 16,
+                      bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM) -> SequenceView:
     """The sequence of task ``task``'s seed at ``anchor_row`` (a local row of its table)."""
     db, owned = open_db(db_path)
     try:
-        builder = BatchBuilder(db, BatchConfig(sequence_length, max_rows, bfs_child_width),
+        builder = BatchBuilder(db, BatchConfig(sequence_length, max_rows, bfs_child_width,
+                                               bfs_child_policy=ChildPolicy.parse(
+                                                   bfs_child_policy)),
                                check_seed(seed, "seed"))
         view = builder.task(task)
         matches = np.flatnonzero(view.anchor_row == anchor_row)
@@ -205,9 +241,18 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         table_name, column_name = catalog.names[c]
         row = int(built.visited_rows[0, i])
         table, local = db.row_of(row)
-        column = _column(table, column_name, row)
         target = bool(a["is_target"][0, p])
         hidden = bool(a["is_hidden"][0, p])
+        if catalog.is_aggregate(c):
+            cells: Any = db.aggregates.cells  # type: ignore[attr-defined]
+            cell = cells[int(catalog.col_agg[c])]
+            null = bool(a["is_null"][0, p])
+            number = aggregate_value(cell, float(a["numeric_values"][0, p]))
+            shown = HIDDEN if hidden else NULL if null else f"{number:.6g}"
+            rows_cells[i].append(CellView(p, column_name, "numeric", shown, null, False, hidden,
+                                          shown if hidden else None if null else number))
+            continue
+        column = _column(table, column_name, row)
         value = MASKED if target else HIDDEN if hidden else format_value(db, column, local)
         typed = value if target or hidden else typed_value(db, column, local)
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
@@ -223,9 +268,15 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         rows.append(RowView(i, table.name, local, _key_of(table, local),
                             format_time(int(db.graph.row_times[row]), compact=True),
                             int(built.visited_depth[0, i]), reached, tuple(rows_cells[i]),
-                            len(rows_cells[i]) < len(table.columns), _typed_key(table, local),
+                            len(rows_cells[i]) < int(catalog.table_num_cells[table.index]),
+                            _typed_key(table, local),
                             format_time(int(db.graph.row_times[row])), source, row))
     task = builder.task(built.task)
+    config = builder.config
+    stopped = ("cells" if n_cells >= config.sequence_length else
+               "rows" if n_rows >= config.max_rows else "exhausted")
+    children = _children_taken(db, built.visited_rows[0, :n_rows], int(built.obs_times[0]),
+                               bool(task.rules.strict))
     seed_table = db.tables[task.table_index]
     target_name = catalog.names[task.target_col][1]
     target_column = next(c for c in seed_table.columns if c.name == target_name)
@@ -235,8 +286,28 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         target=format_value(db, target_column, int(built.anchor_rows[0])),
         epoch=built.epoch, sequence_length=builder.config.sequence_length,
         max_rows=builder.config.max_rows, num_cells=n_cells, rows=tuple(rows),
-        target_typed=typed_value(db, target_column, int(built.anchor_rows[0])))
+        target_typed=typed_value(db, target_column, int(built.anchor_rows[0])),
+        stopped=stopped, children=children, bfs_child_width=config.bfs_child_width,
+        bfs_child_policy=config.bfs_child_policy.value)
 
 
-__all__ = ["CellView", "RowView", "SequenceView", "TEXT", "describe_sequence", "format_time",
+def _children_taken(db: InspectableDatabase, visited: np.ndarray, obs_time: int,
+                    strict: bool) -> tuple[ChildTableView, ...]:
+    """Per child table: the distinct visible children of the visited rows, and how many of
+    them the sequence holds (by any route: a child may also be reached as a parent)."""
+    graph = db.graph
+    cutoff = np.iinfo(np.int64).max if obs_time == NO_TIME else obs_time - int(strict)
+    rows = {int(r) for r in visited}
+    seen: dict[int, set[int]] = {}
+    for row in rows:
+        lo, hi = int(graph.child_offsets[row]), int(graph.child_offsets[row + 1])
+        k = int(np.searchsorted(graph.child_times[lo:hi], cutoff, side="right"))
+        for child in graph.child_ids[lo:lo + k].tolist():
+            table, _ = db.row_of(int(child))
+            seen.setdefault(table.index, set()).add(int(child))
+    return tuple(ChildTableView(db.tables[t].name, len(children), len(children & rows))
+                 for t, children in sorted(seen.items()))
+
+
+__all__ = ["CellView", "ChildTableView", "RowView", "SequenceView", "TEXT", "describe_sequence", "format_time",
            "format_value"]

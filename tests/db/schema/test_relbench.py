@@ -29,7 +29,7 @@ from dlkit.db.schema.relbench import (
     relbench_schema,
 )
 from dlkit.db.schema.spec import parse_schema
-from dlkit.errors import SchemaError
+from dlkit.errors import InvalidArgumentError, SchemaError
 
 from ..conftest import REPO
 
@@ -117,9 +117,11 @@ def test_link_prediction_tasks_are_left_out_or_refused_by_name(dlkit, tmp_path):
 
 
 def test_unknown_task_is_named():
-    with pytest.raises(SchemaError, match=r"no task 'nope'; the dataset has item-churn, "
-                                          r"user-churn, user-item-purchase, user-ltv"):
+    with pytest.raises(InvalidArgumentError, match=r"no task 'nope' in the dataset \(tasks: "
+                       r"item-churn, user-churn, user-item-purchase, user-ltv\)$"):
         read_relbench(FAKE, tasks=["nope"])
+    with pytest.raises(InvalidArgumentError, match=r"; did you mean 'user-churn'\?$"):
+        read_relbench(FAKE, tasks=["user-chrun"])
 
 
 def _table(path: Path) -> pa.Table:

@@ -146,6 +146,13 @@ class Hasher:
         if self.syncing is not None:
             self.synced.append(self.syncing.submit(_fsync, path))
 
+    def flush(self) -> None:
+        """Wait until every part queued so far is hashed and written (files closed before
+        are then complete on disk, and may be read back)."""
+        for pool in (self.hashing, self.writing):
+            pool.submit(lambda: None).result()
+        self.check()
+
     def digests(self) -> dict[str, dict]:
         """Wait for every queued job; the file map ``{rel: {size, sha256}}`` of closed files."""
         self.hashing.shutdown(wait=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
+from dlkit.db.aggregates import AggregateMetadata
 from dlkit.db.build.embed import EMBED_CHUNK, embed_texts
 from dlkit.db.build.hashing import Hasher
 from dlkit.db.build.plan import COMPOSITE, ColumnPlan, TablePlan
@@ -57,7 +58,8 @@ def num_schema_embeddings(plans: list[TablePlan]) -> int:
 
 def database_metadata(schema: Schema, plans: list[TablePlan], *, num_texts: int,
                       tasks: list[TaskMetadata], embedder: Any,
-                      on_dangling: str) -> DatabaseMetadata:
+                      on_dangling: str,
+                      aggregates: tuple[AggregateMetadata, ...] = ()) -> DatabaseMetadata:
     """The records of ``metadata.json``."""
     tables = tuple(TableMetadata(
         name=p.name, index=p.index, num_rows=p.num_rows, row_offset=p.row_offset,
@@ -76,7 +78,7 @@ def database_metadata(schema: Schema, plans: list[TablePlan], *, num_texts: int,
         database_id=schema.name, num_texts=num_texts, tables=tables, tasks=tuple(tasks),
         embeddings=EmbeddingsMetadata(embedder=embedder.name, config=embedder.config(),
                                       text_dim=dim, column_dim=dim, categorical_dim=dim),
-        on_dangling=on_dangling)
+        on_dangling=on_dangling, aggregates=aggregates)
 
 
 def _column_metadata(c: ColumnPlan) -> ColumnMetadata:

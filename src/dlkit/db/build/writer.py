@@ -74,6 +74,9 @@ from dlkit.core.stats import (
     welford_update,
 )
 from dlkit.db import format as fmt
+from dlkit.db.aggregates import AggregateMetadata
+from dlkit.db.build.aggregates import check_columns as check_aggregate_columns
+from dlkit.db.build.aggregates import write_aggregates
 from dlkit.db.build.convert import dictionary_parts, to_micros, to_numeric, to_string_buffers
 from dlkit.db.build.embed import HashedNgramEmbedder, embed_texts, load_embedder
 from dlkit.db.build.graph_writer import GraphWriter
@@ -132,6 +135,7 @@ class _Builder:
         self.task_meta: list[TaskMetadata] = []
         self.graph_writer: GraphWriter | None = None  # the tables pass's, until the build ends
         self.arrays: Arrays | None = None  # the working arrays, once the build runs
+        self.aggregates: tuple[AggregateMetadata, ...] = ()  # [aggregates]' cells
 
     @contextmanager
     def _stage(self, name: str, total: int | None, unit: str = "rows") -> Iterator[StageReport]:
@@ -161,6 +165,7 @@ class _Builder:
                     col.inferred = True
                     self.progress.advance(1)
         by_name = {p.name: p for p in self.plans}
+        check_aggregate_columns(self.schema.aggregates, self.plans)
         for task in self.schema.tasks:
             col = next(c for c in by_name[task.table].columns if c.name == task.target)
             if col.stype not in fmt.TARGET_STYPES:
@@ -254,10 +259,21 @@ class _Builder:
             if writer.num_edges != self.num_edges:
                 raise AssertionError(f"edge count {writer.num_edges} != {self.num_edges}")
             self.unsorted_lists = writer.finish()
+            if self.schema.aggregates.any:
+                self._aggregates(writer)
             self.progress.advance(self.num_edges)
             st.edges = self.num_edges
             st.rows = self.num_rows
             st.bytes = writer.size
+
+    def _aggregates(self, writer: GraphWriter) -> None:
+        """The as-of aggregate files (``[aggregates]``), from the files written so far."""
+        hasher, arrays = writer.hasher, self.arrays
+        assert arrays is not None, "the build runs"
+        hasher.flush()
+        self.aggregates = write_aggregates(
+            hasher.root, self.schema.aggregates, self.plans, hasher, arrays, self.embedder,
+            self.num_edges, writer.id_dtype, writer.offset_dtype)
 
     # -- 5: embeddings ----------------------------------------------------------------------
 
@@ -272,7 +288,8 @@ class _Builder:
         with self._stage("manifest", None, "files") as st:
             metadata = database_metadata(
                 self.schema, self.plans, num_texts=self.texts.count, tasks=self.task_meta,
-                embedder=self.embedder, on_dangling=self.on_dangling)
+                embedder=self.embedder, on_dangling=self.on_dangling,
+                aggregates=self.aggregates)
             digest, self.total_bytes = write_manifest(root, hasher, metadata, st)
             self.progress.advance(1)
         return digest

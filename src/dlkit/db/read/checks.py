@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
+from dlkit.db.aggregates import check_entries
 from dlkit.db.schema.task_rules import MAX_LAG_US, OPTIONAL_TASK_KEYS
 from dlkit.db.schema.time_units import TIME_UNIT_NAMES, TimeUnit
 from dlkit.encoding import is_utf8
@@ -265,6 +266,9 @@ def check_metadata(meta: Any, checks: Checks) -> None:
         if target not in cols or cols[target]["stype"] != stype or stype not in fmt.TARGET_STYPES:
             checks.fail(M, "metadata.consistency", f"{where}: target {table}.{target} is not a "
                         "column of that type", fatal=True)
+    if "aggregates" in meta:
+        check_entries(meta, lambda message: checks.fail(M, "metadata.schema", message,
+                                                         fatal=True))
 
 
 # --- the format's rules for metadata.json (``dlkit verify``) ---------------------------------
@@ -327,7 +331,7 @@ def _keys(checks: Checks, obj: dict, expected: frozenset[str], where: str) -> No
 def check_metadata_rules(meta: dict[str, Any], checks: Checks) -> None:
     """Everything else the format says of metadata.json; ``meta`` has passed
     :func:`check_metadata`. Each problem is one failure (none stops the other checks)."""
-    _keys(checks, meta, TOP_KEYS, "top")
+    _keys(checks, {k: v for k, v in meta.items() if k != "aggregates"}, TOP_KEYS, "top")
     no_time = meta.get("no_time")
     if not _is_int(no_time) or no_time != fmt.NO_TIME:
         _bad(checks, "top", f"no_time is {no_time!r}, not NO_TIME = {int(fmt.NO_TIME)}")

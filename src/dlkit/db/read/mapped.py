@@ -24,6 +24,7 @@ from dlkit.db.read.checks import Checks
 from dlkit.db.schema.task_rules import TaskRules
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
+from dlkit.text import unknown_name
 
 # --- the data classes of the reader API ----------------------------------------------------
 
@@ -80,7 +81,8 @@ class TableData:
         for col in self.columns:
             if col.name == name:
                 return col
-        raise KeyError(f"table {self.name!r} has no column {name!r}")
+        raise KeyError(unknown_name("column", name, [c.name for c in self.columns],
+                                    f"table {self.name!r}"))
 
     def key(self, row: int) -> int | str | tuple[int | str, ...]:
         """The primary-key value of local ``row`` (a tuple for a composite key)."""
@@ -208,8 +210,10 @@ class Database:
     def __init__(self, path: Path, metadata: DatabaseMetadata, manifest_files: dict[str, dict],
                  recorded_hash: bytes, maps: FileMaps, tables: tuple[TableData, ...], graph: Graph,
                  tasks: tuple[TaskData, ...], embeddings: dict[str, np.ndarray],
-                 texts: tuple[np.ndarray, np.ndarray]):
+                 texts: tuple[np.ndarray, np.ndarray], aggregates: Any = None):
         self.path = path
+        # the as-of aggregate cells (dlkit.db.read.aggregates.AggregateData), None without
+        self.aggregates = aggregates
         self.metadata_record = metadata
         self.manifest_files = manifest_files
         self.database_hash = recorded_hash
@@ -258,13 +262,15 @@ class Database:
         try:
             return self._table_by_name[name]
         except KeyError:
-            raise KeyError(f"no table {name!r} in {self.path}") from None
+            raise KeyError(unknown_name("table", name, list(self._table_by_name),
+                                        str(self.path))) from None
 
     def task(self, name: str) -> TaskData:
         try:
             return self._task_by_name[name]
         except KeyError:
-            raise KeyError(f"no task {name!r} in {self.path}") from None
+            raise KeyError(unknown_name("task", name, list(self._task_by_name),
+                                        str(self.path))) from None
 
     @cached_property
     def columns(self) -> tuple[ColumnData, ...]:

@@ -32,6 +32,7 @@ from dlkit.db.build.composite import decode_key
 from dlkit.db.build.primary_keys import check_unique_ints
 from dlkit.db.manifest import list_files
 from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
+from dlkit.db.read.aggregates import check_aggregates, open_aggregates
 from dlkit.db.read.checks import (
     Checks,
     Failure,
@@ -125,6 +126,13 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
             if i >= 0:
                 checks.fail(rel, "embeddings.finite", f"row {i // dim}, column {i % dim} is "
                             f"{embeddings[key].flat[i]}: embeddings are finite")
+    aggregates = None
+    try:
+        aggregates = open_aggregates(meta, maps, checks)
+    except Stop:
+        ok = False
+    if full and ok and aggregates is not None and graph is not None:
+        check_aggregates(aggregates, meta, graph, tables, checks)
     tasks = []
     if ok:
         by_name = {t.name: t for t in tables}
@@ -139,7 +147,7 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
         return None
     assert graph is not None, "ok: the graph opened"
     return Database(root, meta, file_map, listing.recorded, maps, tuple(tables), graph, tuple(tasks),
-                    embeddings, texts)
+                    embeddings, texts, aggregates=aggregates)
 
 
 def _first_bad_ids(offsets: np.ndarray, ids: np.ndarray, num_edges: int,
@@ -460,7 +468,11 @@ def _open_task(task: TaskMetadata, table: TableData, maps: FileMaps, checks: Che
 
 
 def open_database(path: str | os.PathLike[str], verify_hashes: bool = False) -> Database:
-    """Open a database directory read-only (see the module doc). Raises :class:`DatabaseError`."""
+    """Open a database directory read-only (see the module doc). Raises :class:`DatabaseError`
+    (``NOT_A_DATABASE`` for a path that is no database, as ``dlkit verify`` says)."""
+    from dlkit.db.read.verify import require_database
+
+    require_database(Path(path))
     checks = Checks(collect=False, root=Path(path))
     db = _open(Path(path), checks, full=False, verify_hashes=verify_hashes)
     assert db is not None

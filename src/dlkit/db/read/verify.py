@@ -85,8 +85,9 @@ class VerifyReport:
         }
 
 
-def _require_database(root: Path) -> None:
-    """Refuse at once a path that is no database (no tree walk: it may be ``/``)."""
+def require_database(root: Path) -> None:
+    """Refuse at once a path that is no database (no tree walk: it may be ``/``):
+    ``NOT_A_DATABASE`` for every command and API that opens one."""
     def refuse(problem: str) -> DatabaseError:
         return DatabaseError(f"not a dlkit database: {problem} (`dlkit preprocess` makes one)",
                              path=root, code="NOT_A_DATABASE")
@@ -151,7 +152,7 @@ def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
     """
     started = time.perf_counter()
     root = Path(path)
-    _require_database(root)
+    require_database(root)
     for _attempt in range(ATTEMPTS):
         try:
             fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -50,7 +50,8 @@ from dlkit.db.schema.spec import (
     render_duration,
     render_schema,
 )
-from dlkit.errors import SchemaError
+from dlkit.errors import InvalidArgumentError, SchemaError
+from dlkit.text import unknown_name
 
 # The metadata keys RelBench's Table.save writes (JSON values).
 META_PKEY = b"pkey_col"
@@ -334,9 +335,10 @@ def read_relbench(root: str | Path, *, tasks: Sequence[str] | None = None) -> Re
     if tasks is not None:
         missing = [t for t in tasks if t not in by_name]
         if missing:
-            raise SchemaError(f"no task {', '.join(map(repr, missing))}; the dataset has "
-                              + (", ".join(by_name) or "no tasks"),
-                              path=task_root if task_root is not None else root)
+            # a name given by the caller (--task), not a fault of the input: a usage error
+            raise InvalidArgumentError(unknown_name("task", missing[0], list(by_name),
+                                                    "the dataset"),
+                                       path=task_root if task_root is not None else root)
         chosen = [by_name[t] for t in dict.fromkeys(tasks)]
     else:
         chosen = available

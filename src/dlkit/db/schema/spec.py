@@ -64,11 +64,12 @@ from dlkit.db.schema.time_units import (
 )
 from dlkit.errors import SchemaError
 from dlkit.files import read_regular
+from dlkit.text import did_you_mean
 
 SCHEMA_FILE = "dlkit.toml"
 
 
-_TOP_KEYS = {"format_version", "name", "tables", "tasks"}
+_TOP_KEYS = {"format_version", "name", "tables", "tasks", "aggregates"}
 _TABLE_KEYS = {"path", "primary_key", "time_column", "exclude", "foreign_keys", "types",
                "time_unit", "time_position", "known_after"}
 _TASK_KEYS = {"table", "target", "label_lag", "boundary", "static", "split", "val_from",
@@ -161,11 +162,27 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class AggregateSpec:
+    """``[aggregates]``: ``counts`` asks for the as-of child count of every child edge type
+    (each (child table, parent table) pair a foreign key links); ``columns`` for the as-of sum
+    and mean of these numeric or boolean columns of a child table, per parent table its
+    foreign keys point at. The default asks for nothing (a database without aggregates)."""
+
+    counts: bool = False
+    columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return self.counts or any(cols for _, cols in self.columns)
+
+
+@dataclass(frozen=True)
 class Schema:
     name: str
     tables: tuple[TableSpec, ...]
     tasks: tuple[TaskSpec, ...]
     source: str = SCHEMA_FILE
+    aggregates: AggregateSpec = AggregateSpec()
 
     def table(self, name: str) -> TableSpec:
         for spec in self.tables:
@@ -234,7 +251,8 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
         for column, parent in spec.foreign_keys:
             if parent not in by_name:
                 raise _err(source, f"table {spec.name!r}, column {column!r}: foreign key refers to "
-                                   f"table {parent!r}, which is not in the schema")
+                                   f"table {parent!r}, which is not in the schema"
+                                   f"{did_you_mean(parent, by_name)}")
             parent_key = by_name[parent].primary_key
             if parent_key is None:
                 raise _err(source, f"table {spec.name!r}, column {column!r}: foreign key refers to "
@@ -274,7 +292,8 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
             table = _need_str(raw.get("table"), f"task {task_name!r}: table", source)
         target = _need_str(raw.get("target"), f"task {task_name!r}: target", source)
         if table not in by_name:
-            raise _err(source, f"task {task_name!r}: table {table!r} is not in the schema")
+            raise _err(source, f"task {task_name!r}: table {table!r} is not in the schema"
+                               f"{did_you_mean(table, by_name)}")
         spec = by_name[table]
         if target in spec.key_column_set():
             raise _err(source, f"task {task_name!r}: table {table!r}, column {target!r}: a key "
@@ -287,7 +306,49 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
                                "targets must be numeric, boolean, timestamp or categorical")
         tasks.append(_task_options(TaskSpec(task_name, table, target, entity_table=entity_table),
                                    raw, spec, source))
-    return Schema(name=name, tables=tuple(tables), tasks=tuple(tasks), source=source)
+    aggregates = parse_aggregates(doc.get("aggregates"), by_name, source)
+    return Schema(name=name, tables=tuple(tables), tasks=tuple(tasks), source=source,
+                  aggregates=aggregates)
+
+
+def parse_aggregates(raw: Any, tables: dict[str, TableSpec], source: str) -> AggregateSpec:
+    """The ``[aggregates]`` section (absent: none). Column types are checked against the data
+    when it is scanned (``dlkit.db.build.aggregates``)."""
+    if raw is None:
+        return AggregateSpec()
+    if not isinstance(raw, dict):
+        raise _err(source, "aggregates must be a table: [aggregates] with counts and columns")
+    unknown = set(raw) - {"counts", "columns"}
+    if unknown:
+        raise _err(source, f"aggregates: unknown key(s) {sorted(unknown)}; allowed: "
+                           "['columns', 'counts']")
+    counts = raw.get("counts", False)
+    if not isinstance(counts, bool):
+        raise _err(source, f"aggregates.counts must be true or false, got {counts!r}")
+    raw_columns = raw.get("columns", {})
+    if not isinstance(raw_columns, dict):
+        raise _err(source, "aggregates.columns must be a table: { child_table = [columns] }")
+    columns: list[tuple[str, tuple[str, ...]]] = []
+    for tname, names in raw_columns.items():
+        where_ = f"aggregates.columns.{tname}"
+        if tname not in tables:
+            raise _err(source, f"{where_}: table {tname!r} is not in the schema")
+        spec = tables[tname]
+        if not spec.foreign_keys:
+            raise _err(source, f"{where_}: table {tname!r} has no foreign key, so no parent "
+                               "row to aggregate its rows for")
+        if (not isinstance(names, list) or not names
+                or not all(isinstance(n, str) and n for n in names)):
+            raise _err(source, f"{where_} must be a non-empty list of column names")
+        if len(set(names)) != len(names):
+            raise _err(source, f"{where_} names a column twice")
+        for name in names:
+            if name == spec.primary_key or name in dict(spec.foreign_keys):
+                raise _err(source, f"{where_}: column {name!r} is a key column")
+            if name in spec.exclude:
+                raise _err(source, f"{where_}: column {name!r} is excluded")
+        columns.append((tname, tuple(names)))
+    return AggregateSpec(counts=counts, columns=tuple(columns))
 
 
 def _task_table(task_name: str, raw: dict[str, Any], source: str) -> TableSpec:

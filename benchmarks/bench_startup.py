@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""How fast ``dlkit`` answers: whole processes, beside Python's own start-up.
+
+Times, in one run and alternately (``--repeat`` rounds, medians quoted with the minimum and
+the load average before and after, since a shared machine's speed swings from minute to
+minute):
+
+- ``python -c pass`` and ``python -c "import numpy, pyarrow"`` (the floor any command pays);
+- ``dlkit --version`` and ``dlkit sample --help`` (goal: 0.15 s on an idle machine);
+- ``dlkit verify`` of the bundled example database (goal: 0.6 s), preprocessed once into
+  ``--work``;
+- ``dlkit sample`` of 10 steps of the example manifest to /dev/null (goal: 0.8 s).
+
+Compiled kernels are loaded from the on-disk cache: one untimed round runs first to fill it.
+``--baseline-src DIR`` also times the dlkit commands from another source tree (``PYTHONPATH=
+DIR``, e.g. the code before a change) in the same rounds.
+
+    python benchmarks/bench_startup.py [--repeat 11] [--work DIR] [--baseline-src DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOALS = {"dlkit --version": 0.15, "dlkit sample --help": 0.15, "dlkit verify": 0.6,
+         "dlkit sample -n 10": 0.8}
+
+
+def commands(db: Path) -> dict[str, list[str]]:
+    dlkit = [sys.executable, "-m", "dlkit"]
+    manifest = str(ROOT / "fixtures" / "example_manifest.json")
+    return {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "python -c 'import numpy, pyarrow'": [sys.executable, "-c", "import numpy, pyarrow"],
+        "dlkit --version": [*dlkit, "--version"],
+        "dlkit sample --help": [*dlkit, "sample", "--help"],
+        "dlkit verify": [*dlkit, "verify", str(db), "--quiet"],
+        "dlkit sample -n 10": [*dlkit, "sample", manifest, "-d", "example/train", "-n", "10"],
+    }
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def ensure_database(work: Path, src: Path) -> Path:
+    db = work / "example_db"
+    if not (db / "manifest.json").exists():
+        subprocess.run([sys.executable, "-m", "dlkit", "preprocess",
+                        str(ROOT / "fixtures" / "example_db"), str(db), "--quiet"],
+                       env={**os.environ, "PYTHONPATH": str(src)}, check=True)
+    return db
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=11)
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "dlkit-startup")
+    parser.add_argument("--baseline-src", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    src = ROOT / "src"
+    args.work.mkdir(parents=True, exist_ok=True)
+    db = ensure_database(args.work, src)
+    trees = {"this": src} | ({"baseline": args.baseline_src} if args.baseline_src else {})
+    runs = [(tree, name, argv) for tree in trees for name, argv in commands(db).items()
+            if tree == "this" or name.startswith("dlkit")]
+    envs = {tree: {**os.environ, "PYTHONPATH": str(path)} for tree, path in trees.items()}
+    for tree, _, argv in runs:  # fills the kernel cache of each tree, untimed
+        timed(argv, envs[tree])
+    load_before = os.getloadavg()
+    times: dict[tuple[str, str], list[float]] = {(t, n): [] for t, n, _ in runs}
+    for _ in range(args.repeat):
+        for tree, name, argv in runs:
+            times[tree, name].append(timed(argv, envs[tree]))
+    load_after = os.getloadavg()
+    rows = [{"tree": tree, "command": name, "median_s": statistics.median(t),
+             "min_s": min(t), "goal_s": GOALS.get(name)} for (tree, name), t in times.items()]
+    if args.json:
+        print(json.dumps({"cores": os.cpu_count(), "load_before": load_before,
+                          "load_after": load_after, "repeat": args.repeat, "rows": rows},
+                         indent=2))
+        return
+    print(f"{os.cpu_count()} cores; load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after; median and minimum of {args.repeat} runs")
+    print(f"{'tree':<9} {'command':<34} {'median':>8} {'min':>8} {'goal':>6}")
+    for row in rows:
+        goal = f"{row['goal_s']:.2f}" if row["goal_s"] else ""
+        print(f"{row['tree']:<9} {row['command']:<34} {row['median_s']:>7.3f}s "
+              f"{row['min_s']:>7.3f}s {goal:>6}")
+
+
+if __name__ == "__main__":
+    main()

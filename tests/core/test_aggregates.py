@@ -1,0 +1,73 @@
+"""The prefix-sum kernels of ``dlkit.core.aggregates`` against plain Python."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlkit.core.aggregates import aggregate_cutoff, prefix_counts, prefix_sums, signed_log
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+@st.composite
+def child_lists(draw):
+    """A CSR of parent rows 0..P-1 over child rows P..P+C-1 (some children are other rows)."""
+    parents = draw(st.integers(1, 5))
+    children = draw(st.integers(0, 12))
+    lists = [draw(st.lists(st.integers(0, parents + children + 2), max_size=6))
+             for _ in range(parents)]
+    offsets = np.zeros(parents + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in lists], out=offsets[1:])
+    ids = np.array([c for x in lists for c in x], dtype=np.int64)
+    values = np.array(draw(st.lists(st.floats(-1e6, 1e6), min_size=children,
+                                    max_size=children)), dtype=np.float64)
+    valid = draw(st.lists(st.booleans(), min_size=children, max_size=children))
+    return parents, offsets, ids, values, valid
+
+
+@settings(max_examples=60, deadline=None)
+@given(child_lists())
+def test_running_counts_and_sums_restart_at_each_parent(data):
+    parents, offsets, ids, values, valid = data
+    first_child = parents
+    bitmap = np.packbits(np.array(valid, dtype=bool), bitorder="little")
+    if bitmap.size == 0:
+        bitmap = np.zeros(1, dtype=np.uint8)
+    counts = np.full(ids.shape[0], -1, dtype=np.int64)
+    sums = np.full(ids.shape[0], np.nan)
+    valid_counts = np.full(ids.shape[0], -1, dtype=np.int64)
+    prefix_counts(offsets, ids, 0, parents, first_child, first_child + values.shape[0], counts)
+    prefix_sums(offsets, ids, 0, parents, first_child, values, bitmap, sums, valid_counts)
+    for p in range(parents):
+        run, total, n = 0, 0.0, 0
+        for i in range(int(offsets[p]), int(offsets[p + 1])):
+            local = int(ids[i]) - first_child
+            if 0 <= local < values.shape[0]:
+                run += 1
+                if valid[local]:
+                    total += float(values[local])
+                    n += 1
+            assert counts[i] == run and sums[i] == total and valid_counts[i] == n
+
+
+def test_cutoffs_at_the_edges_of_int64():
+    assert aggregate_cutoff(INT64_MIN, 0, 5) == INT64_MAX  # no observation time: everything
+    assert aggregate_cutoff(100, 0, 0) == 100
+    assert aggregate_cutoff(100, 1, 0) == 99
+    assert aggregate_cutoff(100, 1, 30) == 70
+    assert aggregate_cutoff(100, 0, 1) == 99
+    # an observation time within a lag of INT64_MIN knows only the rows without a time
+    assert aggregate_cutoff(INT64_MIN + 3, 0, 10) == INT64_MIN
+    assert aggregate_cutoff(INT64_MIN + 10, 0, 10) == INT64_MIN
+    assert aggregate_cutoff(INT64_MIN + 11, 0, 10) == INT64_MIN + 1
+
+
+@given(st.floats(-1e300, 1e300))
+def test_signed_log_is_odd_and_log1p(value):
+    out = signed_log(value)
+    assert out == math.copysign(math.log1p(abs(value)), value) or value == 0 and out == 0

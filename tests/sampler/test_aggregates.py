@@ -1,0 +1,310 @@
+"""As-of aggregate cells against a plain-Python reference computed from the source tables.
+
+Random schemas: a parent table ``users`` and two child tables (``events`` with a numeric and
+a boolean column, both with nulls and null times, and ``visits``), times drawn from a few
+seconds so that ties at the observation time are common, random label lags and boundaries.
+Every aggregate cell of every sequence is recomputed from the Parquet rows: the children of
+the cell's row, visible and known at the sequence's observation time, summed in (time, row)
+order, then encoded as docs/batch_format.md says.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlkit.db import open_database, preprocess
+from dlkit.sampler.batch import BatchBuilder, BatchConfig
+from tests.db.conftest import write_db
+
+SECOND = 1_000_000
+NO_TIME = None
+
+
+def _times(draw, n: int, nulls: bool) -> list[int | None]:
+    return [None if nulls and draw(st.integers(0, 9)) == 0 else draw(st.integers(0, 6))
+            for _ in range(n)]
+
+
+@st.composite
+def schemas(draw):
+    n_users = draw(st.integers(1, 5))
+    n_events = draw(st.integers(0, 25))
+    n_visits = draw(st.integers(0, 10))
+    users = {"uid": list(range(n_users)), "t": _times(draw, n_users, False),
+             "a": [float(draw(st.integers(-3, 3))) for _ in range(n_users)]}
+    events = {
+        "eid": list(range(n_events)),
+        "uid": [draw(st.integers(0, n_users)) if draw(st.integers(0, 8)) else None
+                for _ in range(n_events)],  # n_users dangles (dropped), None: no edge
+        "t": _times(draw, n_events, True),
+        "x": [None if draw(st.integers(0, 4)) == 0 else draw(st.floats(-100, 100, width=32))
+              for _ in range(n_events)],
+        "flag": [None if draw(st.integers(0, 4)) == 0 else draw(st.booleans())
+                 for _ in range(n_events)],
+    }
+    visits = {"vid": list(range(n_visits)),
+              "uid": [draw(st.integers(0, n_users - 1)) for _ in range(n_visits)],
+              "t": _times(draw, n_visits, False)}
+    lag = draw(st.sampled_from([0, 0, 1, 2, 5]))
+    strict = draw(st.booleans())
+    counts = draw(st.booleans())
+    width = draw(st.integers(0, 3))
+    return users, events, visits, lag, strict, counts, width
+
+
+def _table(columns: dict, times: str = "t") -> pa.Table:
+    arrays = {}
+    for name, values in columns.items():
+        if name == times:
+            arrays[name] = pa.array([None if v is None else v * SECOND for v in values],
+                                    pa.timestamp("us", tz="UTC"))
+        elif name == "flag":
+            arrays[name] = pa.array(values, pa.bool_())
+        elif name == "x" or name == "a":
+            arrays[name] = pa.array(values, pa.float64())
+        else:
+            arrays[name] = pa.array(values, pa.int64())
+    return pa.table(arrays)
+
+
+def _toml(lag: int, strict: bool, counts: bool) -> str:
+    boundary = '\nboundary = "strict"' if strict else ""
+    label_lag = f'\nlabel_lag = "{lag}s"' if lag else ""
+    return f"""
+name = "agg"
+[tables.users]
+primary_key = "uid"
+time_column = "t"
+[tables.events]
+primary_key = "eid"
+time_column = "t"
+foreign_keys = {{ uid = "users" }}
+types = {{ flag = "boolean" }}
+[tables.visits]
+primary_key = "vid"
+time_column = "t"
+foreign_keys = {{ uid = "users" }}
+[tasks.ev]
+table = "events"
+target = "x"{label_lag}{boundary}
+[tasks.us]
+table = "users"
+target = "a"
+[aggregates]
+counts = {str(counts).lower()}
+columns = {{ events = ["x", "flag"] }}
+"""
+
+
+def _encode(kind: str, value: float, mean: float, std: float) -> np.float32:
+    if kind == "count":
+        value = math.log1p(value)
+    elif kind == "sum":
+        value = math.copysign(math.log1p(abs(value)), value) if value else 0.0
+    return np.float32((value - mean) / std)
+
+
+def _reference(cell: dict, children: list[tuple[int | None, int, dict]], obs: int | None,
+               strict: bool, lag: int, task_target: bool):
+    """``(value, is_null, is_hidden)`` of one aggregate cell, from its row's children
+    ``(time, global row, source row)``."""
+    if task_target and obs is None:
+        return 0.0, 0, 1
+    cut = None if obs is None else obs - (1 if strict else 0)
+    lag_us = max(lag, 1) if task_target else lag
+
+    def visible(t):
+        return t is None or cut is None or t <= cut
+
+    def known(t):
+        return t is None or obs is None or t + lag_us <= obs
+
+    ordered = sorted(children, key=lambda c: (-(1 << 63) if c[0] is None else c[0], c[1]))
+    if cell["kind"] == "count":
+        n = sum(1 for t, _, _ in ordered if visible(t))
+        return _encode("count", n, cell["mean"], cell["std"]), 0, 0
+    total, n = 0.0, 0
+    for t, _, row in ordered:
+        value = row[cell["column"]]
+        if visible(t) and known(t) and value is not None:
+            total += float(value)
+            n += 1
+    if cell["kind"] == "sum":
+        return _encode("sum", total, cell["mean"], cell["std"]), 0, 0
+    if n == 0:
+        return 0.0, 1, 0
+    return _encode("mean", total / n, cell["mean"], cell["std"]), 0, 0
+
+
+def _check_stats(meta: dict, users: dict, children_of: dict) -> None:
+    """Counts' and sums' statistics: of log1p(total) / signed log of every user's total."""
+    for cell in meta["aggregates"]:
+        if cell["kind"] == "mean":
+            continue
+        totals = []
+        for u in range(len(users["uid"])):
+            kids = [row for _, _, row, table in children_of[u] if table == cell["child_table"]]
+            if cell["kind"] == "count":
+                totals.append(math.log1p(len(kids)))
+            else:
+                s = 0.0
+                for row in sorted(kids, key=lambda r: r["_order"]):
+                    if row[cell["column"]] is not None:
+                        s += float(row[cell["column"]])
+                totals.append(math.copysign(math.log1p(abs(s)), s) if s else 0.0)
+        mean = float(np.mean(totals))
+        std = float(np.std(totals)) or 1.0
+        assert cell["mean"] == pytest.approx(mean, rel=1e-9, abs=1e-12)
+        assert cell["std"] == pytest.approx(std, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(schemas())
+def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
+    users, events, visits, lag, strict, counts, width = example
+    root = tmp_path_factory.mktemp("agg")
+    src = write_db(root / "src", {"users": _table(users), "events": _table(events),
+                                  "visits": _table(visits)}, _toml(lag, strict, counts))
+    preprocess(src, root / "db", fsync=False)
+    db = open_database(root / "db")
+    meta = db.metadata
+    cells = meta["aggregates"]
+    num_columns = meta["num_columns"]
+    n_users = len(users["uid"])
+    # children of each user: (time, global row, source row, table); global rows follow the
+    # table order users, events, visits
+    children_of: dict[int, list] = {u: [] for u in range(n_users)}
+    for table, data, offset in (("events", events, n_users),
+                                ("visits", visits, n_users + len(events["eid"]))):
+        for i in range(len(data["uid"])):
+            u = data["uid"][i]
+            if u is not None and u < n_users:
+                t = data["t"][i]
+                row = {k: v[i] for k, v in data.items()}
+                row["_order"] = (-(1 << 63) if t is None else t, offset + i)
+                children_of[u].append((None if t is None else t * SECOND, offset + i, row,
+                                       table))
+    _check_stats(meta, users, children_of)
+    builder = BatchBuilder(db, BatchConfig(sequence_length=64, max_rows=32,
+                                           bfs_child_width=width), seed=3)
+    seen = 0
+    for task in builder.tasks:
+        if task.num_seeds == 0:
+            continue
+        built = builder.build(task, np.arange(task.num_seeds), epoch=0)
+        arrays = built.arrays
+        for b in range(task.num_seeds):
+            obs = int(built.obs_times[b])
+            obs_us = None if obs == np.iinfo(np.int64).min else obs
+            task_strict = strict and task.name == "ev"
+            for p in range(int(built.cell_counts[b])):
+                cid = int(arrays["column_ids"][b, p])
+                if cid < num_columns:
+                    continue
+                cell = cells[cid - num_columns]
+                row = int(built.visited_rows[b, int(arrays["seq_row_ids"][b, p])])
+                assert row < n_users, "aggregate cells belong to users rows"
+                kids = [(t, g, r) for t, g, r, table in children_of[row]
+                        if table == cell["child_table"]]
+                task_target = task.name == "ev" and cell["column"] == "x"
+                value, null, hidden = _reference(cell, kids, obs_us, task_strict,
+                                                 lag * SECOND if cell["column"] == "x" else 0,
+                                                 task_target)
+                assert arrays["semantic_types"][b, p] == 0
+                assert arrays["is_null"][b, p] == null, (cell["name"], b, p)
+                assert arrays["is_hidden"][b, p] == hidden, (cell["name"], b, p)
+                assert arrays["numeric_values"][b, p] == np.float32(value), (
+                    cell["name"], b, p, arrays["numeric_values"][b, p], value)
+                seen += 1
+    expected_cells = (2 if counts else 0) + 4
+    assert len(cells) == expected_cells
+    if n_users:
+        assert seen > 0  # every users seed has its own aggregate cells
+    db.close()
+
+
+def test_aggregate_cells_follow_their_row_and_take_their_column_ids(tmp_path: Path):
+    users = {"uid": [0, 1], "t": [0, 0], "a": [1.0, 2.0]}
+    events = {"eid": [0, 1, 2], "uid": [0, 0, 1], "t": [1, 2, 3], "x": [1.0, None, 4.0],
+              "flag": [True, None, False]}
+    visits = {"vid": [0], "uid": [1], "t": [1]}
+    src = write_db(tmp_path / "src", {"users": _table(users), "events": _table(events),
+                                      "visits": _table(visits)}, _toml(0, False, True))
+    preprocess(src, tmp_path / "db", fsync=False)
+    with open_database(tmp_path / "db") as db:
+        builder = BatchBuilder(db, BatchConfig(sequence_length=64, max_rows=8), seed=0)
+        task = builder.task("us")
+        built = builder.build(task, np.arange(task.num_seeds), epoch=0)
+        a = built.arrays
+        # the seed row (a user): its column a, its time t, then the 6 aggregate cells
+        num_columns = db.metadata["num_columns"]
+        row0 = a["column_ids"][0][a["seq_row_ids"][0] == 0][:8]
+        assert list(row0[2:]) == list(range(num_columns, num_columns + 6))
+        # the seed observes at time 0: no child is visible yet; the mean is a null cell
+        assert a["is_null"][0, 4] == 1 and a["numeric_values"][0, 4] == 0
+        names = [c["name"] for c in db.metadata["aggregates"]]
+        assert names[:3] == ["number of events of users", "sum of x of events of users",
+                             "mean of x of events of users"]
+        emb = np.asarray(db.aggregates.embeddings)
+        assert emb.shape == (6, db.metadata["embeddings"]["column_dim"])
+
+
+def test_huge_page_copies_give_the_same_aggregate_cells(tmp_path: Path):
+    """Row records (huge-page copies) and column arrays (memory map) fill the same batches:
+    both leave the aggregate cells to the prefix sums."""
+    users = {"uid": [0, 1, 2], "t": [5, 6, 6], "a": [1.0, None, 2.0]}
+    events = {"eid": list(range(8)), "uid": [0, 0, 1, 2, 2, 2, None, 1],
+              "t": [1, 2, 3, None, 6, 6, 1, 7], "x": [1.5, None, 4.0, 2.0, -3.0, 8.0, 1.0, 2.0],
+              "flag": [True, None, False, True, True, None, False, True]}
+    visits = {"vid": [0, 1], "uid": [1, 2], "t": [1, 6]}
+    src = write_db(tmp_path / "src", {"users": _table(users), "events": _table(events),
+                                      "visits": _table(visits)}, _toml(1, True, True))
+    preprocess(src, tmp_path / "db", fsync=False)
+    with open_database(tmp_path / "db") as db:
+        batches = []
+        for huge in (False, True):
+            builder = BatchBuilder(db, BatchConfig(sequence_length=48, max_rows=8,
+                                                   bfs_child_width=1, huge_pages=huge), seed=5)
+            assert builder.rows.words.size > 0 if huge else builder.rows.words.size == 0
+            batches.append([builder.build(t, np.arange(t.num_seeds), epoch=1).arrays
+                            for t in builder.tasks])
+            builder.release()
+        for plain, copied in zip(*batches):
+            for key in plain:
+                np.testing.assert_array_equal(plain[key], copied[key], err_msg=key)
+        num_columns = db.metadata["num_columns"]
+        assert any((b["column_ids"] >= num_columns).any() for b in batches[0])
+
+
+def test_show_lists_the_aggregate_cells_with_their_as_of_values(tmp_path: Path):
+    from dlkit.sampler.inspect import describe_sequence
+
+    users = {"uid": [0, 1], "t": [0, 5], "a": [1.0, 2.0]}
+    events = {"eid": [0, 1, 2, 3], "uid": [1, 1, 1, 0], "t": [1, 3, 6, 1],
+              "x": [10.0, None, 7.0, 1.0], "flag": [True, False, True, None]}
+    visits = {"vid": [0], "uid": [1], "t": [5]}
+    src = write_db(tmp_path / "src", {"users": _table(users), "events": _table(events),
+                                      "visits": _table(visits)}, _toml(0, False, True))
+    preprocess(src, tmp_path / "db", fsync=False)
+    view = describe_sequence(tmp_path / "db", "us", anchor_row=1, sequence_length=64)
+    seed = view.rows[0]
+    cells = {c.column: c for c in seed.cells}
+    # user 1 observed at 5: events at 1 and 3 are visible (x = 10 and null), the one at 6 not
+    assert cells["number of events of users"].typed == 2
+    assert cells["sum of x of events of users"].typed == pytest.approx(10.0, rel=1e-5)
+    assert cells["mean of x of events of users"].typed == pytest.approx(10.0, rel=1e-5)
+    assert cells["sum of flag of events of users"].typed == pytest.approx(1.0, rel=1e-5)
+    assert cells["mean of flag of events of users"].typed == pytest.approx(0.5, rel=1e-5)
+    assert cells["number of visits of users"].typed == 1  # at 5: at the observation time
+    assert cells["number of visits of users"].value == "1"
+    assert not seed.truncated
+    cut = describe_sequence(tmp_path / "db", "us", anchor_row=1, sequence_length=4)
+    assert cut.rows[0].truncated  # 2 columns and 2 of the 6 aggregate cells
