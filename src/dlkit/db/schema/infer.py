@@ -717,6 +717,12 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
         for ref in composite_refs.get(tname, []):
             # its parent's key is drafted: a composite key referred to always is
             assert ref.parent is not None, "a composite reference names its parent"
+            if pk is not None and ref.columns == key_columns(pk):
+                # a primary key cannot also be a foreign key (the schema refuses it)
+                keys.note(tname, f"no foreign key drafted: {key_label(ref.columns)} is this "
+                                 f"table's primary key and also matches {ref.parent}'s "
+                                 "(a one-to-one link; declare one of them by hand)")
+                continue
             fks.append((ref.name, ref.parent))
             composite_fks[ref.name] = ref.columns
             notes[(tname, ref.name)] = ref.reason

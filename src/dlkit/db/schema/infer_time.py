@@ -7,7 +7,8 @@ epoch counts, found by their value ranges and names.
 statistics for min and max where every row group has them, a sample of the first rows);
 :func:`with_int_time` applies a proposal to a draft table that has no timestamp time column.
 
-The rule, per column (a key column is never proposed):
+The rule, per column (a key column only on its name: a season in a key such as
+(yearID, teamID) is the row's time; its integers still match as the key):
 
 * ``year``: every value in 1800-2100 and a name like a year (``year``, ``yearID``, ``yr``,
   ``season``): a bare count in that range (a price, an id) is not taken for a year;
@@ -122,9 +123,12 @@ def _epoch(c: IntegerColumn) -> tuple[TimeUnit, bool, str] | None:
 
 
 def propose_int_time(columns: Iterable[IntegerColumn],
-                     skip: Iterable[str | None] = ()) -> TimeGuess | None:
-    """The integer time column to propose among ``columns`` (none of ``skip``), or None."""
+                     skip: Iterable[str | None] = (),
+                     keys: Iterable[str] = ()) -> TimeGuess | None:
+    """The integer time column to propose among ``columns`` (none of ``skip``; one of
+    ``keys``, the table's key columns, only when its name backs the guess), or None."""
     skipped = set(skip)
+    key_set = set(keys)
     best: tuple[tuple[int, int, int], TimeGuess] | None = None
     for position, c in enumerate(columns):
         if c.name in skipped or c.min is None or c.max is None:
@@ -133,6 +137,10 @@ def propose_int_time(columns: Iterable[IntegerColumn],
         if found is None:
             continue
         unit, named, why = found
+        if c.name in key_set:
+            if not named:
+                continue
+            why += ", a key column (it still matches as the key)"
         if unit.calendar:
             where = TimePosition.END
             reason = (f"{_span(c, unit)}: {why}; time at the period's end (known once it is "
@@ -201,10 +209,12 @@ def with_int_time(spec: TableSpec, files: Sequence[str | Path], schema: pa.Schem
     typed ``timestamp``, the reason in ``notes``); ``spec`` itself otherwise."""
     if spec.time_column is not None:
         return spec
-    keys = spec.key_column_set() | set(spec.exclude)
-    guess = propose_int_time(integer_columns(files, schema, keys))
+    keys = spec.key_column_set()
+    guess = propose_int_time(integer_columns(files, schema, spec.exclude), keys=keys)
     if guess is None:
         return spec
     notes[(spec.name, guess.column)] = guess.reason
+    # a key column takes no type: it is the timestamp feature by being the time column
+    types = spec.types if guess.column in keys else {**spec.types, guess.column: "timestamp"}
     return replace(spec, time_column=guess.column, time_unit=guess.unit,
-                   time_position=guess.position, types={**spec.types, guess.column: "timestamp"})
+                   time_position=guess.position, types=types)

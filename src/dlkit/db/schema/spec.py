@@ -555,9 +555,13 @@ def _parse_table(tname: str, raw: Any, source: str) -> TableSpec:
             raise _err(source, f"{where}, column {column!r}: key columns have no semantic type")
         if column in exclude:
             raise _err(source, f"{where}, column {column!r} is both excluded and typed")
-    if time_column is not None and (time_column in keys or time_column in exclude):
-        raise _err(source, f"{where}, column {time_column!r}: the time column cannot be a key "
-                           "or excluded")
+    if time_column is not None and time_column in exclude:
+        raise _err(source, f"{where}, column {time_column!r}: the time column cannot be "
+                           "excluded")
+    if time_column is not None and time_column in keys and "time_unit" not in raw:
+        raise _err(source, f"{where}, column {time_column!r}: a key column can be the time "
+                           "column only as an integer with a time_unit (e.g. time_unit = "
+                           "\"year\"); a timestamp cannot be a key")
     if time_column is not None and types.get(time_column, "timestamp") != "timestamp":
         raise _err(source, f"{where}, column {time_column!r}: the time column must have type "
                            "timestamp")
@@ -767,7 +771,11 @@ def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = Non
         else:
             out.append("# primary_key = \"...\"   # none found: only needed if other tables refer here")
         if spec.time_column is not None:
-            out.append(f"time_column = {toml_str(spec.time_column)}")
+            line = f"time_column = {toml_str(spec.time_column)}"
+            # a key column that is the time column has no type line for its reason
+            note = (notes.get((spec.name, spec.time_column))
+                    if spec.time_column in spec.key_column_set() else None)
+            out.append(f"{line:<40} # {note}" if note else line)
             out.extend(_render_time_options(spec))
         else:
             out.append("# time_column = \"...\"   # none found: rows are then visible at any time")
