@@ -68,6 +68,7 @@ MAE_RATIO = 1.15
 # OpenMP threads of the GBDT: one, as the example trains on one core beside dlkit's producer
 # (more threads than free cores made a 4,000-row fit take minutes on a busy machine)
 GBDT_THREADS = 1
+MIN_VALUES = 20  # train seeds a GBDT feature must have a value for
 
 
 def log(message: str) -> None:
@@ -368,8 +369,8 @@ def task_seeds(db: Path, task: str, split_seed: int) -> TaskSeeds:
                 if t.rules.label_lag_us}
         data = by_name[task]
         meta_task = next(t for t in metadata["tasks"] if t["name"] == task)
-        with dlkit.Sampler(db, split_seed=split_seed, batch_size=1, sequence_length=8,
-                           max_rows=8, task_weights={task: 1.0}) as sampler:
+        with dlkit.Sampler(db, split_seed=split_seed, batch_size=1,
+                           task_weights={task: 1.0}) as sampler:
             splits = next(s for s in sampler.splits if s.task == task)
             split = np.full(data.num_seeds, -1, np.int8)
             for code, positions in enumerate(splits.positions):
@@ -408,18 +409,23 @@ def run_gbdt(features: Features, labels: np.ndarray, split: np.ndarray, stype: s
 def _fit_gbdt(classifier: Any, regressor: Any, features: Features, labels: np.ndarray,
               split: np.ndarray, stype: str, seed: int) -> tuple[float, float]:
     train, val = split == 0, split == 1
-    mask = features.categorical if features.categorical.any() else None
+    # a column with (almost) no value on the train split tells nothing, and one that has no
+    # value in the GBDT's own early-stopping part of it fails its binning
+    used = (~np.isnan(features.values[train])).sum(axis=0) >= MIN_VALUES
+    x_train, x_val = features.values[train][:, used], features.values[val][:, used]
+    categorical = features.categorical[used]
+    mask = categorical if categorical.any() else None
     started = time.perf_counter()
     if stype == "boolean":
         model: Any = classifier(random_state=seed, categorical_features=mask)
-        model.fit(features.values[train], labels[train].astype(np.int64))
+        model.fit(x_train, labels[train].astype(np.int64))
         seconds = time.perf_counter() - started
-        predictions = model.predict_proba(features.values[val])[:, 1]
+        predictions = model.predict_proba(x_val)[:, 1]
     else:
         model = regressor(random_state=seed, categorical_features=mask)
-        model.fit(features.values[train], labels[train])
+        model.fit(x_train, labels[train])
         seconds = time.perf_counter() - started
-        predictions = model.predict(features.values[val])
+        predictions = model.predict(x_val)
     return metric(stype, predictions, labels[val]), seconds
 
 
