@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet '$(TORCH_PIN)'
-	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,torch,jax,lint,bench]'
 	touch $@
 
-venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax and lint extras
+venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax, lint and bench extras
 
 demo: $(STAMP)  ## run the main job on the bundled example
 	@bash scripts/demo.sh $(OUT)/demo
