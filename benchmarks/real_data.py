@@ -585,7 +585,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
             value, seconds = run_gbdt(features, labels, seeds.split, seeds.stype, seed)
             record(arm, value, seconds, features=len(features.names))
         for arm, db, context in rt_arms:
-            if wanted is not None and arm not in wanted:
+            if (wanted is not None and arm not in wanted) or seed >= args.rt_seeds:
                 continue
             result = run_example(db, args.task, seed, args.steps, context, args.rt_args,
                                  args.split_seed)
@@ -599,7 +599,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         entry["median_train_seconds"] = summarize(entry["train_seconds"])
     return {"db": str(inputs.db), "task": args.task, "table": seeds.table,
             "target": seeds.target, "stype": seeds.stype, "metric": metric_name,
-            "seeds": list(range(args.seeds)), "steps": args.steps, "split": split_sizes,
+            "seeds": list(range(args.seeds)), "rt_seeds": list(range(args.rt_seeds)),
+            "steps": args.steps, "split": split_sizes,
             "arms": arms, "goal": goal_check(arms, seeds.stype)}
 
 
@@ -624,6 +625,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--src", default=None, help="input directory the database was built from")
     parser.add_argument("--task", required=True)
     parser.add_argument("--seeds", type=int, default=3, help="runs per arm (seeds 0..N-1)")
+    parser.add_argument("--rt-seeds", type=int, default=None,
+                        help="runs of the example's arms (default: --seeds; fewer on a busy "
+                             "machine, where one run takes minutes)")
     parser.add_argument("--steps", type=int, default=300, help="train steps of the example")
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--arms", default=None,
@@ -635,8 +639,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "e.g. --rt-arg=--sequence-length --rt-arg=256")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.steps < 1:
-        parser.error("--seeds and --steps must be positive")
+    if args.rt_seeds is None:
+        args.rt_seeds = args.seeds
+    if args.seeds < 1 or args.steps < 1 or not 0 <= args.rt_seeds <= args.seeds:
+        parser.error("--seeds and --steps must be positive, --rt-seeds from 0 to --seeds")
     return args
 
 
