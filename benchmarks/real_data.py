@@ -31,7 +31,8 @@ its label is known (``row time + label_lag <= T``), and the seed's own target ne
 parent whose time is after ``T`` contributes no columns.
 
 ``--json`` prints one JSON object: per arm the metric per seed, its median and the train
-seconds per seed; the split sizes; and the goal check of issue 32 (the example with aggregates,
+seconds per seed (a GBDT's fit; the example's whole run, start-up and validation pass included,
+with its mean ``step_ms`` beside); the split sizes; and the goal check of issue 32 (the example with aggregates,
 or with full context when the database has none, reaches ``gbdt_aggregates``: AUC at most 0.02
 below it, MAE at most 1.15 times it). Needs the ``bench`` extra (scikit-learn) and torch.
 """
