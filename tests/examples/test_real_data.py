@@ -241,7 +241,7 @@ def test_json_report_on_a_tiny_planted_database(planted_db, tmp_path):
     src = db.parent / "source"
     proc = subprocess.run(
         [str(PYTHON), str(SCRIPT), "--db", str(db), "--src", str(src), "--task", task,
-         "--seeds", "2", "--steps", "2", "--json", "--work", str(tmp_path / "work"),
+         "--seeds", "2", "--rt-seeds", "1", "--steps", "2", "--json", "--work", str(tmp_path / "work"),
          "--rt-arg=--batch-size", "--rt-arg=8"],
         capture_output=True, text=True, env=clean_env(), timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -249,11 +249,14 @@ def test_json_report_on_a_tiny_planted_database(planted_db, tmp_path):
     assert report["task"] == task and report["metric"] == "auc"
     assert set(report["arms"]) == {"rt_full", "rt_anchor_only", "gbdt_anchor",
                                    "gbdt_aggregates", "constant"}
+    assert report["seeds"] == [0, 1] and report["rt_seeds"] == [0]
     for arm, entry in report["arms"].items():
-        assert len(entry["metric"]) == 2 and len(entry["train_seconds"]) == 2, arm
+        runs = 1 if arm.startswith("rt_") else 2
+        assert len(entry["metric"]) == runs and len(entry["train_seconds"]) == runs, arm
         assert all(0.0 <= v <= 1.0 for v in entry["metric"]), arm
         assert entry["median"] == pytest.approx(float(np.median(entry["metric"])))
     assert report["arms"]["constant"]["metric"] == [0.5, 0.5]
+    assert report["arms"]["rt_full"]["step_ms"][0] > 0
     split = report["split"]
     seeds = rd.task_seeds(db, task, 0)
     assert split == {"train": int((seeds.split == 0).sum()), "val": int((seeds.split == 1).sum()),
