@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -64,6 +65,8 @@ NO_TIME = np.iinfo(np.int64).min
 NEVER = np.iinfo(np.int64).max
 DAY_US = 86_400 * 10**6
 MAX_CATEGORIES = 250  # HistGradientBoosting's categorical features take codes below 255
+# a TOML table header line: [name], [a.b], [[a.b]] (not an array value split over lines)
+TABLE_HEADER = re.compile(r"^\s*\[\[?([A-Za-z0-9_.\- ]+)\]\]?\s*(#.*)?$")
 AUC_MARGIN = 0.02
 MAE_RATIO = 1.15
 # OpenMP threads of the GBDT: one, as the example trains on one core beside dlkit's producer
@@ -481,9 +484,9 @@ def without_aggregates(src: Path, out: Path) -> Path:
             link.symlink_to(entry.resolve())
     kept, skipping = [], False
     for line in (src / "dlkit.toml").read_text().splitlines(keepends=True):
-        header = line.strip()
-        if header.startswith("["):
-            skipping = header.strip("[] ").split(".")[0] == "aggregates"
+        header = TABLE_HEADER.match(line)
+        if header:
+            skipping = header.group(1).strip().split(".")[0].strip() == "aggregates"
         if not skipping:
             kept.append(line)
     (out / "dlkit.toml").write_text("".join(kept))

@@ -279,3 +279,19 @@ def test_json_report_on_a_tiny_planted_database(planted_db, tmp_path):
     # the order's count of the planted users is what the database's graph holds
     users_orders = features.names.index("self<-orders.user_id:count")
     assert features.values[:, users_orders].max() > 0
+
+
+def test_without_aggregates_drops_only_that_section(tmp_path):
+    import tomllib
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.table({"id": [1, 2]}), src / "users.parquet")
+    (src / "dlkit.toml").write_text(
+        '[tables.users]\nprimary_key = "id"\n\n[aggregates]\ncounts = true\n'
+        'columns = { users = [\n  "id",\n] }\n\n[tasks.t]\ntable = "users"\ntarget = "x"\n')
+    out = rd.without_aggregates(src, tmp_path / "plain")
+    config = tomllib.loads((out / "dlkit.toml").read_text())
+    assert config == {"tables": {"users": {"primary_key": "id"}},
+                      "tasks": {"t": {"table": "users", "target": "x"}}}
+    assert (out / "users.parquet").read_bytes() == (src / "users.parquet").read_bytes()
