@@ -241,7 +241,8 @@ def test_json_report_on_a_tiny_planted_database(planted_db, tmp_path):
     src = db.parent / "source"
     proc = subprocess.run(
         [str(PYTHON), str(SCRIPT), "--db", str(db), "--src", str(src), "--task", task,
-         "--seeds", "2", "--rt-seeds", "1", "--steps", "2", "--json", "--work", str(tmp_path / "work"),
+         "--seeds", "2", "--rt-seeds", "1", "--steps", "2", "--json",
+         "--work", str(tmp_path / "work"),
          "--rt-arg=--batch-size", "--rt-arg=8"],
         capture_output=True, text=True, env=clean_env(), timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
