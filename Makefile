@@ -21,10 +21,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install '$(TORCH_PIN)'
-	$(BIN)/python -m pip install -e '.[test,torch,jax,lint,sql]'
+	$(BIN)/python -m pip install -e '.[test,torch,jax,lint,sql,bench]'
 	touch $@
 
-venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax, lint and sql extras
+venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax, lint, sql and bench extras
 
 # The demo runs the dlkit command and nothing else: its own venv holds dlkit and its core
 # dependencies (typer, rich, numpy, pyarrow, numba, cbor2), no test tool, torch or jax.
