@@ -85,7 +85,7 @@ system-deps:  ## install the Debian packages the tests drive (PostgreSQL, Chromi
 	  "run: sudo apt-get install$$missing" >&2; exit 1; fi
 
 test: $(STAMP) system-deps  ## run the whole test suite (installs system-deps first)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # The kernels as plain Python (NUMBA_DISABLE_JIT=1): their semantics without the compiler, in
 # a form coverage tools can measure. Left out: tests/core/test_jit.py (it tests the compiled
