@@ -36,9 +36,9 @@ def browser():
         chromium.close()
 
 
-def _batch_of(db, task, split, anchor, s, r, w):
+def _batch_of(db, task, split, anchor, s, r, w, policy="uniform"):
     with dlkit.Sampler(db, batch_size=4, sequence_length=s, max_rows=r, bfs_child_width=w,
-                       num_prefetch=0) as sampler:
+                       bfs_child_policy=policy, num_prefetch=0) as sampler:
         for batch in sampler.iter_eval(split, task):
             hit = np.flatnonzero((batch["anchor_rows"] == anchor) & (batch["sequence_mask"] == 1))
             if hit.size:
@@ -59,10 +59,10 @@ def _expected_pairs(batch, b):
     return int(same_row.sum()), int(fk.sum()), int(same_col.sum())
 
 
-def _check_page_against_batch(page, db, task, split, s, r, w):
+def _check_page_against_batch(page, db, task, split, s, r, w, policy="uniform"):
     page.wait_for_selector("body[data-ready=yes]")
     anchor = int(page.input_value("[data-testid=seed]"))
-    batch, b = _batch_of(db, task, split, anchor, s, r, w)
+    batch, b = _batch_of(db, task, split, anchor, s, r, w, policy)
     real = int((batch["is_padding"][b] == 0).sum())
     assert f" {real} of {s} cells" in page.inner_text("[data-testid=fill]")
     shown = page.eval_on_selector_all(
@@ -85,7 +85,7 @@ def _check_page_against_batch(page, db, task, split, s, r, w):
 def test_written_page_shows_the_samplers_batch(example_db, tmp_path, browser):
     out = tmp_path / "view.html"
     result = run_dlkit("view", example_db, "-o", out, "--seeds", "3", "-S", "48,256",
-                       "-W", "2,16", "-R", "64", "-q")
+                       "-W", "2,16", "-R", "64", "--bfs-child-policy", "uniform,recent", "-q")
     assert result.returncode == 0, result.stderr.decode()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
@@ -97,11 +97,13 @@ def test_written_page_shows_the_samplers_batch(example_db, tmp_path, browser):
     page.select_option("[data-testid=split]", "val")
     seeds = page.eval_on_selector_all("[data-testid=seed] option", "os => os.map(o => o.value)")
     page.select_option("[data-testid=seed]", seeds[-1])
-    # the knob list is S x R x W in order: pick S=256, W=2
-    page.select_option("[data-testid=knob]", label="S=256 R=64 W=2")
+    page.select_option("[data-testid=knob]", label="S=256 R=64 W=2 uniform")
     _check_page_against_batch(page, example_db, "user_premium", "val", 256, 64, 2)
-    page.select_option("[data-testid=knob]", label="S=48 R=64 W=16")
+    page.select_option("[data-testid=knob]", label="S=48 R=64 W=16 uniform")
     _check_page_against_batch(page, example_db, "user_premium", "val", 48, 64, 16)
+    page.select_option("[data-testid=task]", label="review_rating (reviews.rating)")
+    page.select_option("[data-testid=knob]", label="S=256 R=64 W=2 recent")
+    _check_page_against_batch(page, example_db, "review_rating", "val", 256, 64, 2, "recent")
     assert page.locator(".diagram svg").count() == 1  # Graphviz drew the schema
     assert errors == []
     assert requests == [out.as_uri()]  # self-contained: nothing else is fetched
@@ -121,11 +123,13 @@ def test_served_page_computes_any_setting(example_db, browser):
         page.select_option("[data-testid=split]", "test")
         page.fill("[data-testid=S]", "40")
         page.fill("[data-testid=W]", "3")
+        page.select_option("[data-testid=P]", "quota")
         page.locator("[data-testid=W]").dispatch_event("change")
         page.wait_for_function("document.querySelector('[data-testid=fill]') && "
                                "document.querySelector('[data-testid=fill]')"
                                ".textContent.includes(' of 40 cells')")
-        _check_page_against_batch(page, example_db, "review_rating", "test", 40, 256, 3)
+        _check_page_against_batch(page, example_db, "review_rating", "test", 40, 256, 3,
+                                  "quota")
         bad = page.request.get(url + "api/context?task=nope&anchor=0&S=1&R=1&W=1")
         assert bad.status == 400 and "no task" in bad.json()["error"]
         page.close()

@@ -20,6 +20,7 @@ from dlkit.text import counted
 if TYPE_CHECKING:
     from dlkit.db.read.info import Degrees
     from dlkit.db.read.mapped import Database
+    from dlkit.sampler.batch import ChildPolicy
     from dlkit.viewer.curves import Series
     from dlkit.viewer.page import PageOptions
 
@@ -44,6 +45,15 @@ def _key_text(key: str | tuple[str, ...] | None) -> str:
     if key is None:
         return "-"
     return key if isinstance(key, str) else f"({', '.join(key)})"
+
+
+def _policies(text: str) -> tuple[ChildPolicy, ...]:
+    from dlkit.sampler.batch import ChildPolicy
+
+    try:
+        return tuple(dict.fromkeys(ChildPolicy.parse(p.strip()) for p in text.split(",")))
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"--bfs-child-policy: {exc}", code="USAGE") from None
 
 
 def _utc(us: int | None) -> str:
@@ -181,6 +191,10 @@ def view(
     max_rows: str = typer.Option("256", "--max-rows", "-R", help="Max rows R (or several)."),
     bfs_child_width: str = typer.Option("16", "--bfs-child-width", "-W",
                                         help="Children taken per row (or several)."),
+    bfs_child_policy: str = typer.Option(
+        "uniform", "--bfs-child-policy",
+        help="Which children a row keeps beyond the width: uniform, recent or quota (or "
+             "several, separated by commas)."),
     seed: int = typer.Option(0, "--seed", "-s", min=0, help="Sampling seed (the BFS draws)."),
     split_seed: int = typer.Option(0, "--split-seed", min=0, help="Split seed (hash splits)."),
     step: int = typer.Option(
@@ -218,7 +232,8 @@ def view(
 
     knobs = knob_grid(_int_list(sequence_length, "--sequence-length", 1),
                       _int_list(max_rows, "--max-rows", 1),
-                      _int_list(bfs_child_width, "--bfs-child-width", 0))
+                      _int_list(bfs_child_width, "--bfs-child-width", 0),
+                      _policies(bfs_child_policy))
     if serve and len(knobs) > 1:
         raise InvalidArgumentError("--serve takes one value per setting (the page has a field "
                                    "for each)", code="USAGE")

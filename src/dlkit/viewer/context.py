@@ -18,6 +18,7 @@ import numpy as np
 from dlkit.core.codes import NO_TIME
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.batch import ChildPolicy
 from dlkit.sampler.batch_files import BatchRequest, stream_schedule
 from dlkit.sampler.inspect import describe_sequence, format_time
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS, SplitRatios, compute_splits
@@ -30,13 +31,16 @@ class Knobs:
     sequence_length: int = 1024
     max_rows: int = 256
     bfs_child_width: int = 16
+    bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
 
     def key(self) -> str:
-        return f"S={self.sequence_length} R={self.max_rows} W={self.bfs_child_width}"
+        return (f"S={self.sequence_length} R={self.max_rows} W={self.bfs_child_width} "
+                f"P={self.bfs_child_policy.value}")
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, int | str]:
         return {"sequence_length": self.sequence_length, "max_rows": self.max_rows,
-                "bfs_child_width": self.bfs_child_width}
+                "bfs_child_width": self.bfs_child_width,
+                "bfs_child_policy": self.bfs_child_policy.value}
 
 
 def seeds_by_split(db: Database, task: str, *, split_seed: int = 0,
@@ -104,7 +108,8 @@ def build_context(db: Database, task: str, anchor_row: int, knobs: Knobs, *, see
     obs_time = int(data.obs_time[int(where[0])])
     view = describe_sequence(db, task, anchor_row, seed=seed, epoch=epoch,
                              sequence_length=knobs.sequence_length, max_rows=knobs.max_rows,
-                             bfs_child_width=knobs.bfs_child_width)
+                             bfs_child_width=knobs.bfs_child_width,
+                             bfs_child_policy=knobs.bfs_child_policy)
     strict = bool(data.rules.strict)
     position = {r.global_row: r.index for r in view.rows}
     in_sequence = set(position)

@@ -21,6 +21,7 @@ from typing import Any
 from dlkit.core.codes import STYPE_NAMES
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.batch import ChildPolicy
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS
 from dlkit.viewer.context import Knobs, build_context, seeds_by_split, step_seeds
 from dlkit.viewer.curves import Series, series_svg
@@ -47,15 +48,16 @@ class PageOptions:
     sampling_mode: str = DEFAULT_SAMPLING_MODE
 
 
-def knob_grid(sequence_lengths: Sequence[int], max_rows: Sequence[int],
-              widths: Sequence[int]) -> tuple[Knobs, ...]:
-    return tuple(Knobs(s, r, w) for s, r, w in itertools.product(sequence_lengths, max_rows,
-                                                                  widths))
+def knob_grid(sequence_lengths: Sequence[int], max_rows: Sequence[int], widths: Sequence[int],
+              policies: Sequence[ChildPolicy] = (ChildPolicy.UNIFORM,)) -> tuple[Knobs, ...]:
+    return tuple(Knobs(s, r, w, p) for s, r, w, p in itertools.product(
+        sequence_lengths, max_rows, widths, policies))
 
 
 def context_key(task: str, split: str, anchor: int, knobs: Knobs) -> str:
     return "|".join(str(x) for x in (task, split, anchor, knobs.sequence_length,
-                                     knobs.max_rows, knobs.bfs_child_width))
+                                     knobs.max_rows, knobs.bfs_child_width,
+                                     knobs.bfs_child_policy.value))
 
 
 def page_data(db: Database, options: PageOptions, mode: Mode, curves: tuple[Series, ...] = (),
