@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dlkit.atomic import settle
+from dlkit.atomic_journal import settle
 from tests.cli.helpers import assert_clean_failure, run_dlkit
 from tests.nextbatch.helpers import manifest_dict
 

@@ -137,7 +137,7 @@ def replay(
 
     Exit 0 only when every record (indices digest, cursors, tokens, metadata) matches.
     """
-    from dlkit.atomic import settle
+    from dlkit.atomic_journal import settle
     from dlkit.files import open_regular
     from dlkit.nextbatch.run_manifest import load_manifest
 

@@ -105,7 +105,7 @@ def resolve_start(request: SampleRequest, manifest_hash: bytes
                   ) -> tuple[Cursor, dict[str, Cursor], tuple[str, ...]]:
     """The starting cursor, the other datasets' cursors to carry into a new checkpoint, and
     notes for the user. A checkpoint of another run (another manifest) is refused."""
-    from dlkit.atomic import settle
+    from dlkit.atomic_journal import settle
     from dlkit.errors import CheckpointError, InvalidArgumentError
     from dlkit.nextbatch.cursor import read_checkpoint
 

@@ -117,7 +117,8 @@ def test_malformed_composite_keys_are_one_schema_error(toml, message):
 
 
 def test_composite_schema_renders_and_parses_back():
-    from dlkit.db.schema.spec import parse_schema, render_schema
+    from dlkit.db.schema.render import render_schema
+    from dlkit.db.schema.spec import parse_schema
 
     schema = parse_schema(BASEBALL_TOML + '[tables.People]\nprimary_key = ["playerID"]\n'
                           '[tables.Fielding.foreign_keys]\nplayerID = "People"\n'
@@ -346,7 +347,8 @@ def test_composite_keys_spill_to_the_same_bytes(tmp_path):
 
 
 def test_notes_with_control_characters_stay_comments():
-    from dlkit.db.schema.spec import parse_schema, render_schema
+    from dlkit.db.schema.render import render_schema
+    from dlkit.db.schema.spec import parse_schema
 
     schema = parse_schema(BASEBALL_TOML)
     text = render_schema(schema, {("Teams", "(yearID, teamID)"): "why\nnot = 1"},

@@ -17,7 +17,7 @@ import pytest
 
 from dlkit.db import open_database
 from dlkit.db.build.writer import preprocess
-from dlkit.db.schema import infer
+from dlkit.db.schema import infer, infer_probe
 from dlkit.db.schema.infer import fk_name_score, infer_schema, pk_name_score
 
 from .infer_data import (
@@ -93,13 +93,13 @@ def test_sampling_reads_only_would_be_keys_whole(tmp_path, monkeypatch):
     """With tables larger than READ_ROWS, only columns without a repeat in their sample
     are read whole, and the keys found are the same."""
     root = write_flights(tmp_path / "nyc", 30_000, row_group_size=2_000)
-    monkeypatch.setattr(infer, "READ_ROWS", 6_000)
-    monkeypatch.setattr(infer, "SAMPLE_ROWS", 700)
+    monkeypatch.setattr(infer_probe, "READ_ROWS", 6_000)
+    monkeypatch.setattr(infer_probe, "SAMPLE_ROWS", 700)
     whole_reads: list[tuple[str, str]] = []
     original = infer._Reader.whole
 
     def counting(self, column):
-        if self.total > infer.READ_ROWS:
+        if self.total > infer_probe.READ_ROWS:
             whole_reads.append((self.source.name, column))
         return original(self, column)
 
@@ -119,7 +119,7 @@ def test_a_repeat_outside_the_sample_is_caught_by_the_whole_read(tmp_path, monke
                    tmp_path / "things.parquet", row_group_size=5_000)
     pq.write_table(pa.table({"part_id": np.arange(300), "thing_id": np.arange(300) * 3}),
                    tmp_path / "parts.parquet")
-    monkeypatch.setattr(infer, "READ_ROWS", 10_000)
+    monkeypatch.setattr(infer_probe, "READ_ROWS", 10_000)
     _schema, text = infer_schema(tmp_path)
     primary, foreign = _keys(text)
     assert primary == {"parts": "part_id"}
@@ -206,7 +206,7 @@ def test_unique_prose_is_no_key_and_not_read_whole(tmp_path, monkeypatch):
     body = "x" * 300
     pq.write_table(pa.table({"note_id": np.arange(n), "body": [f"{i} {body}" for i in range(n)]}),
                    tmp_path / "notes.parquet", row_group_size=2_000)
-    monkeypatch.setattr(infer, "READ_ROWS", 5_000)
+    monkeypatch.setattr(infer_probe, "READ_ROWS", 5_000)
     whole_reads = []
     original = infer._Reader.whole
     monkeypatch.setattr(infer._Reader, "whole",

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dlkit.db.format import path_name_problem
-from dlkit.db.schema.spec import toml_key, toml_str
+from dlkit.db.schema.render import toml_key, toml_str
 
 # Parquet names are UTF-8: any text but lone surrogates
 NAMES = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)

@@ -14,7 +14,9 @@ import pytest
 
 from dlkit.db import open_database, preprocess
 from dlkit.db.read.reader import check_database
-from dlkit.db.schema.spec import parse_duration, parse_schema, render_schema
+from dlkit.db.schema.durations import parse_duration
+from dlkit.db.schema.render import render_schema
+from dlkit.db.schema.spec import parse_schema
 from dlkit.errors import DatabaseError, SchemaError
 from dlkit.sampler import Sampler, SamplerWarning
 from dlkit.sampler.run_manifest import write_run_manifest

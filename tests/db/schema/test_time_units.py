@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlkit.db.schema.spec import parse_schema, render_schema
+from dlkit.db.schema.render import render_schema
+from dlkit.db.schema.spec import parse_schema
 from dlkit.db.schema.time_units import (
     TimePosition,
     TimeUnit,

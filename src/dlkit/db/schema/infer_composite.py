@@ -18,12 +18,14 @@ from dlkit.db.build.primary_keys import KeyIndex
 from dlkit.db.schema.infer import (
     FK_MIN_FOUND,
     FK_SURE_FOUND,
-    SAMPLE_ROWS,
     SMALL_SHARE,
-    ColumnProbe,
     FoundKeys,
-    _norm,
     _percent,
+)
+from dlkit.db.schema.infer_probe import (
+    SAMPLE_ROWS,
+    ColumnProbe,
+    _norm,
     _Reader,
     _singular,
     _words,

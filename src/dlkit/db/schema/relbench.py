@@ -42,13 +42,12 @@ from dlkit.db.build.plan import infer_string_column
 from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.db.format import path_name_problem
 from dlkit.db.schema.arrow_types import infer_stype, type_family
+from dlkit.db.schema.render import render_duration, render_schema
 from dlkit.db.schema.spec import (
     SPLIT_NAMES,
     Schema,
     TableSpec,
     TaskSpec,
-    render_duration,
-    render_schema,
 )
 from dlkit.errors import InvalidArgumentError, SchemaError
 from dlkit.text import unknown_name

@@ -45,9 +45,7 @@ against the Parquet data happen when the input is scanned (``dlkit.db.build.sour
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,12 +53,15 @@ from typing import Any
 
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
 from dlkit.db.read.checks import MAX_DATABASE_ID
+from dlkit.db.schema.durations import (
+    parse_lag,
+    parse_table_instant,
+)
 from dlkit.db.schema.time_units import (
     TIME_POSITION_NAMES,
     TIME_UNIT_NAMES,
     TimePosition,
     TimeUnit,
-    int_time_to_micros,
 )
 from dlkit.errors import SchemaError
 from dlkit.files import read_regular
@@ -80,10 +81,6 @@ _TASK_TABLE_KEYS = {"kind", "entity_table", "entity_column", "time_column", "pat
 SPLIT_KINDS = ("hash", "time", "given")
 BOUNDARIES = ("inclusive", "strict")
 SPLIT_NAMES = ("train", "val", "test")
-_DURATION_PART = re.compile(r"(\d+)\s*(us|µs|ms|s|m|h|d|w)")
-_DURATION_US = {"us": 1, "µs": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000,
-                "h": 3_600_000_000, "d": 86_400_000_000, "w": 604_800_000_000}
-MAX_DURATION_US = (1 << 62)
 
 
 # A primary key: one column's name, or the names of a composite key's columns (two or more).
@@ -372,80 +369,6 @@ def _task_table(task_name: str, raw: dict[str, Any], source: str) -> TableSpec:
     return _parse_table(task_name, table_raw, source)
 
 
-def parse_duration(value: Any, what: str, source: str) -> int:
-    """Microseconds of a duration like ``"6h"``, ``"1d12h"``, ``"90s"`` or ``"250ms"``
-    (units us, ms, s, m, h, d, w; 0 needs no unit)."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text == "0":
-            return 0
-        total, pos = 0, 0
-        for match in _DURATION_PART.finditer(text):
-            if text[pos:match.start()].strip():
-                break
-            total += int(match.group(1)) * _DURATION_US[match.group(2)]
-            pos = match.end()
-        else:
-            if pos and not text[pos:].strip() and total <= MAX_DURATION_US:
-                return total
-    raise _err(source, f"{what} must be a duration like \"6h\", \"7d\" or \"1d12h\" (units "
-                       f"us, ms, s, m, h, d, w), got {value!r}")
-
-
-def parse_instant(value: Any, what: str, source: str) -> int:
-    """Microseconds since the epoch (UTC) of a TOML date or date-time, or an ISO 8601 string
-    (a time without an offset is UTC)."""
-    import datetime as dt
-
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise _err(source, f"{what} must be a date or date-time like 2024-01-01 or "
-                               f"2024-01-01T12:00:00Z, got {value!r}") from None
-    if isinstance(value, dt.datetime):
-        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-    elif isinstance(value, dt.date):
-        moment = dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
-    else:
-        raise _err(source, f"{what} must be a date or date-time like 2024-01-01, got {value!r}")
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    delta = moment - epoch
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def parse_lag(value: Any, what: str, table: TableSpec, source: str) -> int:
-    """Microseconds of a lag (``label_lag``, ``known_after``): a duration like ``"6h"``, or,
-    for a table whose time column counts seconds, ms, us or ns since the epoch, an integer in
-    that unit (nanoseconds rounded up to whole microseconds: a value is never shown early)."""
-    unit = table.time_unit
-    if not isinstance(value, int) or isinstance(value, bool) or unit is None:
-        return parse_duration(value, what, source)
-    if unit.calendar:
-        raise _err(source, f"{what}: an integer lag in the time unit {unit.value!r} is not a "
-                           "fixed duration (years and months differ in length); write a "
-                           "duration like \"365d\" or \"31d\"")
-    us = -(-value // 1_000) if unit is TimeUnit.NS else value * unit.micros
-    if not 0 <= us <= MAX_DURATION_US:
-        raise _err(source, f"{what} must be between 0 and 2^62 microseconds, got {value!r} "
-                           f"({unit.value})")
-    return us
-
-
-def parse_table_instant(value: Any, what: str, table: TableSpec, source: str) -> int:
-    """Microseconds of an instant for ``table``'s rows (``val_from``, ``test_from``): a date
-    or date-time, or, for an integer time column, an integer in its unit converted exactly as
-    the column's values are (``val_from = 2010`` for a year column is where 2010's rows are)."""
-    unit = table.time_unit
-    if not isinstance(value, int) or isinstance(value, bool) or unit is None:
-        return parse_instant(value, what, source)
-    us = int_time_to_micros(value, unit, table.time_position)
-    if us is None:
-        raise _err(source, f"{what}: {value!r} is not a valid time in unit {unit.value!r} "
-                           f"(e.g. {unit.example})")
-    return us
-
-
 def _task_options(task: TaskSpec, raw: dict[str, Any], table: TableSpec,
                   source: str) -> TaskSpec:
     """``task`` with its lag, boundary, static flag and split rule from ``raw``."""
@@ -659,173 +582,3 @@ def load_schema(path: str | os.PathLike[str], *, default_name: str | None = None
     except (OSError, UnicodeDecodeError) as exc:
         raise SchemaError(f"cannot read schema file: {exc}", path=p) from None
     return parse_schema(text, source=str(p), default_name=default_name or p.parent.resolve().name)
-
-
-# --- rendering a draft ------------------------------------------------------------------
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def toml_key(name: str) -> str:
-    return name if _BARE_KEY.fullmatch(name) else toml_str(name)
-
-
-def toml_str(value: str) -> str:
-    """A TOML basic string: JSON's escapes are TOML's, and TOML also forbids a raw DEL."""
-    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-
-
-def _comment(text: str) -> str:
-    """``text`` fit for a TOML comment: control characters (a newline in a column name)
-    escaped, as TOML forbids them there."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def _render_key(key: PrimaryKey) -> str:
-    if isinstance(key, str):
-        return toml_str(key)
-    return f"[{', '.join(toml_str(c) for c in key)}]"
-
-
-def _render_path(spec: TableSpec) -> str:
-    if spec.split_paths is None:
-        return toml_str(spec.path or "")
-    parts = ", ".join(f"{k} = {toml_str(v)}" for k, v in zip(SPLIT_NAMES, spec.split_paths))
-    return f"{{ {parts} }}"
-
-
-def render_duration(us: int) -> str:
-    """The shortest exact ``parse_duration`` text of ``us`` microseconds."""
-    for unit in ("w", "d", "h", "m", "s", "ms"):
-        if us and us % _DURATION_US[unit] == 0:
-            return f"{us // _DURATION_US[unit]}{unit}"
-    return f"{us}us" if us else "0"
-
-
-def render_instant(us: int) -> str:
-    import datetime as dt
-
-    moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-def _render_time_options(spec: TableSpec) -> list[str]:
-    out = []
-    if spec.time_unit is not None:
-        out.append(f"time_unit = {toml_str(spec.time_unit.value)}")
-    if spec.time_position is not TimePosition.START:
-        out.append(f"time_position = {toml_str(spec.time_position.value)}")
-    if spec.known_after:
-        lags = ", ".join(f"{toml_key(c)} = {toml_str(render_duration(us))}"
-                         for c, us in spec.known_after)
-        out.append(f"known_after = {{ {lags} }}")
-    return out
-
-
-def _render_task_options(task: TaskSpec) -> list[str]:
-    out = []
-    if task.label_lag_us:
-        out.append(f"label_lag = {toml_str(render_duration(task.label_lag_us))}")
-    if task.strict:
-        out.append('boundary = "strict"')
-    if task.static:
-        out.append("static = true")
-    if task.split != "hash":
-        out.append(f"split = {toml_str(task.split)}")
-    if task.split == "time":
-        out.append(f"val_from = {render_instant(task.val_from_us or 0)}")
-        out.append(f"test_from = {render_instant(task.test_from_us or 0)}")
-    return out
-
-
-def render_schema(schema: Schema, notes: dict[tuple[str, str], str] | None = None,
-                  header: str = "", table_notes: dict[str, list[str]] | None = None) -> str:
-    """TOML text of ``schema``; ``notes[(table, column)]`` become end-of-line comments (a
-    composite key's: ``notes[(table, key_label(key))]``), ``table_notes[table]`` comment
-    lines under the table's header."""
-    notes = {k: _comment(v) for k, v in (notes or {}).items()}
-    table_notes = {t: [_comment(line) for line in lines]
-                   for t, lines in (table_notes or {}).items()}
-    out: list[str] = []
-    if header:
-        out.extend(f"# {line}".rstrip() for line in header.splitlines())
-    out.append("format_version = 1")
-    out.append(f"name = {toml_str(schema.name)}")
-    own_tables = {task.table: task for task in schema.tasks if task.entity_table is not None}
-    for spec in schema.tables:
-        if spec.name in own_tables:
-            continue  # written with its task
-        out.append("")
-        out.append(f"[tables.{toml_key(spec.name)}]")
-        out.extend(f"# {line}" for line in table_notes.get(spec.name, ()))
-        if spec.path is not None or spec.split_paths is not None:
-            out.append(f"path = {_render_path(spec)}")
-        if spec.primary_key is not None:
-            line = f"primary_key = {_render_key(spec.primary_key)}"
-            # a key column has no type line
-            note = notes.get((spec.name, key_label(spec.primary_key)))
-            out.append(f"{line:<40} # {note}" if note else line)
-        else:
-            out.append("# primary_key = \"...\"   # none found: only needed if other tables refer here")
-        if spec.time_column is not None:
-            line = f"time_column = {toml_str(spec.time_column)}"
-            # a key column that is the time column has no type line for its reason
-            note = (notes.get((spec.name, spec.time_column))
-                    if spec.time_column in spec.key_column_set() else None)
-            out.append(f"{line:<40} # {note}" if note else line)
-            out.extend(_render_time_options(spec))
-        else:
-            out.append("# time_column = \"...\"   # none found: rows are then visible at any time")
-        excl = ", ".join(toml_str(c) for c in spec.exclude)
-        out.append(f"exclude = [{excl}]")
-        if spec.foreign_keys:
-            out.append(f"[tables.{toml_key(spec.name)}.foreign_keys]")
-            for column, parent in spec.foreign_keys:
-                parts = spec.composite_fks.get(column)
-                target = (toml_str(parent) if parts is None else
-                          f"{{ columns = {_render_key(parts)}, table = {toml_str(parent)} }}")
-                line = f"{toml_key(column)} = {target}"
-                note = notes.get((spec.name, column))
-                out.append(f"{line:<40} # {note}" if note else line)
-        if spec.types:
-            out.append(f"[tables.{toml_key(spec.name)}.types]")
-            for column, stype in spec.types.items():
-                note = notes.get((spec.name, column))
-                line = f"{toml_key(column)} = {toml_str(stype)}"
-                out.append(f"{line:<40} # {note}" if note else line)
-    out.append("")
-    if schema.tasks:
-        for task in schema.tasks:
-            out.append(f"[tasks.{toml_key(task.name)}]")
-            if task.entity_table is None:
-                out.append(f"table = {toml_str(task.table)}")
-            else:
-                spec = schema.table(task.table)
-                (entity_column, _), = spec.foreign_keys
-                out.append(f"entity_table = {toml_str(task.entity_table)}")
-                out.append(f"entity_column = {toml_str(entity_column)}")
-                if spec.time_column is not None:
-                    out.append(f"time_column = {toml_str(spec.time_column)}")
-                    out.extend(_render_time_options(spec))
-                if spec.path is not None or spec.split_paths is not None:
-                    out.append(f"path = {_render_path(spec)}")
-                if spec.exclude:
-                    out.append(f"exclude = [{', '.join(toml_str(c) for c in spec.exclude)}]")
-                if spec.types:
-                    types = ", ".join(f"{toml_key(c)} = {toml_str(t)}"
-                                      for c, t in spec.types.items())
-                    out.append(f"types = {{ {types} }}")
-            out.append(f"target = {toml_str(task.target)}")
-            out.extend(_render_task_options(task))
-            out.append("")
-    else:
-        out.append("# Tasks: each is a (table, target column); the table's rows with a non-null")
-        out.append("# target are the seeds, observed at the row's time.")
-        out.append("# [tasks.my_task]")
-        out.append("# table = \"...\"")
-        out.append("# target = \"...\"")
-        out.append("")
-    return "\n".join(out)

@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from dlkit.db.format import path_name_problem
-from dlkit.db.schema.spec import toml_key, toml_str
+from dlkit.db.schema.render import toml_key, toml_str
 from dlkit.db.schema.sql_catalog import SqlCatalog, SqlForeignKey, SqlTable
 from dlkit.errors import SchemaError
 
