@@ -258,5 +258,5 @@ def test_the_progress_display_shows_bytes_spilled():
     with RichProgress() as sink:
         sink.begin("tables", 10)
         sink.spilled(3 << 20)
-        assert sink.bar.tasks[0].fields["spill"] == "3.0 MB spilled to disk"
+        assert sink.bar.tasks[0].fields["spill"] == "3.0 MiB spilled to disk"
         sink.end()

@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 
 from dlkit import errors
 from dlkit.cli.console import print_error, print_note
+from dlkit.cli.pipes import READER_GONE_EXIT
 
 try:  # typer >= 0.16 carries its own copy of click
     from typer._click import exceptions as click_exceptions
@@ -28,7 +29,6 @@ except ImportError:  # pragma: no cover - older typer depends on click itself
 # A command whose standard output's reader left before the end (`dlkit sample | head`)
 # stops there, quietly, with the status of a process killed by SIGPIPE: the output is cut
 # short and whatever the command would have done after it (a checkpoint, say) is not done.
-READER_GONE_EXIT = 128 + signal.SIGPIPE
 
 
 class _ReaderGone(Exception):

@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import err_console, plain, print_json
+from dlkit.cli.console import err_console, human_bytes, plain, print_json
 from dlkit.cli.params import check_output_file
 from dlkit.errors import InvalidArgumentError, VerificationError
 from dlkit.text import counted
@@ -51,15 +51,6 @@ def parse_size(text: str, what: str) -> int:
     if not 0 <= size < float(1 << 62):  # not negative, NaN or beyond any memory
         raise InvalidArgumentError(f"{what} must be a size from 0 to 2^62 bytes, got {text!r}")
     return int(size)
-
-
-def _human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 class RichProgress:
@@ -103,7 +94,7 @@ class RichProgress:
 
     def spilled(self, total_bytes: int) -> None:
         if self.task is not None:
-            self.bar.update(self.task, spill=f"{_human_bytes(total_bytes)} spilled to disk")
+            self.bar.update(self.task, spill=f"{human_bytes(total_bytes)} spilled to disk")
 
     def end(self) -> None:
         if self.task is not None:
@@ -192,17 +183,17 @@ def preprocess(
         stages.add_column(name, justify="left" if name == "stage" else "right")
     for s in report.stages:
         stages.add_row(s.name, f"{s.rows:,}" if s.rows else "", f"{s.edges:,}" if s.edges else "",
-                       str(s.columns) if s.columns else "", _human_bytes(s.bytes) if s.bytes else "",
+                       str(s.columns) if s.columns else "", human_bytes(s.bytes) if s.bytes else "",
                        f"{s.seconds:.3f}",
-                       *((_human_bytes(s.spilled) if s.spilled else "",) if spilled else ()))
+                       *((human_bytes(s.spilled) if s.spilled else "",) if spilled else ()))
     stages.add_row("[bold]total", f"{report.num_rows:,}", f"{report.num_edges:,}",
-                   str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}",
-                   *((_human_bytes(report.spilled_bytes),) if spilled else ()))
+                   str(report.num_columns), human_bytes(report.bytes), f"{report.seconds:.3f}",
+                   *((human_bytes(report.spilled_bytes),) if spilled else ()))
     err_console.print(stages)
     if spilled:
         err_console.print(f"working arrays beyond --memory-budget "
-                          f"{_human_bytes(report.memory_budget)} spilled to scratch files: "
-                          f"{_human_bytes(report.spilled_bytes)}", highlight=False)
+                          f"{human_bytes(report.memory_budget)} spilled to scratch files: "
+                          f"{human_bytes(report.spilled_bytes)}", highlight=False)
     err_console.print(f"{counted(report.num_texts, 'distinct text')}, "
                       f"{counted(report.num_categories, 'category', 'categories')}, "
                       f"{counted(report.num_tasks, 'task')}", highlight=False)
@@ -230,7 +221,7 @@ def verify(
         pass
     elif report.ok:
         err_console.print(f"[bold green]OK[/] {plain(database)}: {report.files} files, "
-                          f"{_human_bytes(report.bytes)}, every hash and structure check holds "
+                          f"{human_bytes(report.bytes)}, every hash and structure check holds "
                           f"({report.seconds:.2f} s)", highlight=False)
         err_console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
     else:
