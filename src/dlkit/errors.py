@@ -151,6 +151,13 @@ class GoldenMismatchError(VerificationError):
 # --- runtime --------------------------------------------------------------------------
 
 
+class SourcesFailedError(DlkitError):
+    """Sources of a collection failed to build (each is named in the run's report); the
+    others were built."""
+
+    code = "SOURCES_FAILED"
+
+
 class SamplerShutdown(DlkitError, RuntimeError):
     """The sampler or prefetcher was shut down; no further batches will come."""
 

@@ -140,7 +140,8 @@ app = typer.Typer(
         "dlkit turns relational data into fast, exactly reproducible training input.\n\n"
         "Index sampling (NextBatch_v2 and v3): `sample`, `replay`, `verify-golden`.\n\n"
         "Performance: `bench` (the prefetch engine against a sequential loop).\n\n"
-        "Relational database: `preprocess`, `verify`, `schema infer`, `import relbench`.\n\n"
+        "Relational database: `preprocess`, `preprocess-many`, `verify`, `schema infer`, "
+        "`import relbench`, `import sql`.\n\n"
         "Relational sampling: `manifest`, `batches`, `show`.\n\n"
         "Seeing the data: `info`, `schema diagram`, `view`, `curves`."
     ),
@@ -207,6 +208,7 @@ COMMAND_MODULES: dict[str, str] = {
     "verify-golden": "dlkit.cli.sample",
     "bench": "dlkit.cli.bench",
     "preprocess": "dlkit.cli.db",
+    "preprocess-many": "dlkit.cli.db",
     "verify": "dlkit.cli.db",
     "schema": "dlkit.cli.db",
     "import": "dlkit.cli.db",
