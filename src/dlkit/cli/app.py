@@ -23,7 +23,7 @@ from dlkit.cli.pipes import READER_GONE_EXIT
 try:  # typer >= 0.16 carries its own copy of click
     from typer._click import exceptions as click_exceptions
 except ImportError:  # pragma: no cover - older typer depends on click itself
-    from click import exceptions as click_exceptions  # type: ignore[no-redef,import-not-found]
+    from click import exceptions as click_exceptions  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 
 # A command whose standard output's reader left before the end (`dlkit sample | head`)
