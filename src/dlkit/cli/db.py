@@ -235,7 +235,7 @@ def preprocess_many(
         ..., help="A directory whose sub-directories are sources (each a directory of Parquet "
                   "tables with its dlkit.toml), or a text file listing source directories, "
                   "one per line."),
-    out_dir: Path = typer.Argument(..., help="Directory of the databases: OUT_DIR/<source name>."),
+    out_dir: Path = typer.Argument(..., help="Directory of the databases, one per source, named as the source directory."),
     shard: int = typer.Option(0, "--shard", min=0,
                               help="This run's shard, 0 <= I < N (a job array's task index)."),
     num_shards: int = typer.Option(1, "--num-shards", min=1,
