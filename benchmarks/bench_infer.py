@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlkit.db.build.source import TableSource  # noqa: E402
+from dlkit.db.write.source import TableSource  # noqa: E402
 from dlkit.db.schema import infer  # noqa: E402
 from dlkit.db.schema.arrow_types import KEY_FAMILIES, type_family  # noqa: E402
 from tests.db.schema.infer_data import FLIGHTS_FOREIGN, FLIGHTS_PRIMARY, write_flights  # noqa: E402

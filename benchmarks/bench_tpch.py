@@ -277,7 +277,7 @@ def main() -> None:
     assert total == report.num_edges
     print(f"every edge checked against DuckDB's join, both directions: {total:,}")
     if args.sql:
-        from dlkit.db.build.sql_source import import_sql
+        from dlkit.db.write.sql_source import import_sql
         from dlkit.db.schema.sql_schema import SqlSchemaOptions
 
         started = time.perf_counter()

@@ -123,13 +123,13 @@ def preprocess(
     on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
                                     help="Foreign keys pointing to a missing parent: drop (keep "
                                          "the row, drop the edge, report) or error."),
-    # = dlkit.db.build.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
+    # = dlkit.db.write.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
     # every command, --help included.
     batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
                                    help="Rows per record batch read from Parquet (the output does not depend on it)."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+                                      "'package.module:factory' (see dlkit.db.write.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     memory_budget: str = typer.Option(None, "--memory-budget",
                                       help="Memory for the build's working arrays (row times, "
@@ -151,9 +151,9 @@ def preprocess(
         dlkit preprocess data/shop out/shop-db
         dlkit verify out/shop-db
     """
-    from dlkit.db.build.embed import load_embedder
-    from dlkit.db.build.writer import ON_DANGLING
-    from dlkit.db.build.writer import preprocess as run
+    from dlkit.db.write.embed import load_embedder
+    from dlkit.db.write.writer import ON_DANGLING
+    from dlkit.db.write.writer import preprocess as run
 
     if on_dangling not in ON_DANGLING:
         raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
@@ -411,7 +411,7 @@ def import_relbench(
                                         "an existing --schema-out file."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+                                      "'package.module:factory' (see dlkit.db.write.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -479,7 +479,7 @@ def import_sql(
                                         "output does not depend on it)."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+                                      "'package.module:factory' (see dlkit.db.write.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     memory_budget: str = typer.Option(None, "--memory-budget",
                                       help="Memory for the build's working arrays, e.g. 2G (see "
@@ -498,9 +498,9 @@ def import_sql(
 
         dlkit import sql sqlite:///shop.db out/shop --time orders.created_at
     """
-    from dlkit.db.build.embed import load_embedder
-    from dlkit.db.build.sql_source import import_sql as run
-    from dlkit.db.build.writer import ON_DANGLING
+    from dlkit.db.write.embed import load_embedder
+    from dlkit.db.write.sql_source import import_sql as run
+    from dlkit.db.write.writer import ON_DANGLING
     from dlkit.db.schema.sql_schema import SqlSchemaOptions
 
     if on_dangling not in ON_DANGLING:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from dlkit._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from dlkit.db.build.embed import Embedder, HashedNgramEmbedder, load_embedder
-    from dlkit.db.build.writer import PreprocessReport, Progress, preprocess
+    from dlkit.db.write.embed import Embedder, HashedNgramEmbedder, load_embedder
+    from dlkit.db.write.writer import PreprocessReport, Progress, preprocess
     from dlkit.db.format import NO_TIME, STYPE_NAMES
     from dlkit.db.read.reader import (
         ColumnData,
@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 
 # imported on first use: the reader's and writer's kernels load numba (see dlkit._lazy)
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
-    "dlkit.db.build.embed": ("Embedder", "HashedNgramEmbedder", "load_embedder"),
+    "dlkit.db.write.embed": ("Embedder", "HashedNgramEmbedder", "load_embedder"),
     "dlkit.db.format": ("NO_TIME", "STYPE_NAMES"),
     "dlkit.db.read.reader": ("ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
                         "check_database", "open_database"),
     "dlkit.db.schema.spec": ("Schema", "load_schema", "parse_schema"),
     "dlkit.db.read.verify": ("VerifyReport", "verify_database"),
-    "dlkit.db.build.writer": ("PreprocessReport", "Progress", "preprocess"),
+    "dlkit.db.write.writer": ("PreprocessReport", "Progress", "preprocess"),
 })

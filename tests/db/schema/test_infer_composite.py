@@ -17,13 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlkit.db import open_database, verify_database
-from dlkit.db.build.writer import preprocess
+from dlkit.db.write.writer import preprocess
 from dlkit.db.schema import infer
 from dlkit.db.schema.infer import infer_schema
 from dlkit.db.schema.spec import key_columns
 from dlkit.db.schema.time_units import TimePosition, TimeUnit
 from dlkit.errors import DataError
-from tests.db.build.test_int_times import season_time
+from tests.db.write.test_int_times import season_time
 
 YEARS = list(range(1990, 2000))
 TEAMS = ["BOS", "NYA", "CHN", "LAN", "SFN", "ATL"]

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlkit.db import open_database
-from dlkit.db.build.writer import preprocess
+from dlkit.db.write.writer import preprocess
 from dlkit.db.schema import infer, infer_probe
 from dlkit.db.schema.infer import fk_name_score, infer_schema, pk_name_score
 

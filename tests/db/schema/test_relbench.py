@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlkit.db import open_database
-from dlkit.db.build.writer import preprocess
+from dlkit.db.write.writer import preprocess
 from dlkit.db.schema.infer import infer_schema
 from dlkit.db.schema.relbench import (
     RelbenchWarning,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.db import format as fmt
-from dlkit.db.build.composite import decode_key
+from dlkit.db.write.composite import decode_key
 from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.read.checks import Checks
 from dlkit.db.schema.task_rules import TaskRules

@@ -28,8 +28,8 @@ from dlkit.core import csr, integrity
 from dlkit.core import keys as kk
 from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import format as fmt
-from dlkit.db.build.composite import decode_key
-from dlkit.db.build.primary_keys import check_unique_ints
+from dlkit.db.write.composite import decode_key
+from dlkit.db.write.primary_keys import check_unique_ints
 from dlkit.db.manifest import list_files
 from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
 from dlkit.db.read.aggregates import check_aggregates, open_aggregates

@@ -32,7 +32,7 @@ Sampling keeps inference fast on large tables: each key-kind column is read in a
 ``READ_ROWS`` rows (whole row groups spread over the table), of which ``SAMPLE_ROWS`` evenly
 spaced values are its sample. Only a column with no null in what was read and no repeat in
 its sample is read whole: to prove it unique and index it, with the kernels preprocess uses
-for primary keys (:class:`dlkit.db.build.primary_keys.KeyIndex`); every other column's sample is then
+for primary keys (:class:`dlkit.db.write.primary_keys.KeyIndex`); every other column's sample is then
 looked up in that index. docs/schema.md gives the measured speed.
 """
 
@@ -46,9 +46,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlkit.db.build.convert import unique_values
-from dlkit.db.build.plan import infer_string_column
-from dlkit.db.build.source import DEFAULT_BATCH_ROWS, TableSource
+from dlkit.db.write.convert import unique_values
+from dlkit.db.write.plan import infer_string_column
+from dlkit.db.write.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.db.format import path_name_problem
 from dlkit.db.schema.arrow_types import (
     CATEGORICAL_MAX_DISTINCT,

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlkit.db.build.composite import encode_keys
-from dlkit.db.build.primary_keys import KeyIndex
+from dlkit.db.write.composite import encode_keys
+from dlkit.db.write.primary_keys import KeyIndex
 from dlkit.db.schema.infer import (
     FK_MIN_FOUND,
     FK_SURE_FOUND,

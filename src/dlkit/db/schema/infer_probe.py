@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlkit.db.build.convert import to_int_keys, to_string_buffers
-from dlkit.db.build.primary_keys import KeyIndex
-from dlkit.db.build.source import TableSource, parquet_parts
+from dlkit.db.write.convert import to_int_keys, to_string_buffers
+from dlkit.db.write.primary_keys import KeyIndex
+from dlkit.db.write.source import TableSource, parquet_parts
 from dlkit.errors import DataError
 
 SAMPLE_ROWS = 20_000

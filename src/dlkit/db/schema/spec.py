@@ -40,7 +40,7 @@ optional time column, column exclusions and semantic-type overrides, and the tas
 The full format, with an example per feature, is in docs/schema.md.
 
 Parsing checks the file's own consistency (names, references between tables, tasks); checks
-against the Parquet data happen when the input is scanned (``dlkit.db.build.source``).
+against the Parquet data happen when the input is scanned (``dlkit.db.write.source``).
 """
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
 
 def parse_aggregates(raw: Any, tables: dict[str, TableSpec], source: str) -> AggregateSpec:
     """The ``[aggregates]`` section (absent: none). Column types are checked against the data
-    when it is scanned (``dlkit.db.build.aggregates``)."""
+    when it is scanned (``dlkit.db.write.aggregates``)."""
     if raw is None:
         return AggregateSpec()
     if not isinstance(raw, dict):

@@ -12,13 +12,13 @@ import pyarrow as pa
 from dlkit.core import integrity
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
-from dlkit.db.build.composite import decode_key, encode_keys
-from dlkit.db.build.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
-from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.plan import COMPOSITE, TablePlan, check_rows
-from dlkit.db.build.report import Progress
-from dlkit.db.build.scratch import Arrays
-from dlkit.db.build.strings import StringColumn
+from dlkit.db.write.composite import decode_key, encode_keys
+from dlkit.db.write.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
+from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.plan import COMPOSITE, TablePlan, check_rows
+from dlkit.db.write.report import Progress
+from dlkit.db.write.scratch import Arrays
+from dlkit.db.write.strings import StringColumn
 from dlkit.errors import DataError
 
 Allocate = Callable[[np.dtype, int], np.ndarray]  # ``empty(dtype, n)``

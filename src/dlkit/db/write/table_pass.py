@@ -4,7 +4,7 @@ Record batches are decoded on Arrow's threads, a reader thread ahead of this one
 the time column gives the row times; foreign keys are resolved to global parent ids (null ->
 no edge; dangling -> counted, then dropped or an error) and appended to the graph, on a
 helper thread, in batch order; meanwhile every feature column is converted and appended to
-its files (``dlkit.db.build.columns``, text ids by ``dlkit.db.build.texts``) and task seeds are appended
+its files (``dlkit.db.write.columns``, text ids by ``dlkit.db.write.texts``) and task seeds are appended
 as their rows go by.
 """
 
@@ -20,18 +20,18 @@ import numpy as np
 import pyarrow as pa
 
 from dlkit.db import format as fmt
-from dlkit.db.build.columns import ColumnWriter
-from dlkit.db.build.composite import encode_keys
-from dlkit.db.build.convert import int_to_micros, to_micros
-from dlkit.db.build.graph_writer import GraphWriter
-from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.plan import TablePlan, check_rows, where
-from dlkit.db.build.primary_keys import KeyIndex, PrimaryKeys
-from dlkit.db.build.report import Progress
-from dlkit.db.build.scratch import Arrays, empty_small_pages
-from dlkit.db.build.source import ReadJob
-from dlkit.db.build.tasks import TaskWriter
-from dlkit.db.build.texts import TextStore
+from dlkit.db.write.columns import ColumnWriter
+from dlkit.db.write.composite import encode_keys
+from dlkit.db.write.convert import int_to_micros, to_micros
+from dlkit.db.write.graph_writer import GraphWriter
+from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.plan import TablePlan, check_rows, where
+from dlkit.db.write.primary_keys import KeyIndex, PrimaryKeys
+from dlkit.db.write.report import Progress
+from dlkit.db.write.scratch import Arrays, empty_small_pages
+from dlkit.db.write.source import ReadJob
+from dlkit.db.write.tasks import TaskWriter
+from dlkit.db.write.texts import TextStore
 from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.schema.spec import Schema, key_label
 from dlkit.db.schema.task_rules import timeless_warning

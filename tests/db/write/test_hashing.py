@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlkit.db.build import hashing
-from dlkit.db.build.hashing import ALIGN, STAGE_BYTES, Hasher
+from dlkit.db.write import hashing
+from dlkit.db.write.hashing import ALIGN, STAGE_BYTES, Hasher
 from dlkit.errors import OutputError
 
 # sizes around the alignment and the staging buffer, and a write of several chunks
@@ -119,7 +119,7 @@ def test_a_file_written_twice_is_a_bug(tmp_path):
 def test_page_aligned_arrays_go_to_disk_without_a_staging_copy(tmp_path, monkeypatch):
     """A page-aligned array at an aligned file offset is written from its own memory; the
     bytes and hash are the same as through the staging buffer, whatever came before."""
-    from dlkit.db.build.scratch import empty_small_pages
+    from dlkit.db.write.scratch import empty_small_pages
 
     rng = np.random.default_rng(5)
 
@@ -159,7 +159,7 @@ def test_page_aligned_arrays_go_to_disk_without_a_staging_copy(tmp_path, monkeyp
 def test_ranges_written_ahead_leave_the_same_file_and_hash(tmp_path, direct, seed):
     """A page-aligned array whose runs are written ahead, out of order and unhashed, then
     reached by the stream: every byte lands once, in place, and the hash is the stream's."""
-    from dlkit.db.build.scratch import empty_small_pages
+    from dlkit.db.write.scratch import empty_small_pages
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(ALIGN, 3 * hashing.CHUNK))
@@ -190,7 +190,7 @@ def test_ranges_written_ahead_leave_the_same_file_and_hash(tmp_path, direct, see
 def test_misplaced_data_is_not_written_ahead(tmp_path):
     """Bytes at another position within a block in memory than in the file: left to the
     stream (O_DIRECT could not take them)."""
-    from dlkit.db.build.scratch import empty_small_pages
+    from dlkit.db.write.scratch import empty_small_pages
 
     array = empty_small_pages(np.uint8, 4 * ALIGN)
     array[:] = np.arange(4 * ALIGN) % 251

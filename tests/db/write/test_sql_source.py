@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.db import preprocess
-from dlkit.db.build.sql_source import import_sql
+from dlkit.db.write.sql_source import import_sql
 from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.schema.spec import parse_schema
 from dlkit.db.schema.sql_schema import SqlSchemaOptions
@@ -23,7 +23,7 @@ from dlkit.errors import (
     SchemaError,
     SqlSourceError,
 )
-from tests.db.build import sql_data
+from tests.db.write import sql_data
 from tests.db.conftest import leftovers
 
 TIMES = SqlSchemaOptions(time_columns=sql_data.TIME_FLAGS)
@@ -352,7 +352,7 @@ def test_views_are_not_tables(tmp_path):
 
 
 def test_an_interrupted_export_leaves_no_scratch(sqlite_url, tmp_path):
-    from dlkit.db.build.report import Progress
+    from dlkit.db.write.report import Progress
 
     class Interrupting(Progress):
         def advance(self, amount: int) -> None:

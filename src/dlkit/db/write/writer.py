@@ -7,12 +7,12 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    text). Nothing is written before this passes.
 2. ``keys``: the primary keys (checked: no null, no duplicate) of the tables that a table at
    the same or an earlier position refers to, written to ``tables/<t>/key.*``; tables a
-   foreign key refers to keep a key index (``dlkit.db.build.primary_keys``). The other tables' keys are
+   foreign key refers to keep a key index (``dlkit.db.write.primary_keys``). The other tables' keys are
    read the same way during their own pass in stage 3.
-3. ``tables``: one pass per table over all its other columns (``dlkit.db.build.table_pass``), in
+3. ``tables``: one pass per table over all its other columns (``dlkit.db.write.table_pass``), in
    record batches decoded on Arrow's threads by one reader that runs on from table to table up
    to ``READ_AHEAD_BYTES`` ahead (``STARTUP_READ_AHEAD_BYTES`` while the kernels still load;
-   ``dlkit.db.build.source.ReadAhead``): the time column gives the row times; foreign keys are
+   ``dlkit.db.write.source.ReadAhead``): the time column gives the row times; foreign keys are
    resolved to global parent ids (null -> no edge; dangling -> counted, then dropped or an
    error) and appended to the child -> parents CSR at once; every feature column is converted
    and appended to its values file and validity bitmap, with streaming statistics (row-order
@@ -21,11 +21,11 @@ Stages (each timed and reported; see ``docs/database_format.md`` for the output 
    order, a row's text cells in column order); new texts are embedded as they appear; task
    seeds are appended as their rows go by.
 4. ``graph``: the parent -> children CSR, a bucketed counting sort (``dlkit.core.csr``), and
-   ``graph.bin`` (``dlkit.db.build.graph_writer``).
+   ``graph.bin`` (``dlkit.db.write.graph_writer``).
 5. ``embeddings``: column and category embeddings (text embedding time from stage 3 is
    counted here too).
 6. ``manifest``: ``metadata.json``, then the file map and ``manifest.json``. Every file was
-   hashed and written by background threads as it was produced (``dlkit.db.build.hashing``), so
+   hashed and written by background threads as it was produced (``dlkit.db.write.hashing``), so
    this stage only waits for the last chunks.
 7. ``commit``: fsync (each file was already flushed in the background once complete), then
    the atomic rename into place (``dlkit.atomic``).
@@ -40,7 +40,7 @@ refers to (4 bytes per key value in the key range of integer keys, 8 beyond 2^31
 keys with their bytes and a 32-byte slot per two keys at least), the provisional ids of
 categorical columns and targets (4 and 8 bytes per row), and the distinct texts seen so far
 with their index. They come
-from one :class:`dlkit.db.build.scratch.Arrays`: in memory while the live ones fit
+from one :class:`dlkit.db.write.scratch.Arrays`: in memory while the live ones fit
 ``memory_budget``, spilled to memory-mapped scratch files in the build directory beyond it
 (the page cache's pages, written to disk under memory pressure), the array written at random
 (the in-degree counts) asked for first. Which arrays spill never changes the bytes written.
@@ -75,26 +75,26 @@ from dlkit.core.stats import (
 )
 from dlkit.db import format as fmt
 from dlkit.db.aggregates import AggregateMetadata
-from dlkit.db.build.aggregates import check_columns as check_aggregate_columns
-from dlkit.db.build.aggregates import write_aggregates
-from dlkit.db.build.convert import dictionary_parts, to_micros, to_numeric, to_string_buffers
-from dlkit.db.build.embed import HashedNgramEmbedder, embed_texts, load_embedder
-from dlkit.db.build.graph_writer import GraphWriter
-from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.metadata import (
+from dlkit.db.write.aggregates import check_columns as check_aggregate_columns
+from dlkit.db.write.aggregates import write_aggregates
+from dlkit.db.write.convert import dictionary_parts, to_micros, to_numeric, to_string_buffers
+from dlkit.db.write.embed import HashedNgramEmbedder, embed_texts, load_embedder
+from dlkit.db.write.graph_writer import GraphWriter
+from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.metadata import (
     database_metadata,
     num_schema_embeddings,
     write_manifest,
     write_schema_embeddings,
 )
-from dlkit.db.build.plan import TablePlan, infer_string_column, plan_tables, where
-from dlkit.db.build.primary_keys import KeyIndex, check_unique_ints, read_primary_keys
-from dlkit.db.build.report import PreprocessReport, Progress, StageReport, timed_stage
-from dlkit.db.build.scratch import Arrays, default_memory_budget
-from dlkit.db.build.source import DEFAULT_BATCH_ROWS, ReadAhead
-from dlkit.db.build.strings import StringColumn
-from dlkit.db.build.table_pass import TablePassContext, read_job, stream_table
-from dlkit.db.build.texts import TextIndex, TextStore
+from dlkit.db.write.plan import TablePlan, infer_string_column, plan_tables, where
+from dlkit.db.write.primary_keys import KeyIndex, check_unique_ints, read_primary_keys
+from dlkit.db.write.report import PreprocessReport, Progress, StageReport, timed_stage
+from dlkit.db.write.scratch import Arrays, default_memory_budget
+from dlkit.db.write.source import DEFAULT_BATCH_ROWS, ReadAhead
+from dlkit.db.write.strings import StringColumn
+from dlkit.db.write.table_pass import TablePassContext, read_job, stream_table
+from dlkit.db.write.texts import TextIndex, TextStore
 from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.output import DATABASE
 from dlkit.db.schema.spec import SCHEMA_FILE, Schema, load_schema
@@ -360,7 +360,7 @@ def _warm_up(embedder: Any, done: threading.Event, strict: bool = False) -> None
     except Exception:
         # Warming up is only an optimisation, so a build never fails for it; but a kernel
         # whose signature changed would silently lose its warm-up: the tests call this with
-        # ``strict`` (tests/db/build/test_warm_up.py), where any failure is raised.
+        # ``strict`` (tests/db/write/test_warm_up.py), where any failure is raised.
         if strict:
             raise
     finally:

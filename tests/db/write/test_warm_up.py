@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from dlkit.db.build.embed import load_embedder
-from dlkit.db.build.writer import _warm_up
+from dlkit.db.write.embed import load_embedder
+from dlkit.db.write.writer import _warm_up
 
 
 def test_the_warm_up_calls_every_kernel_without_error():

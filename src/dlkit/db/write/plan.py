@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlkit.db import format as fmt
-from dlkit.db.build.convert import unique_values
-from dlkit.db.build.source import TableSource, resolve_table_locations
+from dlkit.db.write.convert import unique_values
+from dlkit.db.write.source import TableSource, resolve_table_locations
 from dlkit.db.schema.arrow_types import (
     ALLOWED_STYPES,
     CATEGORICAL_MAX_DISTINCT,

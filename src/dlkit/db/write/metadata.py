@@ -8,10 +8,10 @@ from typing import Any
 
 from dlkit.db import format as fmt
 from dlkit.db.aggregates import AggregateMetadata
-from dlkit.db.build.embed import EMBED_CHUNK, embed_texts
-from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.plan import COMPOSITE, ColumnPlan, TablePlan
-from dlkit.db.build.report import Progress, StageReport
+from dlkit.db.write.embed import EMBED_CHUNK, embed_texts
+from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.plan import COMPOSITE, ColumnPlan, TablePlan
+from dlkit.db.write.report import Progress, StageReport
 from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
 from dlkit.db.metadata_records import (
     ColumnMetadata,

@@ -14,7 +14,7 @@ import pytest
 from dlkit.db import open_database, preprocess, verify_database
 from dlkit.errors import SchemaError
 from dlkit.sampler import Sampler
-from tests.db.build.test_int_times import EPOCH, season_time
+from tests.db.write.test_int_times import EPOCH, season_time
 from tests.db.conftest import write_db
 
 SCHEMA = """name = "lahman-like"

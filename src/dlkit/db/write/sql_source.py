@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlkit.db.build.report import PreprocessReport, Progress
-from dlkit.db.build.source import DEFAULT_BATCH_ROWS
+from dlkit.db.write.report import PreprocessReport, Progress
+from dlkit.db.write.source import DEFAULT_BATCH_ROWS
 from dlkit.db.schema.arrow_types import type_family
 from dlkit.db.schema.spec import parse_schema
 from dlkit.db.schema.sql_catalog import (
@@ -184,7 +184,7 @@ def import_sql(
     :class:`DataError`, :class:`OutputError` as ``preprocess`` does.
     """
     from dlkit.atomic import atomic_write_bytes, check_target
-    from dlkit.db.build.writer import preprocess
+    from dlkit.db.write.writer import preprocess
     from dlkit.db.output import DATABASE
 
     progress = progress or Progress()

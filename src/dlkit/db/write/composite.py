@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from dlkit.db.build.convert import check_utf8, plain, to_int_keys, to_string_buffers
+from dlkit.db.write.convert import check_utf8, plain, to_int_keys, to_string_buffers
 
 INT_BYTES = 8
 LEN_BYTES = 4

@@ -1,4 +1,4 @@
-"""Reading Parquet tables: the read-ahead across tables (``dlkit.db.build.source.ReadAhead``)."""
+"""Reading Parquet tables: the read-ahead across tables (``dlkit.db.write.source.ReadAhead``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlkit.db.build import source as source_module
-from dlkit.db.build.source import ReadAhead, ReadJob, TableSource
+from dlkit.db.write import source as source_module
+from dlkit.db.write.source import ReadAhead, ReadJob, TableSource
 
 
 class FakeJob:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlkit.db.build import convert as cv
+from dlkit.db.write import convert as cv
 from dlkit.db.format import NO_TIME
 from dlkit.errors import DataError
 

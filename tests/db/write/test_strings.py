@@ -7,9 +7,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlkit.db.build.convert import to_string_buffers
-from dlkit.db.build.scratch import Arrays
-from dlkit.db.build.strings import StringColumn
+from dlkit.db.write.convert import to_string_buffers
+from dlkit.db.write.scratch import Arrays
+from dlkit.db.write.strings import StringColumn
 
 
 @settings(max_examples=40, deadline=None)

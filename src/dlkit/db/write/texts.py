@@ -16,12 +16,12 @@ import pyarrow as pa
 
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
-from dlkit.db.build.columns import apply_mapping, first_rows
-from dlkit.db.build.convert import check_utf8, dictionary_arrow, to_string_buffers
-from dlkit.db.build.embed import EMBED_CHUNK, embed_texts
-from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.scratch import Arrays
-from dlkit.db.build.strings import StringColumn
+from dlkit.db.write.columns import apply_mapping, first_rows
+from dlkit.db.write.convert import check_utf8, dictionary_arrow, to_string_buffers
+from dlkit.db.write.embed import EMBED_CHUNK, embed_texts
+from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.scratch import Arrays
+from dlkit.db.write.strings import StringColumn
 
 
 class _Unseen(NamedTuple):

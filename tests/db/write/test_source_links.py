@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dlkit.db.build.source import parquet_parts, resolve_table_path
+from dlkit.db.write.source import parquet_parts, resolve_table_path
 from dlkit.errors import SchemaError
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "fixtures" / "example_db"

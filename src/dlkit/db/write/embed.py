@@ -141,6 +141,6 @@ def load_embedder(spec: str | None, dim: int = DEFAULT_DIM) -> Any:
 def check_embedder(embedder: Any) -> None:
     for member in ("name", "dim", "config", "embed"):
         if not hasattr(embedder, member):
-            raise InvalidArgumentError(f"embedder {embedder!r} lacks {member!r} (see dlkit.db.build.embed)")
+            raise InvalidArgumentError(f"embedder {embedder!r} lacks {member!r} (see dlkit.db.write.embed)")
     if not isinstance(embedder.dim, int) or embedder.dim < 1:
         raise InvalidArgumentError(f"embedder dim must be a positive integer, got {embedder.dim!r}")

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.db import open_database, preprocess, verify_database
-from dlkit.db.build.composite import decode_key, encode_key, encode_keys
+from dlkit.db.write.composite import decode_key, encode_key, encode_keys
 from dlkit.errors import DataError, SchemaError
 
 from ..conftest import write_db

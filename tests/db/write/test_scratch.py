@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from dlkit.db.build import scratch
+from dlkit.db.write import scratch
 
 
 def _resident_bytes() -> int:

@@ -1,7 +1,7 @@
 """``graph.bin``: both CSR directions of the foreign-key graph.
 
-The sections are built in working arrays (:class:`dlkit.db.build.scratch.Arrays`) and written once,
-in file order, as a stream (:class:`dlkit.db.build.hashing.HashedFile`: hashed and written on the
+The sections are built in working arrays (:class:`dlkit.db.write.scratch.Arrays`) and written once,
+in file order, as a stream (:class:`dlkit.db.write.hashing.HashedFile`: hashed and written on the
 writer thread, bypassing the page cache where possible):
 
 * while the tables stream by, every batch's resolved foreign keys are appended to the child
@@ -29,9 +29,9 @@ import numpy as np
 
 from dlkit.core import csr
 from dlkit.db import format as fmt
-from dlkit.db.build.hashing import HashedFile, Hasher
-from dlkit.db.build.plan import TablePlan
-from dlkit.db.build.scratch import Arrays, populate
+from dlkit.db.write.hashing import HashedFile, Hasher
+from dlkit.db.write.plan import TablePlan
+from dlkit.db.write.scratch import Arrays, populate
 
 ROW_TABLE_BLOCK = 1 << 20
 _FINISHED = "the graph writer is used before finish, which releases its arrays"

@@ -8,9 +8,9 @@ import numpy as np
 
 from dlkit.core.stats import gather_seeds, remap_ids
 from dlkit.db import format as fmt
-from dlkit.db.build.hashing import Hasher
-from dlkit.db.build.plan import ColumnPlan
-from dlkit.db.build.scratch import Arrays
+from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.plan import ColumnPlan
+from dlkit.db.write.scratch import Arrays
 from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.schema.task_rules import TaskRules
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlkit.db.build.scratch import Arrays
+from dlkit.db.write.scratch import Arrays
 
 _MIN_BYTES = 1 << 16
 

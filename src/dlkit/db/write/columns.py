@@ -21,10 +21,10 @@ from dlkit.core.stats import (
     welford_update,
 )
 from dlkit.db import format as fmt
-from dlkit.db.build.convert import dictionary_parts, to_boolean, to_micros, to_numeric
-from dlkit.db.build.hashing import HashedFile, Hasher
-from dlkit.db.build.plan import ColumnPlan, TablePlan, where
-from dlkit.db.build.scratch import Arrays
+from dlkit.db.write.convert import dictionary_parts, to_boolean, to_micros, to_numeric
+from dlkit.db.write.hashing import HashedFile, Hasher
+from dlkit.db.write.plan import ColumnPlan, TablePlan, where
+from dlkit.db.write.scratch import Arrays
 from dlkit.errors import DataError
 
 
