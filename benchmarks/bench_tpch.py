@@ -277,8 +277,8 @@ def main() -> None:
     assert total == report.num_edges
     print(f"every edge checked against DuckDB's join, both directions: {total:,}")
     if args.sql:
-        from dlkit.db.write.sql_source import import_sql
         from dlkit.db.schema.sql_schema import SqlSchemaOptions
+        from dlkit.db.write.sql_source import import_sql
 
         started = time.perf_counter()
         url = duckdb_file(data, args.work / f"tpch-sf{args.sf:g}.duckdb")

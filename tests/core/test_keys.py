@@ -44,7 +44,7 @@ def test_both_slot_widths_resolve_alike(row_dtype, dense_pk, sparse_pk, fk):
     """Slots are int32 below 2^31 rows, int64 beyond: both widths of both index kinds."""
     from unittest import mock
 
-    with mock.patch("dlkit.db.write.primary_keys._row_dtype", lambda n: np.dtype(row_dtype)):
+    with mock.patch("dlkit.db.keys.row_dtype", lambda n: np.dtype(row_dtype)):
         for pk in (dense_pk, sparse_pk):
             index = KeyIndex.build_int(np.array(pk, dtype=np.int64), "t")
             assert index.slots.dtype == row_dtype

@@ -274,8 +274,8 @@ def schema_infer(
     RelBench dataset directory (db/ and tasks/) gives its exact schema, tasks included.
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.schema.infer import infer_schema
     from dlkit.db.schema.spec import SCHEMA_FILE
+    from dlkit.db.write.infer import infer_schema
 
     if out is not None:  # before the work: a refused output wastes none of it
         tables = {f"the input {entry.name}": Path(entry.path)
@@ -303,7 +303,7 @@ def schema_infer(
 @contextlib.contextmanager
 def _printing_relbench_warnings() -> Iterator[None]:
     """What a RelBench import leaves out, as warnings on stderr."""
-    from dlkit.db.schema.relbench import RelbenchWarning
+    from dlkit.db.write.relbench import RelbenchWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RelbenchWarning)
@@ -327,7 +327,7 @@ def _diagram_of(source: Path) -> SchemaDiagram:
     if source.is_dir() and (source / SCHEMA_FILE).is_file():
         return diagram_of_schema(load_schema(source / SCHEMA_FILE))
     if source.is_dir():
-        from dlkit.db.schema.infer import infer_schema
+        from dlkit.db.write.infer import infer_schema
 
         schema, _text = infer_schema(source)
         return diagram_of_schema(schema)
@@ -427,8 +427,8 @@ def import_relbench(
         dlkit import relbench ~/.cache/relbench/rel-f1 out/rel-f1 --task driver-dnf
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.schema.relbench import relbench_schema
     from dlkit.db.schema.spec import parse_schema
+    from dlkit.db.write.relbench import relbench_schema
 
     if schema_out is not None:  # before the work: a refused output wastes none of it
         check_output_file(schema_out, overwrite)
@@ -498,10 +498,10 @@ def import_sql(
 
         dlkit import sql sqlite:///shop.db out/shop --time orders.created_at
     """
+    from dlkit.db.schema.sql_schema import SqlSchemaOptions
     from dlkit.db.write.embed import load_embedder
     from dlkit.db.write.sql_source import import_sql as run
     from dlkit.db.write.writer import ON_DANGLING
-    from dlkit.db.schema.sql_schema import SqlSchemaOptions
 
     if on_dangling not in ON_DANGLING:
         raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")

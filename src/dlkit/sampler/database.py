@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from dlkit.db.schema.task_rules import TaskRules
+from dlkit.db.task_rules import TaskRules
 
 
 @runtime_checkable

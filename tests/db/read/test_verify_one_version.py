@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dlkit.db import preprocess, verify_database
-from dlkit.db.write.embed import load_embedder
 from dlkit.db.read import file_checks
+from dlkit.db.write.embed import load_embedder
 from dlkit.errors import DatabaseError
 from tests.db.conftest import EXAMPLE
 

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.db import open_database, preprocess, verify_database
-from dlkit.db.write.composite import decode_key, encode_key, encode_keys
+from dlkit.db.keys import decode_key, encode_key
+from dlkit.db.write.composite import encode_keys
 from dlkit.errors import DataError, SchemaError
 
 from ..conftest import write_db

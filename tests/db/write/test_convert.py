@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlkit.db.write import convert as cv
 from dlkit.db.format import NO_TIME
+from dlkit.db.write import convert as cv
 from dlkit.errors import DataError
 
 INTEGERS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(),

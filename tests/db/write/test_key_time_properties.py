@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from dlkit.db import open_database, preprocess, verify_database
 from dlkit.sampler import Sampler
-from tests.db.write.test_int_times import DAY, season_time
 from tests.db.conftest import write_db
+from tests.db.write.test_int_times import DAY, season_time
 
 YEARS = [2000, 2001, 2002, 2003]
 CODES = ["a", "b", "c"]

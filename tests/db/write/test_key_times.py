@@ -14,8 +14,8 @@ import pytest
 from dlkit.db import open_database, preprocess, verify_database
 from dlkit.errors import SchemaError
 from dlkit.sampler import Sampler
-from tests.db.write.test_int_times import EPOCH, season_time
 from tests.db.conftest import write_db
+from tests.db.write.test_int_times import EPOCH, season_time
 
 SCHEMA = """name = "lahman-like"
 [tables.People]

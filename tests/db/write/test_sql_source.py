@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.db import preprocess
-from dlkit.db.write.sql_source import import_sql
 from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.schema.spec import parse_schema
 from dlkit.db.schema.sql_schema import SqlSchemaOptions
+from dlkit.db.write.sql_source import import_sql
 from dlkit.errors import (
     DataError,
     InvalidArgumentError,
@@ -23,8 +23,8 @@ from dlkit.errors import (
     SchemaError,
     SqlSourceError,
 )
-from tests.db.write import sql_data
 from tests.db.conftest import leftovers
+from tests.db.write import sql_data
 
 TIMES = SqlSchemaOptions(time_columns=sql_data.TIME_FLAGS)
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlkit.db.format import TEXT_DATA_FILE, TEXT_OFFSETS_FILE
 from dlkit.db.write.embed import EMBED_CHUNK, load_embedder
 from dlkit.db.write.hashing import Hasher
 from dlkit.db.write.scratch import Arrays
 from dlkit.db.write.texts import TextIndex, TextStore
-from dlkit.db.format import TEXT_DATA_FILE, TEXT_OFFSETS_FILE
 from dlkit.errors import DataError
 
 # short and long (over the eight bytes a table slot holds), shared prefixes, non-ASCII

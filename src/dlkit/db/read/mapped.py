@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from dlkit.db import format as fmt
-from dlkit.db.write.composite import decode_key
+from dlkit.db.failures import Checks
+from dlkit.db.keys import decode_key
 from dlkit.db.metadata_records import DatabaseMetadata
-from dlkit.db.read.checks import Checks
-from dlkit.db.schema.task_rules import TaskRules
+from dlkit.db.task_rules import TaskRules
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
 from dlkit.text import unknown_name

@@ -52,12 +52,12 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
-from dlkit.db.read.checks import MAX_DATABASE_ID
+from dlkit.db.metadata_records import MAX_DATABASE_ID
 from dlkit.db.schema.durations import (
     parse_lag,
     parse_table_instant,
 )
-from dlkit.db.schema.time_units import (
+from dlkit.db.time_units import (
     TIME_POSITION_NAMES,
     TIME_UNIT_NAMES,
     TimePosition,

@@ -20,11 +20,11 @@ from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import aggregates as agg
 from dlkit.db import format as fmt
 from dlkit.db.aggregates import AggregateMetadata, cell_name
+from dlkit.db.schema.spec import AggregateSpec
 from dlkit.db.write.embed import embed_texts
 from dlkit.db.write.hashing import Hasher
 from dlkit.db.write.plan import TablePlan, where
 from dlkit.db.write.scratch import Arrays
-from dlkit.db.schema.spec import AggregateSpec
 from dlkit.errors import SchemaError
 
 

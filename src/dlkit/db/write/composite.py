@@ -1,12 +1,6 @@
-"""Composite keys: a tuple of integer and string parts as one canonical byte string.
-
-A composite key (``primary_key = ["yearID", "teamID"]``) is matched, stored and checked as the
-bytes of its parts one after the other: an integer part as its 8 bytes (int64, big-endian), a
-string part as its length (uint32, big-endian) then its UTF-8 bytes. The encoding is
-injective for a fixed list of part types (every part's extent is known from the bytes before
-it), so two keys are equal exactly when their byte strings are: the string-key index
-(``dlkit.core.keys``: hash, then compare the bytes) matches them with no false match. A
-tuple with any null part is null (a foreign key: no edge; a primary key: an error).
+"""Composite keys: a batch of tuples of integer and string parts, each as one canonical byte
+string (the encoding: :mod:`dlkit.db.keys`). A tuple with any null part is null (a foreign
+key: no edge; a primary key: an error).
 """
 
 from __future__ import annotations
@@ -16,11 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from dlkit.db.keys import INT_BYTES, LEN_BYTES, MAX_PART_BYTES
 from dlkit.db.write.convert import check_utf8, plain, to_int_keys, to_string_buffers
-
-INT_BYTES = 8
-LEN_BYTES = 4
-MAX_PART_BYTES = (1 << 32) - 1
 
 
 @dataclass(frozen=True)
@@ -82,39 +73,3 @@ def encode_keys(arrays: list[pa.Array], families: tuple[str, ...], where: str,
             out[np.repeat(cursor, lens) + within] = data[np.repeat(starts[rows], lens) + within]
         cursor += lens
     return EncodedKeys(data=out, offsets=out_offsets, valid=valid)
-
-
-def decode_key(raw: bytes, families: tuple[str, ...]) -> tuple[int | str, ...]:
-    """The tuple of one encoded key. Raises ``ValueError`` when ``raw`` is not one."""
-    parts: list[int | str] = []
-    pos = 0
-    for family in families:
-        if family == "integer":
-            if pos + INT_BYTES > len(raw):
-                raise ValueError("a composite key ends inside an integer part")
-            parts.append(int.from_bytes(raw[pos:pos + INT_BYTES], "big", signed=True))
-            pos += INT_BYTES
-        else:
-            if pos + LEN_BYTES > len(raw):
-                raise ValueError("a composite key ends inside a string part's length")
-            size = int.from_bytes(raw[pos:pos + LEN_BYTES], "big")
-            pos += LEN_BYTES
-            if pos + size > len(raw):
-                raise ValueError("a composite key ends inside a string part")
-            parts.append(raw[pos:pos + size].decode("utf-8"))
-            pos += size
-    if pos != len(raw):
-        raise ValueError("a composite key has bytes after its last part")
-    return tuple(parts)
-
-
-def encode_key(values: tuple[int | str, ...]) -> bytes:
-    """The canonical bytes of one tuple (plain Python; the reference of :func:`encode_keys`)."""
-    out = bytearray()
-    for value in values:
-        if isinstance(value, str):
-            raw = value.encode("utf-8")
-            out += len(raw).to_bytes(LEN_BYTES, "big") + raw
-        else:
-            out += int(value).to_bytes(INT_BYTES, "big", signed=True)
-    return bytes(out)

@@ -10,7 +10,7 @@ comes back uncopied), so each kernel taking them is compiled for one type. Rules
 * timestamp: int64 microseconds since the epoch, UTC (timezone-aware values are already UTC
   in Arrow; naive ones are taken as UTC); nanoseconds are truncated toward zero; dates are
   midnight UTC; an integer time column with a ``time_unit`` is converted by
-  :func:`int_to_micros` (``dlkit.db.schema.time_units``).
+  :func:`int_to_micros` (``dlkit.db.time_units``).
 * keys: integers as int64 (a uint64 key above 2^63-1 is an error); strings as Arrow
   large-string buffers (``data`` uint8, ``offsets`` int64[n + 1]).
 """
@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from dlkit.core.calendar_units import YEAR, YYYYMM, YYYYMMDD, calendar_to_micros
 from dlkit.core.stats import convert_fixed_width
 from dlkit.db import format as fmt
-from dlkit.db.schema.time_units import TimePosition, TimeUnit, int_times_to_micros
+from dlkit.db.time_units import TimePosition, TimeUnit, int_times_to_micros
 from dlkit.errors import DataError
 
 

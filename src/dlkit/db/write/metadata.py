@@ -8,10 +8,6 @@ from typing import Any
 
 from dlkit.db import format as fmt
 from dlkit.db.aggregates import AggregateMetadata
-from dlkit.db.write.embed import EMBED_CHUNK, embed_texts
-from dlkit.db.write.hashing import Hasher
-from dlkit.db.write.plan import COMPOSITE, ColumnPlan, TablePlan
-from dlkit.db.write.report import Progress, StageReport
 from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
 from dlkit.db.metadata_records import (
     ColumnMetadata,
@@ -23,7 +19,11 @@ from dlkit.db.metadata_records import (
     metadata_bytes,
 )
 from dlkit.db.schema.spec import Schema
-from dlkit.db.schema.time_units import TimePosition
+from dlkit.db.time_units import TimePosition
+from dlkit.db.write.embed import EMBED_CHUNK, embed_texts
+from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.plan import COMPOSITE, ColumnPlan, TablePlan
+from dlkit.db.write.report import Progress, StageReport
 
 
 def category_text(value: Any) -> str:

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlkit.db import format as fmt
-from dlkit.db.write.convert import unique_values
-from dlkit.db.write.source import TableSource, resolve_table_locations
 from dlkit.db.schema.arrow_types import (
     ALLOWED_STYPES,
     CATEGORICAL_MAX_DISTINCT,
@@ -21,7 +19,9 @@ from dlkit.db.schema.arrow_types import (
     type_family,
 )
 from dlkit.db.schema.spec import PrimaryKey, Schema, TableSpec, key_columns, key_label
-from dlkit.db.schema.time_units import TIME_UNIT_NAMES, TimePosition, TimeUnit
+from dlkit.db.time_units import TIME_UNIT_NAMES, TimePosition, TimeUnit
+from dlkit.db.write.convert import unique_values
+from dlkit.db.write.source import TableSource, resolve_table_locations
 from dlkit.errors import DataError, SchemaError
 
 # TablePlan.pk_family (and metadata's primary_key_type) of a composite primary key

@@ -3,16 +3,23 @@ of a table and foreign-key resolution through it (wrapping ``dlkit.core.keys``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from dlkit.core import integrity
 from dlkit.core import keys as kk
 from dlkit.db import format as fmt
-from dlkit.db.write.composite import decode_key, encode_keys
+from dlkit.db.keys import (
+    Allocate,
+    check_unique_ints,
+    decode_key,
+    dense,
+    duplicate_key,
+    heap_empty,
+    no_rows,
+)
+from dlkit.db.write.composite import encode_keys
 from dlkit.db.write.convert import check_utf8, to_int_keys, to_string_buffers, valid_mask
 from dlkit.db.write.hashing import Hasher
 from dlkit.db.write.plan import COMPOSITE, TablePlan, check_rows
@@ -20,12 +27,6 @@ from dlkit.db.write.report import Progress
 from dlkit.db.write.scratch import Arrays
 from dlkit.db.write.strings import StringColumn
 from dlkit.errors import DataError
-
-Allocate = Callable[[np.dtype, int], np.ndarray]  # ``empty(dtype, n)``
-
-
-def heap_empty(dtype: np.dtype, n: int) -> np.ndarray:
-    return np.empty(n, dtype=dtype)
 
 
 @dataclass
@@ -48,16 +49,16 @@ class KeyIndex:
         if n:
             kmin, kmax = bounds if bounds is not None else (int(keys.min()), int(keys.max()))
             span = kmax - kmin + 1
-            if _dense(span, n):
-                slots = _no_rows(empty, span, n)
+            if dense(span, n):
+                slots = no_rows(empty, span, n)
                 dup, first = kk.dense_index_build(keys, np.int64(kmin), slots)
                 if dup >= 0:
-                    raise _duplicate(where, int(keys[dup]), first, dup)
+                    raise duplicate_key(where, int(keys[dup]), first, dup)
                 return cls(family="integer", num_rows=n, slots=slots, kmin=kmin)
-        slots = _no_rows(empty, kk.table_size(n), n)
+        slots = no_rows(empty, kk.table_size(n), n)
         dup, first = kk.hash_index_ints(keys, slots)
         if dup >= 0:
-            raise _duplicate(where, int(keys[dup]), first, dup)
+            raise duplicate_key(where, int(keys[dup]), first, dup)
         return cls(family="integer", num_rows=n, slots=slots, keys=keys)
 
     @classmethod
@@ -76,7 +77,7 @@ class KeyIndex:
         if dup >= 0:
             raw = bytes(data[offsets[dup]:offsets[dup + 1]])
             value = decode_key(raw, families) if families else raw.decode(errors="replace")
-            raise _duplicate(where, value, first, dup)
+            raise duplicate_key(where, value, first, dup)
         return cls(family="string", num_rows=n, slots=slots, data=data)
 
     def lookup(self, arr: pa.Array, base: int, out: np.ndarray, where: str) -> tuple[int, int, int]:
@@ -106,47 +107,6 @@ class KeyIndex:
         dangling, first = kk.hash_lookup_strings(hashes, valid, data, offsets, self.slots,
                                                  self.data, np.int64(base), out)
         return int(np.count_nonzero(valid)), int(dangling), int(first)
-
-
-def _row_dtype(n: int) -> np.dtype:
-    """The slots' dtype for a table of ``n`` rows (and -1): the graph's row id dtype, which
-    holds every row id of the table."""
-    return fmt.graph_id_dtype(n)
-
-
-def _no_rows(empty: Allocate, size: int, n: int) -> np.ndarray:
-    """``size`` slots of a table of ``n`` rows, each -1 (no row)."""
-    slots = empty(_row_dtype(n), size)
-    slots.fill(-1)
-    return slots
-
-
-def _dense(span: int, n: int) -> bool:
-    """Whether keys spanning ``span`` values get a dense index (a slot per possible key)."""
-    return span <= 4 * n + 1024
-
-
-def check_unique_ints(keys: np.ndarray, where: str, bounds: tuple[int, int] | None = None,
-                      empty: Allocate = heap_empty) -> None:
-    """The uniqueness check of integer keys no foreign key refers to (no row index kept;
-    ``bounds``: their min and max, when already known). Keys in strictly ascending order,
-    as tables are often exported, are distinct without building anything."""
-    n = keys.shape[0]
-    if n < 2 or integrity.strictly_ascending(keys):
-        return
-    kmin, kmax = bounds if bounds is not None else (int(keys.min()), int(keys.max()))
-    if _dense(kmax - kmin + 1, n):
-        dup = int(kk.dense_first_duplicate(keys, np.int64(kmin), kmax - kmin + 1))
-        if dup >= 0:
-            first = int(np.flatnonzero(keys[:dup] == keys[dup])[0])
-            raise _duplicate(where, int(keys[dup]), first, dup)
-    else:
-        KeyIndex.build_int(keys, where, bounds, empty)
-
-
-def _duplicate(where: str, value, row_a, row_b) -> DataError:
-    a, b = sorted((int(row_a), int(row_b)))
-    return DataError(f"{where}: duplicate primary key {value!r} (rows {a} and {b})")
 
 
 class PrimaryKeys:

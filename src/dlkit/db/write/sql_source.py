@@ -30,8 +30,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlkit.db.write.report import PreprocessReport, Progress
-from dlkit.db.write.source import DEFAULT_BATCH_ROWS
 from dlkit.db.schema.arrow_types import type_family
 from dlkit.db.schema.spec import parse_schema
 from dlkit.db.schema.sql_catalog import (
@@ -51,6 +49,8 @@ from dlkit.db.schema.sql_schema import (
     resolve_table,
     table_names,
 )
+from dlkit.db.write.report import PreprocessReport, Progress
+from dlkit.db.write.source import DEFAULT_BATCH_ROWS
 from dlkit.errors import OutputError, SchemaError, SqlSourceError
 from dlkit.files import read_regular
 
@@ -184,8 +184,8 @@ def import_sql(
     :class:`DataError`, :class:`OutputError` as ``preprocess`` does.
     """
     from dlkit.atomic import atomic_write_bytes, check_target
-    from dlkit.db.write.writer import preprocess
     from dlkit.db.output import DATABASE
+    from dlkit.db.write.writer import preprocess
 
     progress = progress or Progress()
     options = options or SqlSchemaOptions()

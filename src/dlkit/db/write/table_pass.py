@@ -20,6 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from dlkit.db import format as fmt
+from dlkit.db.metadata_records import TaskMetadata
+from dlkit.db.schema.spec import Schema, key_label
+from dlkit.db.task_rules import timeless_warning
 from dlkit.db.write.columns import ColumnWriter
 from dlkit.db.write.composite import encode_keys
 from dlkit.db.write.convert import int_to_micros, to_micros
@@ -32,9 +35,6 @@ from dlkit.db.write.scratch import Arrays, empty_small_pages
 from dlkit.db.write.source import ReadJob
 from dlkit.db.write.tasks import TaskWriter
 from dlkit.db.write.texts import TextStore
-from dlkit.db.metadata_records import TaskMetadata
-from dlkit.db.schema.spec import Schema, key_label
-from dlkit.db.schema.task_rules import timeless_warning
 from dlkit.errors import DataError
 from dlkit.text import counted
 

@@ -8,11 +8,11 @@ import numpy as np
 
 from dlkit.core.stats import gather_seeds, remap_ids
 from dlkit.db import format as fmt
+from dlkit.db.metadata_records import TaskMetadata
+from dlkit.db.task_rules import TaskRules
 from dlkit.db.write.hashing import Hasher
 from dlkit.db.write.plan import ColumnPlan
 from dlkit.db.write.scratch import Arrays
-from dlkit.db.metadata_records import TaskMetadata
-from dlkit.db.schema.task_rules import TaskRules
 
 _FINISHED = "a task writer takes seeds until its finish, which releases the provisional ids"
 

@@ -75,6 +75,10 @@ from dlkit.core.stats import (
 )
 from dlkit.db import format as fmt
 from dlkit.db.aggregates import AggregateMetadata
+from dlkit.db.keys import check_unique_ints
+from dlkit.db.metadata_records import TaskMetadata
+from dlkit.db.output import DATABASE
+from dlkit.db.schema.spec import SCHEMA_FILE, Schema, load_schema
 from dlkit.db.write.aggregates import check_columns as check_aggregate_columns
 from dlkit.db.write.aggregates import write_aggregates
 from dlkit.db.write.convert import dictionary_parts, to_micros, to_numeric, to_string_buffers
@@ -88,16 +92,13 @@ from dlkit.db.write.metadata import (
     write_schema_embeddings,
 )
 from dlkit.db.write.plan import TablePlan, infer_string_column, plan_tables, where
-from dlkit.db.write.primary_keys import KeyIndex, check_unique_ints, read_primary_keys
+from dlkit.db.write.primary_keys import KeyIndex, read_primary_keys
 from dlkit.db.write.report import PreprocessReport, Progress, StageReport, timed_stage
 from dlkit.db.write.scratch import Arrays, default_memory_budget
 from dlkit.db.write.source import DEFAULT_BATCH_ROWS, ReadAhead
 from dlkit.db.write.strings import StringColumn
 from dlkit.db.write.table_pass import TablePassContext, read_job, stream_table
 from dlkit.db.write.texts import TextIndex, TextStore
-from dlkit.db.metadata_records import TaskMetadata
-from dlkit.db.output import DATABASE
-from dlkit.db.schema.spec import SCHEMA_FILE, Schema, load_schema
 from dlkit.errors import InvalidArgumentError, SchemaError
 
 __all__ = ["ON_DANGLING", "STAGES", "PreprocessReport", "Progress", "StageReport", "preprocess"]

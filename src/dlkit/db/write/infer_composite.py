@@ -14,15 +14,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlkit.db.write.composite import encode_keys
-from dlkit.db.write.primary_keys import KeyIndex
-from dlkit.db.schema.infer import (
+from dlkit.db.write.infer import (
     FK_MIN_FOUND,
     FK_SURE_FOUND,
     SMALL_SHARE,
     FoundKeys,
     _percent,
 )
-from dlkit.db.schema.infer_probe import (
+from dlkit.db.write.infer_probe import (
     SAMPLE_ROWS,
     ColumnProbe,
     _norm,
@@ -30,6 +29,7 @@ from dlkit.db.schema.infer_probe import (
     _singular,
     _words,
 )
+from dlkit.db.write.primary_keys import KeyIndex
 from dlkit.errors import DataError
 
 

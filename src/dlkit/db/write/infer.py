@@ -1,7 +1,7 @@
 """``dlkit schema infer``: draft a ``dlkit.toml`` from a directory of Parquet files.
 
 A directory in RelBench's layout (``db/<table>.parquet`` with RelBench's key metadata, tasks
-under ``tasks/``) is read exactly, keys and tasks included (:mod:`dlkit.db.schema.relbench`). Any
+under ``tasks/``) is read exactly, keys and tasks included (:mod:`dlkit.db.write.relbench`). Any
 other directory gets a draft for a person to review:
 
 * tables: every ``*.parquet`` file (table = file stem) and every directory holding Parquet
@@ -26,7 +26,7 @@ other directory gets a draft for a person to review:
 * types: every remaining column's inferred semantic type (strings read once to count distinct
   values), unsupported columns in ``exclude``.
 
-Composite keys are found by :mod:`dlkit.db.schema.infer_composite`.
+Composite keys are found by :mod:`dlkit.db.write.infer_composite`.
 
 Sampling keeps inference fast on large tables: each key-kind column is read in about
 ``READ_ROWS`` rows (whole row groups spread over the table), of which ``SAMPLE_ROWS`` evenly
@@ -46,9 +46,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlkit.db.write.convert import unique_values
-from dlkit.db.write.plan import infer_string_column
-from dlkit.db.write.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.db.format import path_name_problem
 from dlkit.db.schema.arrow_types import (
     CATEGORICAL_MAX_DISTINCT,
@@ -56,7 +53,16 @@ from dlkit.db.schema.arrow_types import (
     infer_stype,
     type_family,
 )
-from dlkit.db.schema.infer_probe import (
+from dlkit.db.schema.render import render_schema
+from dlkit.db.schema.spec import (
+    PrimaryKey,
+    Schema,
+    TableSpec,
+    key_columns,
+    key_label,
+)
+from dlkit.db.write.convert import unique_values
+from dlkit.db.write.infer_probe import (
     _KEY_SUFFIXES,
     ColumnProbe,
     _candidates,
@@ -72,15 +78,9 @@ from dlkit.db.schema.infer_probe import (
     fk_name_score,
     pk_name_score,
 )
-from dlkit.db.schema.infer_time import with_int_time
-from dlkit.db.schema.render import render_schema
-from dlkit.db.schema.spec import (
-    PrimaryKey,
-    Schema,
-    TableSpec,
-    key_columns,
-    key_label,
-)
+from dlkit.db.write.infer_time import with_int_time
+from dlkit.db.write.plan import infer_string_column
+from dlkit.db.write.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.errors import InvalidArgumentError, SchemaError
 
 # A reference may dangle: real reference tables miss some codes (a flights table's tail
@@ -462,9 +462,9 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
     """``(draft schema, TOML text)`` for the Parquet tables in ``input_dir``.
 
     A RelBench dataset gives its exact schema (``tasks``: the RelBench tasks to take,
-    default all; see :func:`dlkit.db.schema.relbench.relbench_schema`).
+    default all; see :func:`dlkit.db.write.relbench.relbench_schema`).
     """
-    from dlkit.db.schema.relbench import relbench_db_dir, relbench_schema
+    from dlkit.db.write.relbench import relbench_db_dir, relbench_schema
 
     root = Path(input_dir)
     if not root.is_dir():
@@ -487,7 +487,7 @@ def infer_schema(input_dir: str | Path, *, name: str | None = None,
     fam = {t: {f.name: type_family(f.type) for f in s.schema} for t, s in sources.items()}
     arrow_types = {(t, f.name): f.type for t, s in sources.items() for f in s.schema}
     readers = {t: _Reader(s) for t, s in sources.items()}
-    from dlkit.db.schema.infer_composite import find_composite_keys, part_score
+    from dlkit.db.write.infer_composite import find_composite_keys, part_score
 
     probes = probe_columns(sources, readers)
     keys = find_keys(probes, list(sources), arrow_types)

@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlkit.db import open_database, verify_database
-from dlkit.db.write.writer import preprocess
-from dlkit.db.schema import infer
-from dlkit.db.schema.infer import infer_schema
 from dlkit.db.schema.spec import key_columns
-from dlkit.db.schema.time_units import TimePosition, TimeUnit
+from dlkit.db.time_units import TimePosition, TimeUnit
+from dlkit.db.write import infer
+from dlkit.db.write.infer import infer_schema
+from dlkit.db.write.writer import preprocess
 from dlkit.errors import DataError
 from tests.db.write.test_int_times import season_time
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dlkit.db.schema.spec import TableSpec
-from dlkit.db.schema.time_units import TimePosition, TimeUnit, int_times_to_micros
+from dlkit.db.time_units import TimePosition, TimeUnit, int_times_to_micros
 
 SAMPLE_ROWS = 10_000
 FIRST_YEAR, LAST_YEAR = 1800, 2100

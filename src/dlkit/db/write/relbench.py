@@ -38,8 +38,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlkit.db.write.plan import infer_string_column
-from dlkit.db.write.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.db.format import path_name_problem
 from dlkit.db.schema.arrow_types import infer_stype, type_family
 from dlkit.db.schema.render import render_duration, render_schema
@@ -49,6 +47,8 @@ from dlkit.db.schema.spec import (
     TableSpec,
     TaskSpec,
 )
+from dlkit.db.write.plan import infer_string_column
+from dlkit.db.write.source import DEFAULT_BATCH_ROWS, TableSource
 from dlkit.errors import InvalidArgumentError, SchemaError
 from dlkit.text import unknown_name
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlkit.db.schema.relbench import read_relbench, relbench_schema
+from dlkit.db.write.relbench import read_relbench, relbench_schema
 from dlkit.errors import SchemaError
 
 FAKE = Path(__file__).resolve().parents[3] / "fixtures" / "relbench_fake"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dlkit.db.schema.render import render_schema
 from dlkit.db.schema.spec import parse_schema
-from dlkit.db.schema.time_units import (
+from dlkit.db.time_units import (
     TimePosition,
     TimeUnit,
     int_time_to_micros,

@@ -1,4 +1,4 @@
-"""RelBench's saved layout -> dlkit.toml -> database (dlkit.db.schema.relbench, `dlkit import relbench`).
+"""RelBench's saved layout -> dlkit.toml -> database (dlkit.db.write.relbench, `dlkit import relbench`).
 
 The fixture fixtures/relbench_fake was written by relbench 1.1.0's own code (FakeDataset and
 the amazon tasks; fixtures/make_relbench_fake.py), so these tests need no relbench. Expected
@@ -20,15 +20,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlkit.db import open_database
-from dlkit.db.write.writer import preprocess
-from dlkit.db.schema.infer import infer_schema
-from dlkit.db.schema.relbench import (
+from dlkit.db.schema.spec import parse_schema
+from dlkit.db.write.infer import infer_schema
+from dlkit.db.write.relbench import (
     RelbenchWarning,
     read_relbench,
     relbench_db_dir,
     relbench_schema,
 )
-from dlkit.db.schema.spec import parse_schema
+from dlkit.db.write.writer import preprocess
 from dlkit.errors import InvalidArgumentError, SchemaError
 
 from ..conftest import REPO

@@ -1,6 +1,6 @@
 """What ``dlkit schema infer`` reads of each column before it guesses: names that say key
 (the word rules) and a probe of the values (a sample of each key-kind column, read whole and
-indexed when it may be unique). :mod:`dlkit.db.schema.infer` guesses from these."""
+indexed when it may be unique). :mod:`dlkit.db.write.infer` guesses from these."""
 
 
 from __future__ import annotations

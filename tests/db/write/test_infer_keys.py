@@ -1,6 +1,6 @@
-"""Value-based key inference of `dlkit schema infer` (dlkit.db.schema.infer).
+"""Value-based key inference of `dlkit schema infer` (dlkit.db.write.infer).
 
-The expected keys are those the generators (tests/db/schema/infer_data.py) build the data from, not
+The expected keys are those the generators (tests/db/write/infer_data.py) build the data from, not
 anything the inference printed; dangling counts are recomputed with pyarrow.
 """
 
@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlkit.db import open_database
+from dlkit.db.write import infer, infer_probe
+from dlkit.db.write.infer import fk_name_score, infer_schema, pk_name_score
 from dlkit.db.write.writer import preprocess
-from dlkit.db.schema import infer, infer_probe
-from dlkit.db.schema.infer import fk_name_score, infer_schema, pk_name_score
 
 from .infer_data import (
     FLIGHTS_FOREIGN,

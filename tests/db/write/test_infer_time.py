@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlkit.db.schema.infer import infer_schema
-from dlkit.db.schema.infer_time import (
+from dlkit.db.schema.spec import parse_schema
+from dlkit.db.time_units import TimePosition, TimeUnit
+from dlkit.db.write.infer import infer_schema
+from dlkit.db.write.infer_time import (
     IntegerColumn,
     integer_columns,
     propose_int_time,
 )
-from dlkit.db.schema.spec import parse_schema
-from dlkit.db.schema.time_units import TimePosition, TimeUnit
 
 
 def col(name: str, values, arrow_type: str = "int64") -> IntegerColumn:
@@ -79,7 +79,7 @@ def test_named_beats_values_only_then_specificity_then_order():
 def test_a_proposal_always_converts_every_value(values, name):
     """Whatever the values, a proposed unit converts all of them (the build will not fail on
     a drafted time column), and a proposal's reason names the column's range."""
-    from dlkit.db.schema.time_units import int_times_to_micros
+    from dlkit.db.time_units import int_times_to_micros
 
     column = col(name, values)
     guess = propose_int_time([column])
