@@ -291,8 +291,8 @@ def main() -> None:
                                   f"{t}.{c}" for t, c in TIME.items())))
         sql_s = time.perf_counter() - started
         export_s = sql_s - imported.build.seconds
-        same = ({t["name"]: (t["rows"], t["edges"]) for t in imported.build.tables}
-                == {t["name"]: (t["rows"], t["edges"]) for t in report.tables})
+        same = ({t.name: (t.rows, t.edges) for t in imported.build.tables}
+                == {t.name: (t.rows, t.edges) for t in report.tables})
         hashes = imported.build.database_hash == report.database_hash
         print(f"dlkit import sql (catalog keys): {sql_s:.2f} s, of which the export to Parquet "
               f"{export_s:.2f} s; rows and edges per table "

@@ -182,7 +182,7 @@ def test_custom_embedder_plugin(tmp_path, monkeypatch):
     with open_database(tmp_path / "db") as db:
         assert db.text_embeddings().shape == (db.num_texts, 3)
         assert db.text_embeddings()[0, 0] == len(db.text(0))
-        assert db.metadata["embeddings"]["embedder"] == "toy"
+        assert db.metadata.embeddings.embedder == "toy"
 
 
 def test_a_failing_embedder_plugin_is_an_argument_error_and_writes_nothing(tmp_path,

@@ -88,8 +88,8 @@ def assert_round_trip(root: Path) -> DatabaseMetadata:
     assert meta.to_json() == doc
     assert_documented_order(meta.to_json())
     with open_database(root) as db:
-        assert db.metadata_record == meta
-        assert db.metadata == doc
+        assert db.metadata == meta
+        assert db.metadata.to_json() == doc
         assert db.num_rows == doc["num_rows"] and db.num_edges == doc["num_edges"]
         assert db.table_offsets.tolist() == doc["table_offsets"]
         assert [t.rules for t in db.tasks] == [t.rules for t in meta.tasks]

@@ -182,8 +182,8 @@ def preprocess(
     for name in ("table", "rows", "columns", "edges out", "dangling"):
         tables.add_column(name, justify="left" if name == "table" else "right")
     for t in report.tables:
-        tables.add_row(plain(t["name"]), f"{t['rows']:,}", str(t["columns"]), f"{t['edges']:,}",
-                       f"{t['dangling']:,}")
+        tables.add_row(plain(t.name), f"{t.rows:,}", str(t.columns), f"{t.edges:,}",
+                       f"{t.dangling:,}")
     err_console.print(tables)
     stages = Table(title="stages", title_justify="left")
     spilled = report.spilled_bytes > 0  # a column only when the budget was exceeded
@@ -323,7 +323,7 @@ def _diagram_of(source: Path) -> SchemaDiagram:
         from dlkit.db import open_database
 
         with open_database(source) as db:
-            return diagram_of_metadata(db.metadata_record)
+            return diagram_of_metadata(db.metadata)
     if source.is_dir() and (source / SCHEMA_FILE).is_file():
         return diagram_of_schema(load_schema(source / SCHEMA_FILE))
     if source.is_dir():

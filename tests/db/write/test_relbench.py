@@ -156,7 +156,7 @@ def test_database_holds_relbenchs_rows_edges_and_tasks(fake_db):
             rows = _splits(name)
             expected_edges += sum(len(r) for r in rows)  # each task row -> its entity
         assert db.num_edges == expected_edges
-        meta = {t["name"]: t for t in db.metadata["tasks"]}
+        meta = {t["name"]: t for t in db.metadata.to_json()["tasks"]}
         for name in ENTITY_TASKS:
             rows = _splits(name)
             whole = pa.concat_tables(rows)

@@ -348,7 +348,7 @@ def test_views_are_not_tables(tmp_path):
         db.execute("INSERT INTO t VALUES (1, 0.5), (2, 1.5)")
         db.execute("CREATE VIEW v AS SELECT id * 2 AS y FROM t")
     report = import_sql(f"duckdb:///{path}", tmp_path / "db", fsync=False)
-    assert [t["name"] for t in report.build.tables] == ["t"]
+    assert [t.name for t in report.build.tables] == ["t"]
 
 
 def test_an_interrupted_export_leaves_no_scratch(sqlite_url, tmp_path):

@@ -214,7 +214,7 @@ class Database:
         self.path = path
         # the as-of aggregate cells (dlkit.db.read.aggregates.AggregateData), None without
         self.aggregates = aggregates
-        self.metadata_record = metadata
+        self.metadata = metadata  # metadata.json's records (to_json() gives the JSON object)
         self.manifest_files = manifest_files
         self.database_hash = recorded_hash
         self._maps = maps
@@ -226,15 +226,10 @@ class Database:
         self._table_by_name = {t.name: t for t in tables}
         self._task_by_name = {t.name: t for t in tasks}
 
-    @cached_property
-    def metadata(self) -> dict[str, Any]:
-        """``metadata.json``'s content (as :meth:`DatabaseMetadata.to_json` gives it)."""
-        return self.metadata_record.to_json()
-
     # identity
     @property
     def database_id(self) -> str:
-        return self.metadata_record.database_id
+        return self.metadata.database_id
 
     @property
     def database_hash_hex(self) -> str:
@@ -242,21 +237,21 @@ class Database:
 
     @property
     def num_rows(self) -> int:
-        return self.metadata_record.num_rows
+        return self.metadata.num_rows
 
     @property
     def num_edges(self) -> int:
-        return self.metadata_record.num_edges
+        return self.metadata.num_edges
 
     @cached_property
     def table_offsets(self) -> np.ndarray:
-        out = np.asarray(self.metadata_record.table_offsets, dtype=np.int64)
+        out = np.asarray(self.metadata.table_offsets, dtype=np.int64)
         out.flags.writeable = False
         return out
 
     @property
     def num_texts(self) -> int:
-        return self.metadata_record.num_texts
+        return self.metadata.num_texts
 
     def table(self, name: str) -> TableData:
         try:

@@ -36,6 +36,18 @@ class StageReport:
     spilled: int = 0  # bytes of working arrays spilled to scratch files in this stage
 
 
+@dataclass(frozen=True)
+class TableReport:
+    """One table as the build wrote it: rows, feature columns, edges out (its foreign keys'
+    edges) and dangling keys."""
+
+    name: str
+    rows: int
+    columns: int
+    edges: int
+    dangling: int
+
+
 @dataclass
 class PreprocessReport:
     path: str
@@ -51,7 +63,7 @@ class PreprocessReport:
     bytes: int
     seconds: float
     stages: list[StageReport]
-    tables: list[dict[str, Any]]
+    tables: list[TableReport]
     dangling: dict[str, int]
     warnings: list[str] = field(default_factory=list)
     memory_budget: int = 0  # bytes the working arrays could hold in memory

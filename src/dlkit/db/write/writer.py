@@ -93,7 +93,13 @@ from dlkit.db.write.metadata import (
 )
 from dlkit.db.write.plan import TablePlan, infer_string_column, plan_tables, where
 from dlkit.db.write.primary_keys import KeyIndex, read_primary_keys
-from dlkit.db.write.report import PreprocessReport, Progress, StageReport, timed_stage
+from dlkit.db.write.report import (
+    PreprocessReport,
+    Progress,
+    StageReport,
+    TableReport,
+    timed_stage,
+)
 from dlkit.db.write.scratch import Arrays, default_memory_budget
 from dlkit.db.write.source import DEFAULT_BATCH_ROWS, ReadAhead
 from dlkit.db.write.strings import StringColumn
@@ -426,11 +432,11 @@ def preprocess(
         bytes=builder.total_bytes,
         seconds=time.perf_counter() - started,
         stages=[builder.stages[name] for name in STAGES],
-        tables=[{
-            "name": p.name, "rows": p.num_rows, "columns": len(p.columns),
-            "edges": sum(f.num_edges for f in p.foreign_keys),
-            "dangling": sum(f.num_dangling for f in p.foreign_keys),
-        } for p in builder.plans],
+        tables=[TableReport(
+            name=p.name, rows=p.num_rows, columns=len(p.columns),
+            edges=sum(f.num_edges for f in p.foreign_keys),
+            dangling=sum(f.num_dangling for f in p.foreign_keys),
+        ) for p in builder.plans],
         dangling={f"{p.name}.{f.column}": f.num_dangling for p in builder.plans
                   for f in p.foreign_keys},
         warnings=builder.warnings,
