@@ -232,10 +232,6 @@ class Database:
         return self.metadata.database_id
 
     @property
-    def database_hash_hex(self) -> str:
-        return self.database_hash.hex()
-
-    @property
     def num_rows(self) -> int:
         return self.metadata.num_rows
 

@@ -129,10 +129,6 @@ class TableSource:
     def num_rows(self) -> int:
         return sum(self.file_rows)
 
-    @property
-    def num_bytes(self) -> int:
-        return sum(f.stat().st_size for f in self.files)
-
     @classmethod
     def open(cls, name: str, location: Path | list[Path]) -> TableSource:
         """The table at ``location``, or at several locations whose rows follow each other."""

@@ -265,7 +265,7 @@ class _Builder:
             assert writer is not None, "the tables pass made it"
             if writer.num_edges != self.num_edges:
                 raise AssertionError(f"edge count {writer.num_edges} != {self.num_edges}")
-            self.unsorted_lists = writer.finish()
+            writer.finish()
             if self.schema.aggregates.any:
                 self._aggregates(writer)
             self.progress.advance(self.num_edges)
@@ -286,6 +286,7 @@ class _Builder:
 
     def embeddings(self, hasher: Hasher) -> None:
         # the texts were embedded in the tables pass; here the column and category names are
+        # embedded
         with self._stage("embeddings", num_schema_embeddings(self.plans), "names") as st:
             write_schema_embeddings(self.plans, self.embedder, hasher, self.progress, st)
 
@@ -328,7 +329,7 @@ def _warm_up(embedder: Any, done: threading.Event, strict: bool = False) -> None
     scanned; the first real call then costs nothing. Sets ``done`` at the end."""
     try:
         # in the order a pass first needs them: a table's columns, its keys, the lookups of
-        # a table with foreign keys, its task seeds, then the graph stage's
+        # a table with foreign keys, its task seeds, then the graph stage's kernels
         state = welford_state()
         welford_update(*to_micros(pa.array([1, None], pa.timestamp("us")), ""), state)
         numbers, _ = to_numeric(pa.array([1.0, None]))  # read-only, as every converted batch

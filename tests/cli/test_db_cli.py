@@ -9,8 +9,7 @@ import pyarrow as pa
 import pytest
 
 from dlkit.db import load_schema, open_database, preprocess
-
-from .conftest import EXAMPLE, write_db
+from tests.db.conftest import EXAMPLE, write_db
 
 
 def test_preprocess_json_and_verify(dlkit, tmp_path):

@@ -1,5 +1,6 @@
-"""Atomic output: killed runs leave no database or a complete one; overwrite never leaves
-neither; leftovers of killed runs are removed by the next run."""
+"""Atomic output of ``preprocess`` (dlkit.atomic under a database build): killed runs leave no
+database or a complete one; overwrite never leaves neither; leftovers of killed runs are
+removed by the next run."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from dlkit.atomic import AtomicDirectory, TargetKind
 from dlkit.db import preprocess, verify_database
 from dlkit.db.output import DATABASE
 from dlkit.errors import OutputError
-
-from ..conftest import leftovers, write_db
+from tests.db.conftest import leftovers, write_db
 
 pytestmark = pytest.mark.slow
 
