@@ -292,7 +292,7 @@ class TableMetadata:
         return out
 
     @classmethod
-    def from_json(cls, obj: Any, t: int, offsets: list[Any], names: set[str], tally: _Tally,
+    def from_json(cls, obj: Any, t: int, offsets: list[int], names: set[str], tally: _Tally,
                   checks: Checks) -> TableMetadata:
         """Table ``t``, validated against ``table_offsets`` and the table ``names`` before it
         (its own added); ``tally`` counts its rows, column ids and categories."""

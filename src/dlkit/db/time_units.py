@@ -76,7 +76,8 @@ def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
     yoe = y - era * 400
     doy = (153 * np.where(m > 2, m - 3, m + 9) + 2) // 5 + d - 1
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146_097 + doe - 719_468
+    days: np.ndarray = era * 146_097 + doe - 719_468
+    return days
 
 
 _DAY_US = 86_400_000_000
