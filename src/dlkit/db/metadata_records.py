@@ -63,7 +63,7 @@ def _req(obj: Any, key: str, kind: type | tuple[type, ...], where: str, checks: 
     return value
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -75,7 +75,7 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def _names(value: Any, least: int) -> bool:
+def _names(value: object, least: int) -> bool:
     """Whether ``value`` is a list of at least ``least`` distinct non-empty strings."""
     return (isinstance(value, list) and len(value) >= least
             and all(isinstance(c, str) and c for c in value) and len(set(value)) == len(value))

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from dlkit.db.task_rules import TaskRules
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
 from dlkit.text import unknown_name
+
+if TYPE_CHECKING:
+    from dlkit.db.read.aggregates import AggregateData
 
 # --- the data classes of the reader API ----------------------------------------------------
 
@@ -210,7 +213,7 @@ class Database:
     def __init__(self, path: Path, metadata: DatabaseMetadata, manifest_files: dict[str, dict],
                  recorded_hash: bytes, maps: FileMaps, tables: tuple[TableData, ...], graph: Graph,
                  tasks: tuple[TaskData, ...], embeddings: dict[str, np.ndarray],
-                 texts: tuple[np.ndarray, np.ndarray], aggregates: Any = None):
+                 texts: tuple[np.ndarray, np.ndarray], aggregates: AggregateData | None = None):
         self.path = path
         # the as-of aggregate cells (dlkit.db.read.aggregates.AggregateData), None without
         self.aggregates = aggregates
