@@ -30,8 +30,8 @@ from dlkit.errors import InvalidArgumentError, SourcesFailedError, VerificationE
 from dlkit.text import counted
 
 if TYPE_CHECKING:
-    from dlkit.db.build.collection import SourceResult
     from dlkit.db.schema.spec import Schema
+    from dlkit.db.write.collection import SourceResult
     from dlkit.viewer.diagram import SchemaDiagram
 
 PANEL = "Relational database"
@@ -112,7 +112,7 @@ OnDangling = Annotated[str, typer.Option(
     "--on-dangling", metavar="<drop|error>",
     help="Foreign keys pointing to a missing parent: drop (keep the row, drop the edge, "
          "report) or error.")]
-# = dlkit.db.build.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
+# = dlkit.db.write.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
 # every command, --help included.
 DEFAULT_BATCH_ROWS = 1 << 18
 BatchRows = Annotated[int, typer.Option(
@@ -120,7 +120,7 @@ BatchRows = Annotated[int, typer.Option(
     help="Rows per record batch read from Parquet (the output does not depend on it).")]
 EmbedderName = Annotated[str, typer.Option(
     "--embedder", help="Text embedder: 'hashed' (built in, no download) or "
-                       "'package.module:factory' (see dlkit.db.build.embed).")]
+                       "'package.module:factory' (see dlkit.db.write.embed).")]
 EmbeddingDim = Annotated[int, typer.Option("--embedding-dim", min=1, max=65536,
                                            help="Embedding size.")]
 MemoryBudget = Annotated[str, typer.Option(
@@ -136,8 +136,8 @@ NoFsync = Annotated[bool, typer.Option("--no-fsync",
 def _build_options(on_dangling: str, batch_rows: int, embedder: str, embedding_dim: int,
                    memory_budget: str | None, no_fsync: bool) -> dict[str, Any]:
     """The keywords of :func:`dlkit.db.preprocess` the shared options give."""
-    from dlkit.db.build.embed import load_embedder
-    from dlkit.db.build.writer import ON_DANGLING
+    from dlkit.db.write.embed import load_embedder
+    from dlkit.db.write.writer import ON_DANGLING
 
     if on_dangling not in ON_DANGLING:
         raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
@@ -180,7 +180,7 @@ def _preprocess_and_report(input_dir: Path, output: Path, schema: Path | Schema 
                            overwrite: bool, as_json: bool, quiet: bool,
                            options: dict[str, Any]) -> None:
     """Build one database and print its report (the body of `preprocess`)."""
-    from dlkit.db.build.writer import preprocess as run
+    from dlkit.db.write.writer import preprocess as run
 
     show = not quiet and not as_json
     if show:
@@ -202,8 +202,8 @@ def _preprocess_and_report(input_dir: Path, output: Path, schema: Path | Schema 
     for name in ("table", "rows", "columns", "edges out", "dangling"):
         tables.add_column(name, justify="left" if name == "table" else "right")
     for t in report.tables:
-        tables.add_row(plain(t["name"]), f"{t['rows']:,}", str(t["columns"]), f"{t['edges']:,}",
-                       f"{t['dangling']:,}")
+        tables.add_row(plain(t.name), f"{t.rows:,}", str(t.columns), f"{t.edges:,}",
+                       f"{t.dangling:,}")
     err_console.print(tables)
     stages = Table(title="stages", title_justify="left")
     spilled = report.spilled_bytes > 0  # a column only when the budget was exceeded
@@ -235,7 +235,8 @@ def preprocess_many(
         ..., help="A directory whose sub-directories are sources (each a directory of Parquet "
                   "tables with its dlkit.toml), or a text file listing source directories, "
                   "one per line."),
-    out_dir: Path = typer.Argument(..., help="Directory of the databases, one per source, named as the source directory."),
+    out_dir: Path = typer.Argument(
+        ..., help="Directory of the databases, one per source, named as the source directory."),
     shard: int = typer.Option(0, "--shard", min=0,
                               help="This run's shard, 0 <= I < N (a job array's task index)."),
     num_shards: int = typer.Option(1, "--num-shards", min=1,
@@ -263,8 +264,8 @@ def preprocess_many(
 
         dlkit preprocess-many sources/ dbs/ --shard $SLURM_ARRAY_TASK_ID --num-shards 8 --skip-existing
     """
-    from dlkit.db.build.collection import Outcome, check_shard
-    from dlkit.db.build.collection import preprocess_many as run
+    from dlkit.db.write.collection import Outcome, check_shard
+    from dlkit.db.write.collection import preprocess_many as run
 
     try:
         check_shard(shard, num_shards)
@@ -366,8 +367,8 @@ def schema_infer(
     RelBench dataset directory (db/ and tasks/) gives its exact schema, tasks included.
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.schema.infer import infer_schema
     from dlkit.db.schema.spec import SCHEMA_FILE
+    from dlkit.db.write.infer import infer_schema
 
     if out is not None:  # before the work: a refused output wastes none of it
         tables = {f"the input {entry.name}": Path(entry.path)
@@ -395,7 +396,7 @@ def schema_infer(
 @contextlib.contextmanager
 def _printing_relbench_warnings() -> Iterator[None]:
     """What a RelBench import leaves out, as warnings on stderr."""
-    from dlkit.db.schema.relbench import RelbenchWarning
+    from dlkit.db.write.relbench import RelbenchWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RelbenchWarning)
@@ -415,11 +416,11 @@ def _diagram_of(source: Path) -> SchemaDiagram:
         from dlkit.db import open_database
 
         with open_database(source) as db:
-            return diagram_of_metadata(db.metadata_record)
+            return diagram_of_metadata(db.metadata)
     if source.is_dir() and (source / SCHEMA_FILE).is_file():
         return diagram_of_schema(load_schema(source / SCHEMA_FILE))
     if source.is_dir():
-        from dlkit.db.schema.infer import infer_schema
+        from dlkit.db.write.infer import infer_schema
 
         schema, _text = infer_schema(source)
         return diagram_of_schema(schema)
@@ -503,7 +504,7 @@ def import_relbench(
                                         "an existing --schema-out file."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+                                      "'package.module:factory' (see dlkit.db.write.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -519,8 +520,8 @@ def import_relbench(
         dlkit import relbench ~/.cache/relbench/rel-f1 out/rel-f1 --task driver-dnf
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.schema.relbench import relbench_schema
     from dlkit.db.schema.spec import parse_schema
+    from dlkit.db.write.relbench import relbench_schema
 
     if schema_out is not None:  # before the work: a refused output wastes none of it
         check_output_file(schema_out, overwrite)
@@ -568,7 +569,7 @@ def import_sql(
                                         "output does not depend on it)."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+                                      "'package.module:factory' (see dlkit.db.write.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     memory_budget: str = typer.Option(None, "--memory-budget",
                                       help="Memory for the build's working arrays, e.g. 2G (see "
@@ -587,8 +588,8 @@ def import_sql(
 
         dlkit import sql sqlite:///shop.db out/shop --time orders.created_at
     """
-    from dlkit.db.build.sql_source import import_sql as run
     from dlkit.db.schema.sql_schema import SqlSchemaOptions
+    from dlkit.db.write.sql_source import import_sql as run
 
     build_options = _build_options(on_dangling, batch_rows, embedder, embedding_dim,
                                    memory_budget, no_fsync)

@@ -41,7 +41,7 @@ from dlkit.core.records import (
     Visits,
     Walk,
 )
-from dlkit.db.schema.task_rules import TaskRules, rules_of
+from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError, SamplerShutdown
 from dlkit.sampler.aggregates import kernel_aggregates
 from dlkit.sampler.catalog import (

@@ -19,7 +19,7 @@ import numpy as np
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NUMERIC, TEXT, TIMESTAMP
 from dlkit.core.lists import EMPTY_LISTS, append_array
 from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
-from dlkit.db.schema.task_rules import rules_of
+from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
 from dlkit.sampler.aggregates import aggregate_cells
 
