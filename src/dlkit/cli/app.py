@@ -142,7 +142,7 @@ app = typer.Typer(
         "Performance: `bench` (the prefetch engine against a sequential loop).\n\n"
         "Relational database: `preprocess`, `preprocess-many`, `verify`, `schema infer`, "
         "`import relbench`, `import sql`.\n\n"
-        "Relational sampling: `manifest`, `batches`, `show`.\n\n"
+        "Relational sampling: `manifest`, `batches`, `show`, `mixture check`.\n\n"
         "Seeing the data: `info`, `schema diagram`, `view`, `curves`."
     ),
     no_args_is_help=True,
@@ -213,6 +213,7 @@ COMMAND_MODULES: dict[str, str] = {
     "schema": "dlkit.cli.db",
     "import": "dlkit.cli.db",
     "manifest": "dlkit.cli.relational",
+    "mixture": "dlkit.cli.mixture",
     "batches": "dlkit.cli.relational",
     "show": "dlkit.cli.relational",
     "info": "dlkit.cli.view",

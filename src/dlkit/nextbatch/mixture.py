@@ -72,7 +72,7 @@ class MixtureOrder:
 
     @property
     def mixture_hash(self) -> bytes:
-        return cbor_sha256([MIXTURE_HASH_TAG, list(self.names), list(self.weights)])
+        return mixture_hash(self.names, self.weights)
 
     def prefix(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.weights)]).astype(np.uint64)
@@ -99,6 +99,12 @@ class MixtureOrder:
         weight = np.asarray(self.weights, dtype=np.int64)[component]
         local = blocks * weight + (slots.astype(np.int64) - prefix[component].astype(np.int64))
         return component, local
+
+
+def mixture_hash(names: Sequence[str], weights: Sequence[int]) -> bytes:
+    """``SHA-256(CBOR(["dlkit_mixture_v1", [names...], [weights...]]))``: another name, weight
+    or order is another mixture."""
+    return cbor_sha256([MIXTURE_HASH_TAG, list(names), list(weights)])
 
 
 def _block_slots(replay_token: bytes, mixture_hash: bytes, block_size: int, block: int,
