@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install '$(TORCH_PIN)'
-	$(BIN)/python -m pip install -e '.[test,torch,jax,lint,sql,bench]'
+	$(BIN)/python -m pip install -e '.[test,torch,jax,lint,sql,bench,text]'
 	touch $@
 
 venv: $(STAMP)  ## create .venv: dlkit with the test, torch, jax, lint, sql and bench extras

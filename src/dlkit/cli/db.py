@@ -119,10 +119,12 @@ BatchRows = Annotated[int, typer.Option(
     "--batch-rows", min=1,
     help="Rows per record batch read from Parquet (the output does not depend on it).")]
 EmbedderName = Annotated[str, typer.Option(
-    "--embedder", help="Text embedder: 'hashed' (built in, no download) or "
+    "--embedder", help="Text embedder: 'hashed' (built in, no download), 'minilm' "
+                       "(all-MiniLM-L6-v2 offline, the text extra) or "
                        "'package.module:factory' (see dlkit.db.write.embed).")]
-EmbeddingDim = Annotated[int, typer.Option("--embedding-dim", min=1, max=65536,
-                                           help="Embedding size.")]
+EmbeddingDim = Annotated[int, typer.Option(
+    "--embedding-dim", min=1, max=65536,
+    help="Embedding size (default: 64 for hashed; a model's own width for minilm).")]
 MemoryBudget = Annotated[str, typer.Option(
     "--memory-budget",
     help="Memory for the build's working arrays (row times, primary keys, key indexes, "
@@ -133,7 +135,7 @@ NoFsync = Annotated[bool, typer.Option("--no-fsync",
                                        help="Skip fsync before the rename (faster; not crash-safe).")]
 
 
-def _build_options(on_dangling: str, batch_rows: int, embedder: str, embedding_dim: int,
+def _build_options(on_dangling: str, batch_rows: int, embedder: str, embedding_dim: int | None,
                    memory_budget: str | None, no_fsync: bool) -> dict[str, Any]:
     """The keywords of :func:`dlkit.db.preprocess` the shared options give."""
     from dlkit.db.write.embed import load_embedder
@@ -156,7 +158,7 @@ def preprocess(
     on_dangling: OnDangling = "drop",
     batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
     embedder: EmbedderName = "hashed",
-    embedding_dim: EmbeddingDim = 64,
+    embedding_dim: EmbeddingDim = None,  # type: ignore[assignment]  # typer: None is "not given"
     memory_budget: MemoryBudget = None,  # type: ignore[assignment]  # typer: None is "not given"
     no_fsync: NoFsync = False,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -248,7 +250,7 @@ def preprocess_many(
     on_dangling: OnDangling = "drop",
     batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
     embedder: EmbedderName = "hashed",
-    embedding_dim: EmbeddingDim = 64,
+    embedding_dim: EmbeddingDim = None,  # type: ignore[assignment]  # typer: None is "not given"
     memory_budget: MemoryBudget = None,  # type: ignore[assignment]  # typer: None is "not given"
     no_fsync: NoFsync = False,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -502,11 +504,9 @@ def import_relbench(
     overwrite: bool = typer.Option(False, "--overwrite",
                                    help="Replace an existing database at OUTPUT (atomically) and "
                                         "an existing --schema-out file."),
-    embedder: str = typer.Option("hashed", "--embedder",
-                                 help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.write.embed)."),
-    embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
-    no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
+    embedder: EmbedderName = "hashed",
+    embedding_dim: EmbeddingDim = None,  # type: ignore[assignment]  # typer: None is "not given"
+    no_fsync: NoFsync = False,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars on stderr."),
 ) -> None:
@@ -561,20 +561,16 @@ def import_sql(
     overwrite: bool = typer.Option(False, "--overwrite",
                                    help="Replace an existing database at OUTPUT (atomically) and "
                                         "an existing schema file."),
-    on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
-                                    help="Foreign keys pointing to a missing parent: drop (keep "
-                                         "the row, drop the edge, report) or error."),
+    on_dangling: OnDangling = "drop",
     batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
                                    help="Rows per record batch read from the database (the "
                                         "output does not depend on it)."),
-    embedder: str = typer.Option("hashed", "--embedder",
-                                 help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.write.embed)."),
-    embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
+    embedder: EmbedderName = "hashed",
+    embedding_dim: EmbeddingDim = None,  # type: ignore[assignment]  # typer: None is "not given"
     memory_budget: str = typer.Option(None, "--memory-budget",
                                       help="Memory for the build's working arrays, e.g. 2G (see "
                                            "`dlkit preprocess --help`)."),
-    no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
+    no_fsync: NoFsync = False,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary on stderr."),
 ) -> None:

@@ -116,13 +116,21 @@ def embed_texts(embedder: Any, texts: list[str] | pa.Array) -> np.ndarray:
     return np.ascontiguousarray(out)
 
 
-def load_embedder(spec: str | None, dim: int = DEFAULT_DIM) -> Any:
-    """The embedder named by ``spec``: None / ``hashed`` for the default, else ``module:factory``."""
+def load_embedder(spec: str | None, dim: int | None = None) -> Any:
+    """The embedder named by ``spec``: None / ``hashed`` for the default, ``minilm`` for the
+    sentence encoder of the ``text`` extra (:mod:`dlkit.db.write.sentence`), else
+    ``module:factory``. ``dim`` None: the embedder's own width (64 for the default)."""
     if spec in (None, "", "hashed", HashedNgramEmbedder.name):
-        return HashedNgramEmbedder(dim=dim)
+        return HashedNgramEmbedder(dim=DEFAULT_DIM if dim is None else dim)
+    from dlkit.db.write.sentence import ALIASES, SentenceEmbedder
+
+    if spec in ALIASES:
+        return SentenceEmbedder(dim)
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise InvalidArgumentError(f"--embedder must be 'hashed' or 'module:factory', got {spec!r}")
+        raise InvalidArgumentError(f"--embedder must be 'hashed', 'minilm' or 'module:factory', "
+                                   f"got {spec!r}")
+    dim = DEFAULT_DIM if dim is None else dim
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
