@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
@@ -56,6 +57,10 @@ def _commands(db: Path, tmp: Path) -> dict[str, list]:
         con.executescript("CREATE TABLE u (id INTEGER PRIMARY KEY, x REAL);"
                           "CREATE TABLE o (uid INTEGER REFERENCES u (id));"
                           "INSERT INTO u VALUES (1, 0.5), (2, 1.5); INSERT INTO o VALUES (1);")
+    collection = tmp / "collection"
+    shutil.copytree(EXAMPLE, collection / "shop")
+    mixture = tmp / "dlkit-mixture.toml"
+    mixture.write_text(f"[[component]]\ndatabase = '{db}'\ntask = 'review_rating'\n")
     return {
         "sample": ["sample", manifest, "-d", "ds", "--steps", 2, "--out", tmp / "i{n}.txt",
                    "--trace", tmp / "t{n}.cbor"],
@@ -74,6 +79,8 @@ def _commands(db: Path, tmp: Path) -> dict[str, list]:
         "schema diagram": ["schema", "diagram", db, "--format", "dot"],
         "view": ["view", db, "-o", tmp / "v{n}.html", "--seeds", 1, "-S", 32],
         "curves": ["curves", record, "-o", tmp / "c{n}.svg"],
+        "preprocess-many": ["preprocess-many", collection, tmp / "dbs{n}", "--no-fsync"],
+        "mixture check": ["mixture", "check", mixture],
     }
 
 

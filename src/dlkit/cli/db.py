@@ -281,6 +281,9 @@ def preprocess_many(
 
         def done(result: SourceResult) -> None:
             bar.advance(job, 1)
+            for warning in result.warnings:  # not a summary: --quiet and --json keep them
+                err_console.print(f"[yellow]warning[/]: {plain(result.name)}: {plain(warning)}",
+                                  highlight=False)
             if result.outcome is Outcome.FAILED and not as_json:
                 err_console.print(f"[red]failed[/] {plain(result.name)}: "
                                   f"{plain(result.error or '')}", highlight=False)

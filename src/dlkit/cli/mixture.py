@@ -22,6 +22,8 @@ app.add_typer(mixture_app, name="mixture", rich_help_panel=PANEL)
 def check(
     mixture: Path = typer.Argument(..., help="The mixture file (dlkit-mixture.toml)."),
     as_json: bool = typer.Option(False, "--json", help="Print the check as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
+                               help="Accepted for uniformity: check prints only its result."),
 ) -> None:
     """Check a mixture against its databases and print its components, seeds and weights.
 

@@ -62,12 +62,13 @@ class SourceResult:
     database_hash: str | None = None
     error_code: str | None = None
     error: str | None = None
+    warnings: tuple[str, ...] = ()  # the build's, as `dlkit preprocess` prints them
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "output": self.output,
                 "outcome": self.outcome.value, "seconds": round(self.seconds, 3),
                 "database_hash": self.database_hash, "error_code": self.error_code,
-                "error": self.error}
+                "error": self.error, "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ def _build_one(source: Source, output: Path, *, skip_existing: bool,
         return result(Outcome.FAILED, error_code=exc.code, error=_one_line(exc))
     except DlkitError as exc:
         return result(Outcome.FAILED, error_code=exc.code, error=_one_line(exc))
-    return result(Outcome.BUILT, database_hash=report.database_hash)
+    return result(Outcome.BUILT, database_hash=report.database_hash,
+                  warnings=tuple(report.warnings))
 
 
 def preprocess_many(collection: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
