@@ -66,5 +66,5 @@ def kernel_aggregates(db: Any, catalog: Any, child_offsets: np.ndarray) -> Aggre
         mean[j], std[j] = float(cell.mean), float(cell.std)
     counts = np.asarray(data.counts, dtype=np.int64)
     sums = np.asarray(data.sums, dtype=np.float64)
-    return Aggregates(catalog.col_agg, kind, source_col, count_at, sum_at, base, mean, std,
+    return Aggregates(catalog.agg, kind, source_col, count_at, sum_at, base, mean, std,
                       counts, sums)

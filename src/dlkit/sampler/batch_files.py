@@ -21,13 +21,14 @@ from dlkit.atomic import AtomicDirectory, TargetKind
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, ChildPolicy, TaskView
+from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, ChildPolicy
 from dlkit.sampler.channel import build_job
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.labels import LabelInfo
 from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
 from dlkit.sampler.schedule import Job, Schedule
 from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS, SplitRatios, split_index
+from dlkit.sampler.tasks import TaskView
 
 INDEX_FILE = "index.json"
 

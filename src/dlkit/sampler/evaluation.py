@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlkit.sampler.batch import BatchBuilder, BuiltBatch, TaskView
+from dlkit.sampler.batch import BatchBuilder, BuiltBatch
+from dlkit.sampler.tasks import TaskView
 
 EVAL_EPOCH = 0
 

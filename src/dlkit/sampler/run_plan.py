@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import RunManifest, Stage
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import TaskView
 from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule, open_streams
 from dlkit.sampler.splits import (
@@ -31,6 +30,7 @@ from dlkit.sampler.splits import (
     train_sampling_mode,
 )
 from dlkit.sampler.state import ChannelState
+from dlkit.sampler.tasks import TaskView
 
 
 @dataclass(frozen=True)
