@@ -20,6 +20,7 @@ from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
 from dlkit.core.records import BatchOutput, Seeds, Visits, Walk
 from dlkit.errors import InvalidArgumentError, SamplerShutdown
+from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo
 from dlkit.sampler.resident import ResidentDatabase, place, read_resident
 from dlkit.sampler.shared import SharedSegment
@@ -225,7 +226,7 @@ class BatchBuilder:
     ``local_copies`` is how many processes on this machine build batches from the same
     database (the local ranks): the automatic huge-page choice counts a copy for each."""
 
-    def __init__(self, db: Any, config: BatchConfig, seed: int, local_copies: int = 1):
+    def __init__(self, db: SamplerDatabase, config: BatchConfig, seed: int, local_copies: int = 1):
         self.db = db
         self.config = config
         self.seed = int(seed)

@@ -23,6 +23,7 @@ from dlkit.core.records import ColumnLists, Columns, Graph, RowValues, Tables
 from dlkit.db.schema.task_rules import rules_of
 from dlkit.errors import DatabaseError
 from dlkit.sampler.aggregates import aggregate_cells
+from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.shared import Memory
 
 _VALUE_DTYPES = {NUMERIC: np.float64, BOOLEAN: np.uint8, TIMESTAMP: np.int64,
@@ -38,7 +39,8 @@ def _typed_lists(arrays: dict[Any, list[np.ndarray]]
     tuples: dict[np.dtype, tuple[np.ndarray, ...]] = {}
     lists = []
     for dtype in _LIST_DTYPES:
-        typed = EMPTY_LISTS[dtype]()
+        make_list: Callable[[], Any] = EMPTY_LISTS[dtype]  # a kernel: typed by numba
+        typed = make_list()
         for array in arrays[dtype]:
             append_array(typed, array)
         tuples[dtype] = tuple(arrays[dtype])
@@ -227,7 +229,7 @@ def validity_bitmap(column: Any, n: int, what: str, path: Any) -> np.ndarray:
     return readonly_view(bitmap, np.uint8, (n + 7) // 8, f"{what} validity bitmap", path)
 
 
-def build_catalog(db: Any, graph: Graph) -> ColumnCatalog:
+def build_catalog(db: SamplerDatabase, graph: Graph) -> ColumnCatalog:
     """Validate and index every non-key column of ``db`` (the reader API of database_format);
     ``graph`` is its graph (``dlkit.sampler.graph.graph_of``), for the tables' links."""
     path = getattr(db, "path", None)

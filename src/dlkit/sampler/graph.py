@@ -19,6 +19,7 @@ import numpy as np
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
 from dlkit.core.records import Graph
 from dlkit.sampler.catalog import readonly_view
+from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.shared import Memory, PrivateMemory
 
 # Edge records pack a row's parent and child counts in 32 bits each.
@@ -38,7 +39,7 @@ def _int_dtype(array: Any) -> np.dtype:
     return dtype if dtype in (np.dtype(np.int32), np.dtype(np.int64)) else np.dtype(np.int64)
 
 
-def graph_of(db: Any) -> Graph:
+def graph_of(db: SamplerDatabase) -> Graph:
     """``db.graph`` (the reader API of docs/database_format.md) as the kernels' record, its
     arrays read-only views of the database's, with empty edge records."""
     g, n, path = db.graph, int(db.num_rows), getattr(db, "path", None)
@@ -62,12 +63,12 @@ def graph_of(db: Any) -> Graph:
 
 def has_records(graph: Graph) -> bool:
     """Whether the walk reads ``graph``'s edge records (else the CSR alone)."""
-    return graph.parent_records.shape[0] > 0
+    return int(graph.parent_records.shape[0]) > 0
 
 
 def records_fit(graph: Graph) -> bool:
     """Graphs of fewer than 2^31 edges (each way) always fit in edge records."""
-    return graph.parent_ids.shape[0] < MAX_RECORD_EDGES
+    return int(graph.parent_ids.shape[0]) < MAX_RECORD_EDGES
 
 
 def walked(graph: Graph) -> tuple[np.ndarray, ...]:

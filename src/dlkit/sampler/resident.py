@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from dlkit.sampler.catalog import (
     row_layout,
     row_values,
 )
+from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.graph import graph_of, huge_page_bytes, huge_page_graph
 from dlkit.sampler.hugepages import memory_path
 from dlkit.sampler.shared import Memory, PrivateMemory, SegmentSizer, SharedSegment, segment_key
@@ -88,7 +88,7 @@ class ResidentDatabase:
             self.segment.close()
 
 
-def read_resident(db: Any) -> ResidentDatabase:
+def read_resident(db: SamplerDatabase) -> ResidentDatabase:
     """``db``'s records as views of its memory map, every array and task validated (a
     corrupt database is a ``DatabaseError`` naming what is wrong, never a kernel's
     out-of-bounds read)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from dlkit.core.records import Task
 from dlkit.db.schema.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.catalog import ColumnCatalog, readonly_view
+from dlkit.sampler.database import SamplerDatabase, SamplerTask
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo, labels_of
 from dlkit.text import unknown_name
 
@@ -58,12 +58,12 @@ class TaskView:
                          self.target_std)
 
 
-def task_views(db: Any, catalog: ColumnCatalog) -> tuple[TaskView, ...]:
+def task_views(db: SamplerDatabase, catalog: ColumnCatalog) -> tuple[TaskView, ...]:
     """Every task of ``db`` (whose columns ``catalog`` indexes), validated, in task order."""
     return tuple(_task_view(db, catalog, task) for task in db.tasks)
 
 
-def _task_view(db: Any, catalog: ColumnCatalog, task: Any) -> TaskView:
+def _task_view(db: SamplerDatabase, catalog: ColumnCatalog, task: SamplerTask) -> TaskView:
     path = getattr(db, "path", None)
     table = db.table(task.table)
     target_col = catalog.index(table.name, task.target_column)
@@ -102,7 +102,7 @@ def find_task(views: tuple[TaskView, ...], name_or_index: str | int) -> TaskView
                                             "the database"))
 
 
-def label_info(db: Any, catalog: ColumnCatalog, task: TaskView) -> LabelInfo:
+def label_info(db: SamplerDatabase, catalog: ColumnCatalog, task: TaskView) -> LabelInfo:
     """What ``task``'s labels are (see ``dlkit.sampler.labels``); ``db`` is the open database
     whose columns ``catalog`` indexes (for the target's category names)."""
     table = db.tables[task.table_index]
