@@ -2,10 +2,10 @@
 """Benchmark value-based key inference (``dlkit schema infer``) on millions of rows.
 
 Generates (once, cached under --workdir) the five-table flights database of the tests
-(tests/db/schema/infer_data.py: string keys carrier / faa / tailnum / obs_key / id, 15% of tail
+(tests/db/write/infer_data.py: string keys carrier / faa / tailnum / obs_key / id, 15% of tail
 numbers dangling) with --flights rows in ``flights``, then times in one process:
 
-1. ``sampled``: dlkit's key search (``dlkit.db.schema.infer.probe_columns`` + ``find_keys``): each
+1. ``sampled``: dlkit's key search (``dlkit.db.write.infer.probe_columns`` + ``find_keys``): each
    key-kind column read in about ``READ_ROWS`` rows, ``SAMPLE_ROWS`` of them looked up in each
    key candidate's index; only would-be keys read whole;
 2. ``exact``: the obvious alternative: every key-kind column read whole, uniqueness by
@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlkit.db.build.source import TableSource  # noqa: E402
-from dlkit.db.schema import infer  # noqa: E402
 from dlkit.db.schema.arrow_types import KEY_FAMILIES, type_family  # noqa: E402
-from tests.db.schema.infer_data import FLIGHTS_FOREIGN, FLIGHTS_PRIMARY, write_flights  # noqa: E402
+from dlkit.db.write import infer  # noqa: E402
+from dlkit.db.write.source import TableSource  # noqa: E402
+from tests.db.write.infer_data import FLIGHTS_FOREIGN, FLIGHTS_PRIMARY, write_flights  # noqa: E402
 
 
 def sampled(sources):

@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from dlkit.db.build.convert import to_string_buffers  # noqa: E402
-from dlkit.db.build.primary_keys import KeyIndex  # noqa: E402
+from dlkit.db.write.convert import to_string_buffers  # noqa: E402
+from dlkit.db.write.primary_keys import KeyIndex  # noqa: E402
 
 BATCH_ROWS = 1 << 18
 

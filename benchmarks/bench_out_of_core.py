@@ -13,7 +13,7 @@ each a real ``dlkit`` process whose anonymous memory (RssAnon: what the budget b
 mapped files are the page cache's) is sampled every 20 ms. Printed: wall time, time per edge
 and its ratio to the in-RAM build, peak anonymous memory against the budget, bytes spilled
 (from ``--json``), and both database hashes' stability is left to the tests (a spilled
-build writes the same bytes: ``tests/db/build/test_memory_budget.py``).
+build writes the same bytes: ``tests/db/write/test_memory_budget.py``).
 
 3. ``sampler``: the ``Sampler`` (B=32, S=1024, R=256, one producer thread) on the large
    database, from a cold page cache (its files evicted with ``posix_fadvise(DONTNEED)``) and

@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_out_of_core import gib, preprocess  # noqa: E402
 
 from dlkit.cli.db import parse_size  # noqa: E402
-from dlkit.db.build.scratch import Arrays, default_memory_budget  # noqa: E402
-from dlkit.db.build.texts import TextIndex  # noqa: E402
+from dlkit.db.write.scratch import Arrays, default_memory_budget  # noqa: E402
+from dlkit.db.write.texts import TextIndex  # noqa: E402
 
 BATCH_ROWS = 1 << 18
 TEXTS = ("body", "title")

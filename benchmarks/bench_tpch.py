@@ -277,8 +277,8 @@ def main() -> None:
     assert total == report.num_edges
     print(f"every edge checked against DuckDB's join, both directions: {total:,}")
     if args.sql:
-        from dlkit.db.build.sql_source import import_sql
         from dlkit.db.schema.sql_schema import SqlSchemaOptions
+        from dlkit.db.write.sql_source import import_sql
 
         started = time.perf_counter()
         url = duckdb_file(data, args.work / f"tpch-sf{args.sf:g}.duckdb")
@@ -291,8 +291,8 @@ def main() -> None:
                                   f"{t}.{c}" for t, c in TIME.items())))
         sql_s = time.perf_counter() - started
         export_s = sql_s - imported.build.seconds
-        same = ({t["name"]: (t["rows"], t["edges"]) for t in imported.build.tables}
-                == {t["name"]: (t["rows"], t["edges"]) for t in report.tables})
+        same = ({t.name: (t.rows, t.edges) for t in imported.build.tables}
+                == {t.name: (t.rows, t.edges) for t in report.tables})
         hashes = imported.build.database_hash == report.database_hash
         print(f"dlkit import sql (catalog keys): {sql_s:.2f} s, of which the export to Parquet "
               f"{export_s:.2f} s; rows and edges per table "

@@ -4,11 +4,11 @@ known, and how long each draft takes.
 
 Schemas (all generated or bundled, nothing downloaded):
 
-- ``baseball``: a Lahman-like database (tests/db/schema/test_infer_composite.py): Teams keyed
+- ``baseball``: a Lahman-like database (tests/db/write/test_infer_composite.py): Teams keyed
   by (yearID, teamID), Batting by (playerID, yearID, stint) referring to Teams and People,
   People.altID a copy of the key in 90% of rows, an unlinked table;
 - ``flights``: five tables with string codes, 15% of tail numbers dangling
-  (tests/db/schema/infer_data.py);
+  (tests/db/write/infer_data.py);
 - ``int-ids``: integer ids 0..n everywhere (the same module);
 - ``relbench-fake``: the repository's RelBench fixture with its key metadata removed (the
   metadata is the truth: keys, foreign keys and time columns).
@@ -48,8 +48,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
-from dlkit.db.schema.infer import infer_schema  # noqa: E402
-from tests.db.schema.infer_data import (  # noqa: E402
+from tests.db.schema.test_infer_composite import write_baseball  # noqa: E402
+
+from dlkit.db.write.infer import infer_schema  # noqa: E402
+from tests.db.write.infer_data import (  # noqa: E402
     FLIGHTS_FOREIGN,
     FLIGHTS_PRIMARY,
     INT_FOREIGN,
@@ -57,7 +59,6 @@ from tests.db.schema.infer_data import (  # noqa: E402
     write_flights,
     write_integer_ids,
 )
-from tests.db.schema.test_infer_composite import write_baseball  # noqa: E402
 
 Key = tuple[str, ...]
 Truth = tuple[dict[str, Key], dict[tuple[str, Key], str], dict[str, str]]

@@ -578,7 +578,7 @@ def train(args: common.TrainArgs, procs: Processes,
     tables = dlkit.jax.upload_tables(sampler, procs.mesh)
     cfg = ModelConfig(d_model=args.d_model, heads_per_relation=1, layers=args.layers,
                       table_dim=int(tables["column_embeddings"].shape[1]),
-                      text_dim=int(sampler.database_metadata()["embeddings"]["text_dim"]),
+                      text_dim=sampler.database_metadata().embeddings.text_dim,
                       out_dim=info.num_classes if info.stype == CATEGORICAL else 1,
                       stype=info.stype, block=args.attention_block)
     optimizer = make_optimizer(args)

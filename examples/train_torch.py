@@ -445,7 +445,7 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
               "categorical": resident["categorical_embeddings"].float()}
     if tables["categorical"].shape[0] == 0:  # no categorical column: one unused row
         tables["categorical"] = torch.zeros(1, tables["column"].shape[1])
-    text_dim = int(sampler.database_metadata()["embeddings"]["text_dim"])
+    text_dim = sampler.database_metadata().embeddings.text_dim
     cfg = ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
                       table_dim=tables["column"].shape[1], text_dim=text_dim,
                       num_classes=info.num_classes if info.stype == common.CATEGORICAL else 0,

@@ -81,3 +81,52 @@ def test_the_graph_resolves_relative_and_lazy_imports(tmp_path):
         ("low", "errors"): 1, ("high", "low"): 3, ("high", "dlkit"): 1}
     assert import_graph.render(import_graph.import_graph(package)).splitlines()[0].split() == [
         "high", "->", "dlkit", "1"]
+
+
+# --- db's rooms (docs: dlkit/db/__init__.py) --------------------------------------------------
+
+DB_ROOMS = sorted(path.parent.name for path in (SRC / "db").glob("*/__init__.py"))
+DB_GRAPH = import_graph.import_graph(SRC / "db", "dlkit.db")
+# Bottom up: the format (every module directly in dlkit.db) 0; schema and read side by side;
+# write on top; the dlkit.db namespace, which names the public things of all, above them.
+ROOM_LEVEL = {"schema": 1, "read": 1, "write": 2, "db": 3}
+
+
+def room_violations(graph) -> list[tuple[str, str]]:
+    """Edges into a room above the source, or across to a room beside it (the format's
+    modules may import one another)."""
+    def level(node: str) -> int:
+        return ROOM_LEVEL.get(node, 0)
+
+    return sorted((source, target) for (source, target) in graph
+                  if level(target) > level(source) or level(target) == level(source) > 0)
+
+
+def test_db_has_the_known_rooms_and_edges():
+    assert DB_ROOMS == ["read", "schema", "write"]  # a new room needs its place in ROOM_LEVEL
+    assert ("write", "schema") in DB_GRAPH and ("read", "metadata_records") in DB_GRAPH
+    assert ("metadata_records", "format") in DB_GRAPH  # the format's modules among themselves
+
+
+def test_db_rooms_import_downward_only():
+    assert room_violations(DB_GRAPH) == []
+
+
+@pytest.mark.parametrize("source, target, refused", [
+    ("read", "write", True), ("schema", "write", True), ("schema", "read", True),
+    ("read", "schema", True), ("metadata_records", "read", True), ("format", "schema", True),
+    ("write", "schema", False), ("read", "keys", False), ("keys", "format", False)])
+def test_a_db_room_importing_upward_is_a_violation(source, target, refused, tmp_path):
+    """The rule is not vacuous: a planted import of a room above or beside is refused, one
+    downward is not."""
+    db = tmp_path / "db"
+    for room in DB_ROOMS:
+        (db / room).mkdir(parents=True)
+        (db / room / "__init__.py").write_text("")
+    for module in ("format", "keys", "metadata_records"):
+        (db / f"{module}.py").write_text("")
+    planted = db / source / "planted.py" if source in DB_ROOMS else db / f"{source}.py"
+    planted.write_text(f"def f():\n    from dlkit.db.{target} import x\n")
+    graph = import_graph.import_graph(db, "dlkit.db")
+    assert (source, target) in graph
+    assert room_violations(graph) == ([(source, target)] if refused else [])

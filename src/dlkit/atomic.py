@@ -372,7 +372,7 @@ class AtomicDirectory:
             except BlockingIOError:
                 os.close(fd)
                 raise OutputError(f"another dlkit process is writing this {self.kind.name} "
-                                  "right now", path=self.target) from None
+                                  "right now", path=self.target, code="BUSY") from None
             # The file may have been unlinked by its previous holder between open and flock.
             try:
                 same = os.stat(self._lock_path).st_ino == os.fstat(fd).st_ino

@@ -44,7 +44,7 @@ class OutputError(DlkitError, OSError):
     code = "OUTPUT_ERROR"
 
 
-# --- NextBatch_v2 failure codes (seed 0.K, profile P7) ------------------------------------
+# --- NextBatch_v2 failure codes (docs/nextbatch_v2.md, "One call": Validation) ----------
 
 
 class NextBatchError(DlkitError):
@@ -149,6 +149,13 @@ class GoldenMismatchError(VerificationError):
 
 
 # --- runtime --------------------------------------------------------------------------
+
+
+class SourcesFailedError(DlkitError):
+    """Sources of a collection failed to build (each is named in the run's report); the
+    others were built."""
+
+    code = "SOURCES_FAILED"
 
 
 class SamplerShutdown(DlkitError, RuntimeError):

@@ -63,6 +63,7 @@ def test_an_unknown_task_is_invalid_argument_with_a_suggestion_everywhere(exampl
         "show": run_dlkit("show", example_db, "-t", "review_ratin", "-a", "0"),
         "batches": run_dlkit("batches", example_db, "-t", "review_ratin", "-s", "1", "-b",
                              "2", "-o", tmp_path / "b"),
+        "view": run_dlkit("view", example_db, "-t", "review_ratin", "-o", tmp_path / "v.html"),
         "train_torch.py": _torch_example("--db", example_db, "--task", "review_ratin",
                                          "--steps", "1"),
     }

@@ -1,5 +1,5 @@
-"""The calendar-period kernel against the numpy rules of ``dlkit.db.schema.time_units`` (which
-tests/db/schema/test_time_units.py checks against ``datetime``)."""
+"""The calendar-period kernel against the numpy rules of ``dlkit.db.time_units`` (which
+tests/db/test_time_units.py checks against ``datetime``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlkit.core.calendar_units import YEAR, YYYYMM, YYYYMMDD, calendar_to_micros
-from dlkit.db.schema.time_units import TimePosition, TimeUnit, int_times_to_micros
+from dlkit.db.time_units import TimePosition, TimeUnit, int_times_to_micros
 
 UNITS = {YEAR: TimeUnit.YEAR, YYYYMM: TimeUnit.YYYYMM, YYYYMMDD: TimeUnit.YYYYMMDD}
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dlkit.core import keys as kk
-from dlkit.db.build.convert import to_string_buffers
-from dlkit.db.build.primary_keys import KeyIndex
+from dlkit.db.write.convert import to_string_buffers
+from dlkit.db.write.primary_keys import KeyIndex
 from dlkit.errors import DataError
 
 
@@ -44,7 +44,7 @@ def test_both_slot_widths_resolve_alike(row_dtype, dense_pk, sparse_pk, fk):
     """Slots are int32 below 2^31 rows, int64 beyond: both widths of both index kinds."""
     from unittest import mock
 
-    with mock.patch("dlkit.db.build.primary_keys._row_dtype", lambda n: np.dtype(row_dtype)):
+    with mock.patch("dlkit.db.keys.row_dtype", lambda n: np.dtype(row_dtype)):
         for pk in (dense_pk, sparse_pk):
             index = KeyIndex.build_int(np.array(pk, dtype=np.int64), "t")
             assert index.slots.dtype == row_dtype

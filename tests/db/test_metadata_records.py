@@ -3,7 +3,7 @@ give back its ``metadata.json`` byte for byte, the reader opens the same records
 ``from_json`` refuses what the checks refuse, with their messages.
 
 The bytes a build writes are pinned independently by the example database's hash
-(tests/db/schema/test_task_rules.py); here every kind of database a build makes (random tables with
+(tests/db/test_task_rules.py); here every kind of database a build makes (random tables with
 integer, string or no keys, with and without times, text, categorical, boolean and numeric
 columns, null and dangling foreign keys, task tables, given and time splits, label lags,
 strict boundaries, static tasks, categorical targets; the bundled example; the RelBench
@@ -27,14 +27,14 @@ from hypothesis import strategies as st
 
 from dlkit.db import check_database, open_database, preprocess
 from dlkit.db import format as fmt
+from dlkit.db.failures import Checks, Stop
 from dlkit.db.metadata_records import DatabaseMetadata, metadata_bytes
-from dlkit.db.read.checks import Checks, Stop
-from dlkit.db.schema.relbench import relbench_schema
+from dlkit.db.write.relbench import relbench_schema
 from dlkit.errors import DatabaseError
 
 from .conftest import write_db
 from .read.test_verify_content import meta_of
-from .schema.test_relbench import ENTITY_TASKS, FAKE
+from .write.test_relbench import ENTITY_TASKS, FAKE
 
 # The key order of docs/database_format.md ("metadata.json"), written out here.
 TOP_ORDER = ["format", "format_version", "database_id", "num_tables", "num_rows", "num_edges",
@@ -88,8 +88,8 @@ def assert_round_trip(root: Path) -> DatabaseMetadata:
     assert meta.to_json() == doc
     assert_documented_order(meta.to_json())
     with open_database(root) as db:
-        assert db.metadata_record == meta
-        assert db.metadata == doc
+        assert db.metadata == meta
+        assert db.metadata.to_json() == doc
         assert db.num_rows == doc["num_rows"] and db.num_edges == doc["num_edges"]
         assert db.table_offsets.tolist() == doc["table_offsets"]
         assert [t.rules for t in db.tasks] == [t.rules for t in meta.tasks]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.db.schema.task_rules import TaskRules
+from dlkit.db.task_rules import TaskRules
 
 NO_TIME = np.iinfo(np.int64).min
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)

@@ -175,7 +175,7 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
                                   "visits": _table(visits)}, _toml(lag, strict, counts))
     preprocess(src, root / "db", fsync=False)
     db = open_database(root / "db")
-    meta = db.metadata
+    meta = db.metadata.to_json()
     cells = meta["aggregates"]
     num_columns = meta["num_columns"]
     n_users = len(users["uid"])
@@ -245,16 +245,16 @@ def test_aggregate_cells_follow_their_row_and_take_their_column_ids(tmp_path: Pa
         built = builder.build(task, np.arange(task.num_seeds), epoch=0)
         a = built.arrays
         # the seed row (a user): its column a, its time t, then the 6 aggregate cells
-        num_columns = db.metadata["num_columns"]
+        num_columns = db.metadata.num_columns
         row0 = a["column_ids"][0][a["seq_row_ids"][0] == 0][:8]
         assert list(row0[2:]) == list(range(num_columns, num_columns + 6))
         # the seed observes at time 0: no child is visible yet; the mean is a null cell
         assert a["is_null"][0, 4] == 1 and a["numeric_values"][0, 4] == 0
-        names = [c["name"] for c in db.metadata["aggregates"]]
+        names = [c.name for c in db.metadata.aggregates]
         assert names[:3] == ["number of events of users", "sum of x of events of users",
                              "mean of x of events of users"]
         emb = np.asarray(db.aggregates.embeddings)
-        assert emb.shape == (6, db.metadata["embeddings"]["column_dim"])
+        assert emb.shape == (6, db.metadata.embeddings.column_dim)
 
 
 def test_huge_page_copies_give_the_same_aggregate_cells(tmp_path: Path):
@@ -281,7 +281,7 @@ def test_huge_page_copies_give_the_same_aggregate_cells(tmp_path: Path):
         for plain, copied in zip(*batches):
             for key in plain:
                 np.testing.assert_array_equal(plain[key], copied[key], err_msg=key)
-        num_columns = db.metadata["num_columns"]
+        num_columns = db.metadata.num_columns
         assert any((b["column_ids"] >= num_columns).any() for b in batches[0])
 
 

@@ -66,7 +66,7 @@ def test_sampler_on_a_database_path(db_path):
     with Sampler(str(db_path), 0, 1, batch_size=8, num_threads=2, seed=3) as s:
         batch = s.next_train_batch()
         assert batch["numeric_values"].shape == (8, 1024)
-        assert s.column_embeddings().shape[0] == s.database_metadata()["num_columns"]
+        assert s.column_embeddings().shape[0] == s.database_metadata().num_columns
         assert s.next_val_batch()["fk_adj"].shape == (8, 256, 256)
 
 

@@ -29,7 +29,7 @@ def test_info_of_a_directory_that_is_no_database(tmp_path):
 def test_view_refuses_an_unknown_task_with_a_suggestion(example_db, tmp_path):
     err = assert_clean_failure(
         run_dlkit("view", example_db, "-o", tmp_path / "v.html", "--task", "review_ratin"),
-        "USAGE")
+        "INVALID_ARGUMENT")
     assert "did you mean 'review_rating'" in err
     assert not (tmp_path / "v.html").exists()
     assert_clean_failure(run_dlkit("view", example_db, "-S", "12,x"), "USAGE")

@@ -28,7 +28,7 @@ EDGES = {("orders", "users"), ("orders", "products"), ("reviews", "users"),
 def test_schema_and_database_give_the_same_picture(example_db):
     from_schema = diagram_of_schema(load_schema(EXAMPLE / "dlkit.toml"))
     with open_database(example_db) as db:
-        from_db = diagram_of_metadata(db.metadata_record)
+        from_db = diagram_of_metadata(db.metadata)
     for d in (from_schema, from_db):
         assert [t.name for t in d.tables] == ["users", "products", "orders", "reviews"]
         assert {(e.table, e.parent) for e in d.edges} == EDGES
@@ -43,7 +43,7 @@ def test_schema_and_database_give_the_same_picture(example_db):
 
 def test_graphviz_draws_every_table_and_edge(example_db):
     with open_database(example_db) as db:
-        svg = diagram_of_metadata(db.metadata_record).to_svg()
+        svg = diagram_of_metadata(db.metadata).to_svg()
     for name in ("users (60 rows)", "products (40 rows)", "298 edges"):
         assert name in svg
     assert svg.count('class="edge"') == len(EDGES)
@@ -95,7 +95,7 @@ def test_text_formats_need_no_graphviz(example_db, fmt, monkeypatch):
 
     monkeypatch.setattr(diagram.shutil, "which", lambda _name: None)
     with open_database(example_db) as db:
-        d = diagram_of_metadata(db.metadata_record)
+        d = diagram_of_metadata(db.metadata)
     assert "users" in (d.to_mermaid() if fmt == "mermaid" else d.to_dot())
     with pytest.raises(diagram.InvalidArgumentError, match="apt-get install graphviz"):
         d.to_svg()

@@ -18,17 +18,17 @@ from typer.core import TyperGroup
 
 from dlkit import errors
 from dlkit.cli.console import print_error, print_note
+from dlkit.cli.pipes import READER_GONE_EXIT
 
 try:  # typer >= 0.16 carries its own copy of click
     from typer._click import exceptions as click_exceptions
 except ImportError:  # pragma: no cover - older typer depends on click itself
-    from click import exceptions as click_exceptions  # type: ignore[no-redef,import-not-found]
+    from click import exceptions as click_exceptions  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 
 # A command whose standard output's reader left before the end (`dlkit sample | head`)
 # stops there, quietly, with the status of a process killed by SIGPIPE: the output is cut
 # short and whatever the command would have done after it (a checkpoint, say) is not done.
-READER_GONE_EXIT = 128 + signal.SIGPIPE
 
 
 class _ReaderGone(Exception):
@@ -140,8 +140,9 @@ app = typer.Typer(
         "dlkit turns relational data into fast, exactly reproducible training input.\n\n"
         "Index sampling (NextBatch_v2 and v3): `sample`, `replay`, `verify-golden`.\n\n"
         "Performance: `bench` (the prefetch engine against a sequential loop).\n\n"
-        "Relational database: `preprocess`, `verify`, `schema infer`, `import relbench`.\n\n"
-        "Relational sampling: `manifest`, `batches`, `show`.\n\n"
+        "Relational database: `preprocess`, `preprocess-many`, `verify`, `schema infer`, "
+        "`import relbench`, `import sql`.\n\n"
+        "Relational sampling: `manifest`, `batches`, `show`, `mixture check`.\n\n"
         "Seeing the data: `info`, `schema diagram`, `view`, `curves`."
     ),
     no_args_is_help=True,
@@ -207,10 +208,12 @@ COMMAND_MODULES: dict[str, str] = {
     "verify-golden": "dlkit.cli.sample",
     "bench": "dlkit.cli.bench",
     "preprocess": "dlkit.cli.db",
+    "preprocess-many": "dlkit.cli.db",
     "verify": "dlkit.cli.db",
     "schema": "dlkit.cli.db",
     "import": "dlkit.cli.db",
     "manifest": "dlkit.cli.relational",
+    "mixture": "dlkit.cli.mixture",
     "batches": "dlkit.cli.relational",
     "show": "dlkit.cli.relational",
     "info": "dlkit.cli.view",

@@ -9,7 +9,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import (
@@ -24,12 +24,14 @@ from rich.progress import (
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import err_console, plain, print_json
+from dlkit.cli.console import err_console, human_bytes, plain, print_json, progress
 from dlkit.cli.params import check_output_file
-from dlkit.errors import InvalidArgumentError, VerificationError
+from dlkit.errors import InvalidArgumentError, SourcesFailedError, VerificationError
 from dlkit.text import counted
 
 if TYPE_CHECKING:
+    from dlkit.db.schema.spec import Schema
+    from dlkit.db.write.collection import SourceResult
     from dlkit.viewer.diagram import SchemaDiagram
 
 PANEL = "Relational database"
@@ -51,15 +53,6 @@ def parse_size(text: str, what: str) -> int:
     if not 0 <= size < float(1 << 62):  # not negative, NaN or beyond any memory
         raise InvalidArgumentError(f"{what} must be a size from 0 to 2^62 bytes, got {text!r}")
     return int(size)
-
-
-def _human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 class RichProgress:
@@ -103,7 +96,7 @@ class RichProgress:
 
     def spilled(self, total_bytes: int) -> None:
         if self.task is not None:
-            self.bar.update(self.task, spill=f"{_human_bytes(total_bytes)} spilled to disk")
+            self.bar.update(self.task, spill=f"{human_bytes(total_bytes)} spilled to disk")
 
     def end(self) -> None:
         if self.task is not None:
@@ -114,31 +107,58 @@ class RichProgress:
             self.task = None
 
 
+# The build options `preprocess` and `preprocess-many` share, declared once
+OnDangling = Annotated[str, typer.Option(
+    "--on-dangling", metavar="<drop|error>",
+    help="Foreign keys pointing to a missing parent: drop (keep the row, drop the edge, "
+         "report) or error.")]
+# = dlkit.db.write.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
+# every command, --help included.
+DEFAULT_BATCH_ROWS = 1 << 18
+BatchRows = Annotated[int, typer.Option(
+    "--batch-rows", min=1,
+    help="Rows per record batch read from Parquet (the output does not depend on it).")]
+EmbedderName = Annotated[str, typer.Option(
+    "--embedder", help="Text embedder: 'hashed' (built in, no download) or "
+                       "'package.module:factory' (see dlkit.db.write.embed).")]
+EmbeddingDim = Annotated[int, typer.Option("--embedding-dim", min=1, max=65536,
+                                           help="Embedding size.")]
+MemoryBudget = Annotated[str, typer.Option(
+    "--memory-budget",
+    help="Memory for the build's working arrays (row times, primary keys, key indexes, "
+         "category ids, both CSRs), e.g. 2G or 512M; beyond it they spill to scratch files "
+         "in the build directory. The database is the same for any budget. Default: half the "
+         "available memory.")]
+NoFsync = Annotated[bool, typer.Option("--no-fsync",
+                                       help="Skip fsync before the rename (faster; not crash-safe).")]
+
+
+def _build_options(on_dangling: str, batch_rows: int, embedder: str, embedding_dim: int,
+                   memory_budget: str | None, no_fsync: bool) -> dict[str, Any]:
+    """The keywords of :func:`dlkit.db.preprocess` the shared options give."""
+    from dlkit.db.write.embed import load_embedder
+    from dlkit.db.write.writer import ON_DANGLING
+
+    if on_dangling not in ON_DANGLING:
+        raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
+    return {"on_dangling": on_dangling, "batch_rows": batch_rows,
+            "embedder": load_embedder(embedder, embedding_dim), "fsync": not no_fsync,
+            "memory_budget": (None if memory_budget is None
+                              else parse_size(memory_budget, "--memory-budget"))}
+
+
 @app.command(rich_help_panel=PANEL)
 def preprocess(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables (files or directories of parts)."),
     output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
     schema: Path = typer.Option(None, "--schema", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically)."),
-    on_dangling: str = typer.Option("drop", "--on-dangling", metavar="<drop|error>",
-                                    help="Foreign keys pointing to a missing parent: drop (keep "
-                                         "the row, drop the edge, report) or error."),
-    # = dlkit.db.build.source.DEFAULT_BATCH_ROWS, not imported here: that would load pyarrow for
-    # every command, --help included.
-    batch_rows: int = typer.Option(1 << 18, "--batch-rows", min=1,
-                                   help="Rows per record batch read from Parquet (the output does not depend on it)."),
-    embedder: str = typer.Option("hashed", "--embedder",
-                                 help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
-    embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
-    memory_budget: str = typer.Option(None, "--memory-budget",
-                                      help="Memory for the build's working arrays (row times, "
-                                           "primary keys, key indexes, category ids, both "
-                                           "CSRs), e.g. 2G or 512M; beyond it they spill to "
-                                           "scratch files in the build directory. The database "
-                                           "is the same for any budget. Default: half the "
-                                           "available memory."),
-    no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
+    on_dangling: OnDangling = "drop",
+    batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
+    embedder: EmbedderName = "hashed",
+    embedding_dim: EmbeddingDim = 64,
+    memory_budget: MemoryBudget = None,  # type: ignore[assignment]  # typer: None is "not given"
+    no_fsync: NoFsync = False,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or summary on stderr."),
 ) -> None:
@@ -151,25 +171,25 @@ def preprocess(
         dlkit preprocess data/shop out/shop-db
         dlkit verify out/shop-db
     """
-    from dlkit.db.build.embed import load_embedder
-    from dlkit.db.build.writer import ON_DANGLING
-    from dlkit.db.build.writer import preprocess as run
+    _preprocess_and_report(input_dir, output, schema, overwrite, as_json, quiet,
+                           _build_options(on_dangling, batch_rows, embedder, embedding_dim,
+                                          memory_budget, no_fsync))
 
-    if on_dangling not in ON_DANGLING:
-        raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
-    emb = load_embedder(embedder, embedding_dim)
-    budget = None if memory_budget is None else parse_size(memory_budget, "--memory-budget")
+
+def _preprocess_and_report(input_dir: Path, output: Path, schema: Path | Schema | None,
+                           overwrite: bool, as_json: bool, quiet: bool,
+                           options: dict[str, Any]) -> None:
+    """Build one database and print its report (the body of `preprocess`)."""
+    from dlkit.db.write.writer import preprocess as run
+
     show = not quiet and not as_json
     if show:
         with RichProgress() as sink:
             report = run(input_dir, output, schema=schema, overwrite=overwrite,
-                         on_dangling=on_dangling, batch_rows=batch_rows, embedder=emb,
                          progress=sink,  # type: ignore[arg-type]  # db Progress: a class
-                         fsync=not no_fsync, memory_budget=budget)
+                         **options)
     else:
-        report = run(input_dir, output, schema=schema, overwrite=overwrite,
-                     on_dangling=on_dangling, batch_rows=batch_rows, embedder=emb,
-                     fsync=not no_fsync, memory_budget=budget)
+        report = run(input_dir, output, schema=schema, overwrite=overwrite, **options)
     if as_json:
         print_json(report.to_json())
     for warning in report.warnings:  # not a summary: --quiet and --json keep them
@@ -182,8 +202,8 @@ def preprocess(
     for name in ("table", "rows", "columns", "edges out", "dangling"):
         tables.add_column(name, justify="left" if name == "table" else "right")
     for t in report.tables:
-        tables.add_row(plain(t["name"]), f"{t['rows']:,}", str(t["columns"]), f"{t['edges']:,}",
-                       f"{t['dangling']:,}")
+        tables.add_row(plain(t.name), f"{t.rows:,}", str(t.columns), f"{t.edges:,}",
+                       f"{t.dangling:,}")
     err_console.print(tables)
     stages = Table(title="stages", title_justify="left")
     spilled = report.spilled_bytes > 0  # a column only when the budget was exceeded
@@ -192,21 +212,94 @@ def preprocess(
         stages.add_column(name, justify="left" if name == "stage" else "right")
     for s in report.stages:
         stages.add_row(s.name, f"{s.rows:,}" if s.rows else "", f"{s.edges:,}" if s.edges else "",
-                       str(s.columns) if s.columns else "", _human_bytes(s.bytes) if s.bytes else "",
+                       str(s.columns) if s.columns else "", human_bytes(s.bytes) if s.bytes else "",
                        f"{s.seconds:.3f}",
-                       *((_human_bytes(s.spilled) if s.spilled else "",) if spilled else ()))
+                       *((human_bytes(s.spilled) if s.spilled else "",) if spilled else ()))
     stages.add_row("[bold]total", f"{report.num_rows:,}", f"{report.num_edges:,}",
-                   str(report.num_columns), _human_bytes(report.bytes), f"{report.seconds:.3f}",
-                   *((_human_bytes(report.spilled_bytes),) if spilled else ()))
+                   str(report.num_columns), human_bytes(report.bytes), f"{report.seconds:.3f}",
+                   *((human_bytes(report.spilled_bytes),) if spilled else ()))
     err_console.print(stages)
     if spilled:
         err_console.print(f"working arrays beyond --memory-budget "
-                          f"{_human_bytes(report.memory_budget)} spilled to scratch files: "
-                          f"{_human_bytes(report.spilled_bytes)}", highlight=False)
+                          f"{human_bytes(report.memory_budget)} spilled to scratch files: "
+                          f"{human_bytes(report.spilled_bytes)}", highlight=False)
     err_console.print(f"{counted(report.num_texts, 'distinct text')}, "
                       f"{counted(report.num_categories, 'category', 'categories')}, "
                       f"{counted(report.num_tasks, 'task')}", highlight=False)
     err_console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
+
+
+@app.command("preprocess-many", rich_help_panel=PANEL)
+def preprocess_many(
+    collection: Path = typer.Argument(
+        ..., help="A directory whose sub-directories are sources (each a directory of Parquet "
+                  "tables with its dlkit.toml), or a text file listing source directories, "
+                  "one per line."),
+    out_dir: Path = typer.Argument(
+        ..., help="Directory of the databases, one per source, named as the source directory."),
+    shard: int = typer.Option(0, "--shard", min=0,
+                              help="This run's shard, 0 <= I < N (a job array's task index)."),
+    num_shards: int = typer.Option(1, "--num-shards", min=1,
+                                   help="Shards of the collection (the job array's size)."),
+    skip_existing: bool = typer.Option(
+        False, "--skip-existing",
+        help="Leave a source whose database exists alone (a re-run builds only what is "
+             "missing). Without it an existing database is a failure of that source."),
+    on_dangling: OnDangling = "drop",
+    batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
+    embedder: EmbedderName = "hashed",
+    embedding_dim: EmbeddingDim = 64,
+    memory_budget: MemoryBudget = None,  # type: ignore[assignment]  # typer: None is "not given"
+    no_fsync: NoFsync = False,
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
+) -> None:
+    """Preprocess a collection of databases, one per source, on a job array.
+
+    The sources, sorted by name, are dealt round-robin to N shards; shard I builds its share,
+    each database as `dlkit preprocess` would. A source that fails is reported and the run
+    goes on; the exit code is non-zero when any failed. With --skip-existing a re-run builds
+    only what is missing, and two runs that meet on one source never both build it (the other
+    reports it busy). Example, as a Slurm array of 8 tasks:
+
+        dlkit preprocess-many sources/ dbs/ --shard $SLURM_ARRAY_TASK_ID --num-shards 8 --skip-existing
+    """
+    from dlkit.db.write.collection import Outcome, check_shard
+    from dlkit.db.write.collection import preprocess_many as run
+
+    try:
+        check_shard(shard, num_shards)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"--shard {shard} --num-shards {num_shards}: {exc}",
+                                   code="USAGE") from exc
+    options = _build_options(on_dangling, batch_rows, embedder, embedding_dim, memory_budget,
+                             no_fsync)
+    with progress(enabled=not quiet and not as_json) as bar:
+        job = bar.add_task("sources", total=None)
+
+        def done(result: SourceResult) -> None:
+            bar.advance(job, 1)
+            if result.outcome is Outcome.FAILED and not as_json:
+                err_console.print(f"[red]failed[/] {plain(result.name)}: "
+                                  f"{plain(result.error or '')}", highlight=False)
+
+        report = run(collection, out_dir, shard=shard, num_shards=num_shards,
+                     skip_existing=skip_existing,
+                     on_start=lambda total: bar.update(job, total=total), on_source=done,
+                     **options)
+    if as_json:
+        print_json(report.to_json())
+    elif not quiet:
+        err_console.print(
+            f"shard {report.shard} of {report.num_shards}: {counted(len(report.results), 'source')}"
+            f" of {report.num_sources}: " + ", ".join(
+                f"{report.count(o)} {o.value}" for o in Outcome) + f" ({report.seconds:.1f} s)",
+            highlight=False)
+    if report.failures:
+        first = report.failures[0]
+        raise SourcesFailedError(
+            f"{len(report.failures)} of {counted(len(report.results), 'source')} failed; "
+            f"first: {first.name}: {first.error}", path=collection)
 
 
 @app.command(rich_help_panel=PANEL)
@@ -230,7 +323,7 @@ def verify(
         pass
     elif report.ok:
         err_console.print(f"[bold green]OK[/] {plain(database)}: {report.files} files, "
-                          f"{_human_bytes(report.bytes)}, every hash and structure check holds "
+                          f"{human_bytes(report.bytes)}, every hash and structure check holds "
                           f"({report.seconds:.2f} s)", highlight=False)
         err_console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
     else:
@@ -274,8 +367,8 @@ def schema_infer(
     RelBench dataset directory (db/ and tasks/) gives its exact schema, tasks included.
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.schema.infer import infer_schema
     from dlkit.db.schema.spec import SCHEMA_FILE
+    from dlkit.db.write.infer import infer_schema
 
     if out is not None:  # before the work: a refused output wastes none of it
         tables = {f"the input {entry.name}": Path(entry.path)
@@ -303,7 +396,7 @@ def schema_infer(
 @contextlib.contextmanager
 def _printing_relbench_warnings() -> Iterator[None]:
     """What a RelBench import leaves out, as warnings on stderr."""
-    from dlkit.db.schema.relbench import RelbenchWarning
+    from dlkit.db.write.relbench import RelbenchWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RelbenchWarning)
@@ -323,11 +416,11 @@ def _diagram_of(source: Path) -> SchemaDiagram:
         from dlkit.db import open_database
 
         with open_database(source) as db:
-            return diagram_of_metadata(db.metadata_record)
+            return diagram_of_metadata(db.metadata)
     if source.is_dir() and (source / SCHEMA_FILE).is_file():
         return diagram_of_schema(load_schema(source / SCHEMA_FILE))
     if source.is_dir():
-        from dlkit.db.schema.infer import infer_schema
+        from dlkit.db.write.infer import infer_schema
 
         schema, _text = infer_schema(source)
         return diagram_of_schema(schema)
@@ -411,7 +504,7 @@ def import_relbench(
                                         "an existing --schema-out file."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+                                      "'package.module:factory' (see dlkit.db.write.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     no_fsync: bool = typer.Option(False, "--no-fsync", help="Skip fsync before the rename (faster; not crash-safe)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -427,8 +520,8 @@ def import_relbench(
         dlkit import relbench ~/.cache/relbench/rel-f1 out/rel-f1 --task driver-dnf
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.db.schema.relbench import relbench_schema
     from dlkit.db.schema.spec import parse_schema
+    from dlkit.db.write.relbench import relbench_schema
 
     if schema_out is not None:  # before the work: a refused output wastes none of it
         check_output_file(schema_out, overwrite)
@@ -439,12 +532,9 @@ def import_relbench(
                                                          "metadata)"))
     if schema_out is not None:
         atomic_write_bytes(schema_out, text.encode("utf-8"), overwrite=overwrite)
-    preprocess(input_dir=source, output=output, schema=schema, overwrite=overwrite,  # type: ignore[arg-type]
-               on_dangling="drop", batch_rows=1 << 18, embedder=embedder,
-               embedding_dim=embedding_dim,
-               memory_budget=None,  # type: ignore[arg-type]  # typer declares it str
-               no_fsync=no_fsync,
-               as_json=as_json, quiet=quiet)
+    _preprocess_and_report(source, output, schema, overwrite, as_json, quiet,
+                           _build_options("drop", DEFAULT_BATCH_ROWS, embedder, embedding_dim,
+                                          None, no_fsync))
 
 
 @import_app.command("sql")
@@ -479,7 +569,7 @@ def import_sql(
                                         "output does not depend on it)."),
     embedder: str = typer.Option("hashed", "--embedder",
                                  help="Text embedder: 'hashed' (built in, no download) or "
-                                      "'package.module:factory' (see dlkit.db.build.embed)."),
+                                      "'package.module:factory' (see dlkit.db.write.embed)."),
     embedding_dim: int = typer.Option(64, "--embedding-dim", min=1, max=65536, help="Embedding size."),
     memory_budget: str = typer.Option(None, "--memory-budget",
                                       help="Memory for the build's working arrays, e.g. 2G (see "
@@ -498,23 +588,18 @@ def import_sql(
 
         dlkit import sql sqlite:///shop.db out/shop --time orders.created_at
     """
-    from dlkit.db.build.embed import load_embedder
-    from dlkit.db.build.sql_source import import_sql as run
-    from dlkit.db.build.writer import ON_DANGLING
     from dlkit.db.schema.sql_schema import SqlSchemaOptions
+    from dlkit.db.write.sql_source import import_sql as run
 
-    if on_dangling not in ON_DANGLING:
-        raise InvalidArgumentError(f"--on-dangling must be drop or error, got {on_dangling!r}")
-    emb = load_embedder(embedder, embedding_dim)
-    budget = None if memory_budget is None else parse_size(memory_budget, "--memory-budget")
+    build_options = _build_options(on_dangling, batch_rows, embedder, embedding_dim,
+                                   memory_budget, no_fsync)
     if schema_out is not None:  # before the work: a refused output wastes none of it
         check_output_file(schema_out, overwrite, inputs={} if schema is None else
                           {"the partial schema": schema})
     options = SqlSchemaOptions(time_columns=tuple(time or ()),
                                exclude_tables=tuple(exclude_table or ()), name=name)
     kwargs: dict = dict(partial=schema, options=options, schema_out=schema_out,
-                        overwrite=overwrite, on_dangling=on_dangling, batch_rows=batch_rows,
-                        embedder=emb, fsync=not no_fsync, memory_budget=budget)
+                        overwrite=overwrite, **build_options)
     if not quiet and not as_json:
         with RichProgress() as sink:
             report = run(url, output, progress=sink, **kwargs)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ import termios
 from typing import Any, BinaryIO, cast
 
 _POLL_MS = 10  # how often an unread pipe is looked at again
+READER_GONE_EXIT = 128 + 13  # as a shell reports a command SIGPIPE ended
 
 
 def _unread_bytes(fd: int) -> int:

@@ -12,11 +12,11 @@ import typer
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json, progress
+from dlkit.cli.console import console, err_console, human_bytes, plain, print_json, progress
 from dlkit.cli.params import check_output_file
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler.split import SPLITS
-from dlkit.text import counted
+from dlkit.text import counted, unknown_name
 
 if TYPE_CHECKING:
     from dlkit.db.read.info import Degrees
@@ -64,37 +64,15 @@ def _utc(us: int | None) -> str:
             ).strftime("%Y-%m-%d %H:%M")
 
 
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def _print_table(table: Table) -> None:
-    """A table at its natural width off a terminal (a pipe, a file): never wrapped or cut at
-    the 80 columns rich assumes there."""
-    if console.is_terminal:
-        console.print(table)
-        return
-    from rich.console import Console
-
-    Console(file=console.file, width=100_000, color_system=None).print(table)
-
-
 def _degrees(d: Degrees) -> str:
     return f"{d.p50:g} / {d.p99:g} / {d.max:,}"
 
 
-def _split_counts(db_path: Path, split_seed: int) -> dict[str, dict[str, int]]:
-    from dlkit.db import open_database
+def _split_counts(db: Database, split_seed: int) -> dict[str, dict[str, int]]:
     from dlkit.viewer.context import seeds_by_split
 
-    with open_database(db_path) as db:
-        return {t.name: {s: int(a.size) for s, a in seeds_by_split(
-            db, t.name, split_seed=split_seed).items()} for t in db.tasks}
+    return {t.name: {s: int(a.size) for s, a in seeds_by_split(
+        db, t.name, split_seed=split_seed).items()} for t in db.tasks}
 
 
 @app.command(rich_help_panel=PANEL)
@@ -118,14 +96,13 @@ def info(
     from dlkit.db import open_database
     from dlkit.db.read.info import database_info
 
-    counts = _split_counts(database, split_seed)
     with open_database(database) as db:
-        summary = database_info(db, seeds_per_split=counts)
+        summary = database_info(db, seeds_per_split=_split_counts(db, split_seed))
     if as_json:
         print_json(summary.to_json())
         return
     console.print(f"[bold]{plain(summary.database_id)}[/]  {plain(summary.path)}  "
-                  f"{_human_bytes(summary.size_bytes)} in {counted(summary.num_files, 'file')}",
+                  f"{human_bytes(summary.size_bytes)} in {counted(summary.num_files, 'file')}",
                   highlight=False)
     console.print(f"hash {summary.database_hash}", highlight=False)
     console.print(f"{summary.num_rows:,} rows, {summary.num_edges:,} foreign-key edges",
@@ -138,7 +115,7 @@ def info(
         tables.add_row(plain(t.name), f"{t.num_rows:,}", plain(_key_text(t.primary_key)),
                        plain(t.time_column or "-"), columns, _utc(t.time_range.first_us),
                        _utc(t.time_range.last_us))
-    _print_table(tables)
+    console.print(tables)
     if summary.foreign_keys:
         fks = Table(title="foreign keys", title_justify="left", header_style="bold")
         for name in ("child.column", "parent", "edges", "null", "dangling",
@@ -149,7 +126,7 @@ def info(
                         f"{f.num_null:,}", f"{f.num_dangling:,}",
                         _degrees(f.children_per_parent) + (" *" if f.shared_with else ""),
                         f"{100 * f.linked_share:.1f}%")
-        _print_table(fks)
+        console.print(fks)
     if summary.tasks:
         tasks = Table(title="tasks", title_justify="left", header_style="bold")
         for name in ("task", "table.target", "type", "seeds", "train/val/test", "split",
@@ -160,7 +137,7 @@ def info(
             tasks.add_row(plain(k.name), plain(f"{k.table}.{k.target}"), k.target_type,
                           f"{k.num_seeds:,}", per, k.split_rule,
                           f"{k.label_lag_us / 1e6:g} s" if k.label_lag_us else "0", k.boundary)
-        _print_table(tasks)
+        console.print(tasks)
     e = summary.embeddings
     console.print(f"embeddings: {plain(e.embedder)}, text {e.text_dim}, column {e.column_dim}, "
                   f"categorical {e.categorical_dim} dimensions; "
@@ -246,13 +223,7 @@ def view(
         known = [t.name for t in db.tasks]
         for name in task or ():
             if name not in known:
-                from difflib import get_close_matches
-
-                close = get_close_matches(name, known, n=1)
-                raise InvalidArgumentError(
-                    f"no task {name!r} in {database}" + (f"; did you mean {close[0]!r}?" if close
-                                                         else f"; tasks: {', '.join(known)}"),
-                    code="USAGE")
+                raise InvalidArgumentError(unknown_name("task", name, known, "the database"))
         options = PageOptions(knobs=knobs, seeds_per_split=seeds, seed=seed,
                               split_seed=split_seed, tasks=tuple(task) if task else None,
                               step=step, batch_size=batch_size,
@@ -271,7 +242,7 @@ def view(
                     "bytes": len(page.encode("utf-8"))})
     elif not quiet:
         err_console.print(f"wrote {plain(target)}: {counted(len(data['contexts']), 'context')}, "
-                          f"{_human_bytes(len(page.encode('utf-8')))}; open it in a browser",
+                          f"{human_bytes(len(page.encode('utf-8')))}; open it in a browser",
                           highlight=False)
 
 

@@ -1,7 +1,7 @@
 """Integer calendar periods (years, yyyymm, yyyymmdd) as microseconds since 1970, UTC.
 
 Integer arithmetic alone (H. Hinnant's days-from-civil algorithm, proleptic Gregorian), the
-same on every machine; the rules are ``dlkit.db.schema.time_units``' (its numpy version is the
+same on every machine; the rules are ``dlkit.db.time_units``' (its numpy version is the
 reference the tests check this kernel against).
 """
 

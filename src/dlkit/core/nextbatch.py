@@ -1,6 +1,7 @@
 """NextBatch_v2 kernels: block permutation, intra-block affine map, position resolution.
 
-These implement profile P5/P6 (``shared/spec/nextbatch_v2.md``) over arrays. They trust their
+These implement the train order of an epoch and one call's positions
+(``docs/nextbatch_v2.md``, sections 5 and 6) over arrays. They trust their
 inputs: the Python layer (``dlkit.nextbatch``) validates cardinality, block size and positions
 before calling, so every position passed in is below ``n`` and ``block_order`` is the epoch's
 permutation of ``n // block_size`` full blocks.

@@ -44,7 +44,8 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 
 @kernel
 def philox_draw(seed_words, v):
-    """Draw ``v`` of a 128-bit seed (profile P4): counter (lo32 v, hi32 v, s2, s3), key (s0, s1)."""
+    """Draw ``v`` of a 128-bit seed (docs/nextbatch_v2.md, section 4): counter (lo32 v, hi32 v,
+    s2, s3), key (s0, s1)."""
     v = np.uint64(v)
     return philox4x32_10(
         v & MASK32, v >> SHIFT32, seed_words[2], seed_words[3], seed_words[0], seed_words[1]

@@ -3,6 +3,17 @@
 See ``docs/database_format.md`` for the on-disk contract and the reader API. The public
 names are imported on first use (:mod:`dlkit._lazy`): ``dlkit verify`` starts hashing the
 files before the reader's kernels load numba.
+
+Its rooms import in one direction, each only the rooms below it (``tests/test_layering.py``):
+
+1. the format, the modules directly in ``dlkit.db`` (``format``, ``metadata_records``,
+   ``manifest``, ``keys``, ``task_rules``, ``time_units``, ``failures``, ...): what is on disk
+   and its records;
+2. ``schema`` (``dlkit.toml``: parse, render) and ``read`` (open and verify a database), side
+   by side: neither imports the other;
+3. ``write``: the preprocess pipeline, and schema inference from the source data it reads.
+
+This namespace itself sits above them all.
 """
 
 from typing import TYPE_CHECKING
@@ -10,8 +21,6 @@ from typing import TYPE_CHECKING
 from dlkit._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from dlkit.db.build.embed import Embedder, HashedNgramEmbedder, load_embedder
-    from dlkit.db.build.writer import PreprocessReport, Progress, preprocess
     from dlkit.db.format import NO_TIME, STYPE_NAMES
     from dlkit.db.read.reader import (
         ColumnData,
@@ -25,14 +34,16 @@ if TYPE_CHECKING:
     )
     from dlkit.db.read.verify import VerifyReport, verify_database
     from dlkit.db.schema.spec import Schema, load_schema, parse_schema
+    from dlkit.db.write.embed import Embedder, HashedNgramEmbedder, load_embedder
+    from dlkit.db.write.writer import PreprocessReport, Progress, preprocess
 
 # imported on first use: the reader's and writer's kernels load numba (see dlkit._lazy)
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
-    "dlkit.db.build.embed": ("Embedder", "HashedNgramEmbedder", "load_embedder"),
+    "dlkit.db.write.embed": ("Embedder", "HashedNgramEmbedder", "load_embedder"),
     "dlkit.db.format": ("NO_TIME", "STYPE_NAMES"),
     "dlkit.db.read.reader": ("ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
                         "check_database", "open_database"),
     "dlkit.db.schema.spec": ("Schema", "load_schema", "parse_schema"),
     "dlkit.db.read.verify": ("VerifyReport", "verify_database"),
-    "dlkit.db.build.writer": ("PreprocessReport", "Progress", "preprocess"),
+    "dlkit.db.write.writer": ("PreprocessReport", "Progress", "preprocess"),
 })

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from dlkit.files import open_regular
 HASH_BLOCK = 1 << 22
 
 
-def sha256_file(path: Path, progress=None) -> tuple[int, bytes]:
+def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> tuple[int, bytes]:
     """``(size, digest)`` of a file, read in blocks (hashlib releases the GIL per block)."""
     h = hashlib.sha256()
     size = 0
@@ -63,7 +64,8 @@ def list_files(root: Path) -> list[str]:
     return sorted(out)
 
 
-def hash_files(root: Path, paths: list[str], progress=None, threads: int = 2) -> dict[str, dict[str, Any]]:
+def hash_files(root: Path, paths: list[str], progress: Callable[[int], object] | None = None,
+               threads: int = 2) -> dict[str, dict[str, Any]]:
     """The file map of ``paths`` under ``root`` (hashed on ``threads`` threads)."""
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         results = list(pool.map(lambda rel: sha256_file(root / rel, progress), paths))

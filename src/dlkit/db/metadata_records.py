@@ -7,34 +7,116 @@ database hash, so both are fixed. What follows from other fields is derived, not
 (one field in one place): the counts and ``table_offsets`` from the lists, ``stype_name``
 from ``stype``, a column's ``num_categories`` / ``cat_emb_count`` from its categories.
 
-:meth:`DatabaseMetadata.from_json` validates first, with
-:func:`dlkit.db.read.checks.check_metadata` (types and internal consistency: everything opening a
-database sizes anything from) and each task's rules; the keys only ``dlkit verify`` checks
-(:func:`dlkit.db.read.checks.check_metadata_rules`: ``arrow_type``, ``inferred``,
-``num_null_times``, ``num_null``, ``num_dangling``, ``target_column_id``, the embedder and
-the options) are carried as the file has them.
+:meth:`DatabaseMetadata.from_json` is the one parse of the file's JSON: each record's
+``from_json`` validates the keys it reads while it builds the record (types and internal
+consistency: everything opening a database sizes anything from; each task's rules), the first
+problem a failure of ``metadata.schema`` or ``metadata.consistency``. The keys only
+``dlkit verify`` checks (:func:`dlkit.db.read.checks.check_metadata_rules`: ``arrow_type``,
+``inferred``, ``num_null_times``, ``num_null``, ``num_dangling``, ``target_column_id``, the
+embedder and the options) are carried as the file has them.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dlkit.db import aggregates as agg
 from dlkit.db import format as fmt
-from dlkit.db.aggregates import AggregateMetadata
-from dlkit.db.read.checks import Checks, check_metadata
-from dlkit.db.schema.task_rules import TaskRules
+from dlkit.db.aggregates import AggregateMetadata, check_entries
+from dlkit.db.failures import Checks
+from dlkit.db.task_rules import MAX_LAG_US, TaskRules
 
 _STATS = (fmt.NUMERIC, fmt.TIMESTAMP)  # the stypes whose columns have a mean and a std
+_M = fmt.METADATA_FILE
+
+# Sizes beyond any database dlkit writes: a metadata.json claiming more is refused before
+# anything is sized from it.
+MAX_DATABASE_ID = 1024
+MAX_EMBEDDING_DIM = 65536
 
 
 def _unchecked(obj: dict[str, Any], key: str, default: Any = None) -> Any:
     """A key only ``dlkit verify`` checks (``check_metadata_rules``), as the file has it."""
     return obj.get(key, default)
+
+
+# --- validation while reading: the first problem is fatal ------------------------------------
+
+
+def _req(obj: Any, key: str, kind: type | tuple[type, ...], where: str, checks: Checks,
+         lo: int | None = None) -> Any:
+    """``obj[key]``, of type ``kind`` (a number at least ``lo``), or a fatal failure."""
+    if not isinstance(obj, dict) or key not in obj:
+        checks.fail(_M, "metadata.schema", f"{where}: missing {key!r}", fatal=True)
+    value = obj[key]
+    ok = isinstance(value, kind) and not isinstance(value, bool)  # JSON true is no number
+    if kind is int and ok and lo is not None and value < lo:
+        ok = False
+    if not ok:
+        checks.fail(_M, "metadata.schema", f"{where}: {key!r} has a bad value {value!r}",
+                    fatal=True)
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: int | float) -> bool:
+    """Whether a JSON number is a finite float64 (an integer too large for one is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _names(value: object, least: int) -> bool:
+    """Whether ``value`` is a list of at least ``least`` distinct non-empty strings."""
+    return (isinstance(value, list) and len(value) >= least
+            and all(isinstance(c, str) and c for c in value) and len(set(value)) == len(value))
+
+
+def _opt_str(obj: dict[str, Any], key: str, where: str, checks: Checks) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        checks.fail(_M, "metadata.schema", f"{where}: {key!r} must be a string", fatal=True)
+    return value
+
+
+def _check_primary_key(table: dict[str, Any], where: str, checks: Checks) -> None:
+    """``primary_key`` (a name, or a list of two or more for a composite key), its
+    ``primary_key_type`` and, for a composite key only, ``primary_key_part_types``."""
+    pk, pk_type = table.get("primary_key"), table.get("primary_key_type")
+    if isinstance(pk, list):
+        if not _names(pk, 2):
+            checks.fail(_M, "metadata.schema", f"{where}: a composite primary_key must be a "
+                        "list of two or more distinct column names", fatal=True)
+        parts = table.get("primary_key_part_types")
+        if (pk_type != "composite" or not isinstance(parts, list) or len(parts) != len(pk)
+                or not all(p in ("integer", "string") for p in parts)):
+            checks.fail(_M, "metadata.schema", f"{where}: a composite primary key needs "
+                        "primary_key_type \"composite\" and a primary_key_part_types entry "
+                        "(integer or string) per column", fatal=True)
+        return
+    _opt_str(table, "primary_key", where, checks)
+    if (pk is None) != (pk_type is None) or pk_type not in (None, "integer", "string") \
+            or "primary_key_part_types" in table:
+        checks.fail(_M, "metadata.schema", f"{where}: bad primary_key_type {pk_type!r}",
+                    fatal=True)
+
+
+@dataclass
+class _Tally:
+    """What the tables read so far add up to, for the next table and the totals."""
+
+    rows: int = 0
+    column_id: int = 0
+    categories: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,18 +165,51 @@ class ColumnMetadata:
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> ColumnMetadata:
-        stype = obj["stype"]
-        stats = stype in _STATS
-        categorical = stype == fmt.CATEGORICAL
-        return cls(name=obj["name"], index=obj["index"], column_id=obj["column_id"], stype=stype,
+    def from_json(cls, obj: Any, c: int, where: str, timed: bool, tally: _Tally,
+                  checks: Checks) -> ColumnMetadata:
+        """Column ``c`` of a table (``timed``: with a time column), validated; ``tally``
+        counts its column id and categories."""
+        name = _req(obj, "name", str, where, checks)
+        if _req(obj, "index", int, where, checks) != c:
+            checks.fail(_M, "metadata.consistency", f"{where}: index is not {c}", fatal=True)
+        column_id = _req(obj, "column_id", int, where, checks)
+        if column_id != tally.column_id:
+            checks.fail(_M, "metadata.consistency", f"{where}: column_id is not "
+                        f"{tally.column_id}", fatal=True)
+        tally.column_id += 1
+        stype = _req(obj, "stype", int, where, checks, lo=0)
+        if stype >= len(fmt.STYPE_NAMES):
+            checks.fail(_M, "metadata.schema", f"{where}: unknown stype {stype}", fatal=True)
+        num_valid = _req(obj, "num_valid", int, where, checks, lo=0)
+        if "known_after_us" in obj:  # the sampler's hiding kernel needs 0 < lag <= 2^62
+            lag = obj["known_after_us"]
+            if not _is_int(lag) or not 0 < lag <= MAX_LAG_US or not timed:
+                checks.fail(_M, "metadata.schema", f"{where}: known_after_us must be an "
+                            f"integer in [1, 2^62] on a table with a time column, got {lag!r}",
+                            fatal=True)
+        stats: dict[str, float] = {}
+        if stype in _STATS:
+            for key in ("mean", "std"):
+                v = _req(obj, key, (int, float), where, checks)
+                if not _finite(v) or (key == "std" and v <= 0):
+                    checks.fail(_M, "metadata.schema", f"{where}: bad {key} {v!r}", fatal=True)
+                stats[key] = v
+        cat_emb_start, categories = 0, None
+        if stype == fmt.CATEGORICAL:
+            count = _req(obj, "cat_emb_count", int, where, checks, lo=0)
+            cats = _req(obj, "categories", list, where, checks)
+            cat_emb_start = _req(obj, "cat_emb_start", int, where, checks, lo=0)
+            if (cat_emb_start != tally.categories or len(cats) != count
+                    or obj.get("num_categories") != count):
+                checks.fail(_M, "metadata.consistency", f"{where}: categorical embedding "
+                            "range disagrees with the categories", fatal=True)
+            tally.categories += count
+            categories = tuple(cats)
+        return cls(name=name, index=c, column_id=column_id, stype=stype,
                    arrow_type=_unchecked(obj, "arrow_type", ""),
-                   inferred=_unchecked(obj, "inferred"),
-                   num_valid=obj["num_valid"], mean=obj["mean"] if stats else None,
-                   std=obj["std"] if stats else None,
-                   cat_emb_start=obj["cat_emb_start"] if categorical else 0,
-                   categories=tuple(obj["categories"]) if categorical else None,
-                   known_after_us=obj.get("known_after_us", 0))
+                   inferred=_unchecked(obj, "inferred"), num_valid=num_valid,
+                   mean=stats.get("mean"), std=stats.get("std"), cat_emb_start=cat_emb_start,
+                   categories=categories, known_after_us=obj.get("known_after_us", 0))
 
 
 @dataclass(frozen=True)
@@ -121,9 +236,15 @@ class ForeignKeyMetadata:
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> ForeignKeyMetadata:
-        return cls(column=obj["column"], parent_table=obj["parent_table"],
-                   num_edges=obj["num_edges"], num_null=_unchecked(obj, "num_null"),
+    def from_json(cls, obj: Any, where: str, checks: Checks) -> ForeignKeyMetadata:
+        column = _req(obj, "column", str, where, checks)
+        parent_table = _req(obj, "parent_table", str, where, checks)
+        num_edges = _req(obj, "num_edges", int, where, checks, lo=0)
+        if "columns" in obj and not _names(obj["columns"], 1):
+            checks.fail(_M, "metadata.schema", f"{where}: 'columns' must be a list of distinct "
+                        "column names", fatal=True)
+        return cls(column=column, parent_table=parent_table, num_edges=num_edges,
+                   num_null=_unchecked(obj, "num_null"),
                    num_dangling=_unchecked(obj, "num_dangling"),
                    columns=tuple(obj.get("columns", ())))
 
@@ -171,18 +292,42 @@ class TableMetadata:
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> TableMetadata:
+    def from_json(cls, obj: Any, t: int, offsets: list[int], names: set[str], tally: _Tally,
+                  checks: Checks) -> TableMetadata:
+        """Table ``t``, validated against ``table_offsets`` and the table ``names`` before it
+        (its own added); ``tally`` counts its rows, column ids and categories."""
+        where = f"tables[{t}]"
+        name = _req(obj, "name", str, where, checks)
+        problem = fmt.path_name_problem(name)
+        if problem or name in names:
+            checks.fail(_M, "metadata.schema", f"{where}: table name {name!r} "
+                        f"{problem or 'is repeated'}", fatal=True)
+        names.add(name)
+        if _req(obj, "index", int, where, checks) != t:
+            checks.fail(_M, "metadata.consistency", f"{where}: index is not {t}", fatal=True)
+        n = _req(obj, "num_rows", int, where, checks, lo=0)
+        row_offset = _req(obj, "row_offset", int, where, checks, lo=0)
+        if row_offset != tally.rows or offsets[t] != tally.rows:
+            checks.fail(_M, "metadata.consistency", f"{where}: row_offset/table_offsets "
+                        "disagree with the row counts", fatal=True)
+        tally.rows += n
+        time_column = _opt_str(obj, "time_column", where, checks)
+        _check_primary_key(obj, where, checks)
+        foreign_keys = tuple(
+            ForeignKeyMetadata.from_json(fk, f"{where}.foreign_keys[{k}]", checks)
+            for k, fk in enumerate(_req(obj, "foreign_keys", list, where, checks)))
+        columns = tuple(
+            ColumnMetadata.from_json(col, c, f"{where}.columns[{c}]", time_column is not None,
+                                     tally, checks)
+            for c, col in enumerate(_req(obj, "columns", list, where, checks)))
         pk = obj.get("primary_key")
-        return cls(name=obj["name"], index=obj["index"], num_rows=obj["num_rows"],
-                   row_offset=obj["row_offset"],
+        return cls(name=name, index=t, num_rows=n, row_offset=row_offset,
                    primary_key=tuple(pk) if isinstance(pk, list) else pk,
                    primary_key_type=obj.get("primary_key_type"),
                    primary_key_part_types=tuple(obj.get("primary_key_part_types", ())),
-                   time_column=obj.get("time_column"),
+                   time_column=time_column,
                    num_null_times=_unchecked(obj, "num_null_times"),
-                   foreign_keys=tuple(ForeignKeyMetadata.from_json(fk)
-                                      for fk in obj["foreign_keys"]),
-                   columns=tuple(ColumnMetadata.from_json(c) for c in obj["columns"]),
+                   foreign_keys=foreign_keys, columns=columns,
                    time_unit=obj.get("time_unit"), time_position=obj.get("time_position"))
 
 
@@ -211,10 +356,33 @@ class TaskMetadata:
                 "target_column_id": self.target_column_id, "num_seeds": self.num_seeds,
                 **self.rules.to_metadata()}
 
+    @staticmethod
+    def check_json(obj: Any, i: int, names: set[str], tables: dict[str, TableMetadata],
+                   checks: Checks) -> None:
+        """The keys of task entry ``i`` (its rules aside), against the task ``names`` before
+        it (its own added) and the tables read."""
+        where = f"tasks[{i}]"
+        name = _req(obj, "name", str, where, checks)
+        if fmt.path_name_problem(name) or name in names:
+            checks.fail(_M, "metadata.schema", f"{where}: bad or repeated task name {name!r}",
+                        fatal=True)
+        names.add(name)
+        if _req(obj, "index", int, where, checks) != i:
+            checks.fail(_M, "metadata.consistency", f"{where}: index is not {i}", fatal=True)
+        table = _req(obj, "table", str, where, checks)
+        target = _req(obj, "target_column", str, where, checks)
+        stype = _req(obj, "target_stype", int, where, checks)
+        _req(obj, "num_seeds", int, where, checks, lo=0)
+        cols = {c.name: c for c in tables[table].columns} if table in tables else {}
+        if target not in cols or cols[target].stype != stype or stype not in fmt.TARGET_STYPES:
+            checks.fail(_M, "metadata.consistency", f"{where}: target {table}.{target} is not a "
+                        "column of that type", fatal=True)
+
     @classmethod
     def from_json(cls, obj: dict[str, Any], table: dict[str, Any]) -> TaskMetadata:
-        """The task entry ``obj`` of a table entry ``table``; ``ValueError`` (from
-        :meth:`TaskRules.from_metadata`) when its rules break the format."""
+        """The task entry ``obj`` (its keys passed :meth:`check_json`) of a table entry
+        ``table``; ``ValueError`` (from :meth:`TaskRules.from_metadata`) when its rules break
+        the format."""
         return cls(name=obj["name"], index=obj["index"], table=obj["table"],
                    target_column=obj["target_column"], target_stype=obj["target_stype"],
                    target_column_id=_unchecked(obj, "target_column_id"), num_seeds=obj["num_seeds"],
@@ -237,10 +405,24 @@ class EmbeddingsMetadata:
                 "column_dim": self.column_dim, "categorical_dim": self.categorical_dim}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> EmbeddingsMetadata:
+    def from_json(cls, obj: dict[str, Any], checks: Checks) -> EmbeddingsMetadata:
+        dims = []
+        for key in ("text_dim", "column_dim", "categorical_dim"):
+            dims.append(_req(obj, key, int, "embeddings", checks, lo=1))
+            if dims[-1] > MAX_EMBEDDING_DIM:
+                checks.fail(_M, "metadata.schema", f"embeddings: {key} is {obj[key]:,}; at "
+                            f"most {MAX_EMBEDDING_DIM} (as `dlkit preprocess --embedding-dim`)",
+                            fatal=True)
+        config = obj.get("config")
+        configured = config.get("dim") if isinstance(config, dict) else None
+        if configured is not None:  # the embedder says how wide its vectors are: all three are
+            for key in ("text_dim", "column_dim", "categorical_dim"):
+                if not _is_int(configured) or obj[key] != configured:
+                    checks.fail(_M, "metadata.consistency", f"embeddings: {key} is {obj[key]}, "
+                                f"but the embedder's config says dim {configured!r}", fatal=True)
+        text_dim, column_dim, categorical_dim = dims
         return cls(embedder=_unchecked(obj, "embedder"), config=_unchecked(obj, "config"),
-                   text_dim=obj["text_dim"], column_dim=obj["column_dim"],
-                   categorical_dim=obj["categorical_dim"])
+                   text_dim=text_dim, column_dim=column_dim, categorical_dim=categorical_dim)
 
 
 @dataclass(frozen=True)
@@ -331,23 +513,77 @@ class DatabaseMetadata:
 
     @classmethod
     def from_json(cls, doc: Any, checks: Checks | None = None) -> DatabaseMetadata:
-        """The records of a parsed ``metadata.json``, validated first (module doc); a failure
-        goes to ``checks`` (default: raise :class:`~dlkit.errors.DatabaseError`)."""
+        """The records of a parsed ``metadata.json``, validated while they are built (module
+        doc); a failure goes to ``checks`` (default: raise
+        :class:`~dlkit.errors.DatabaseError`), the first one fatal."""
         if checks is None:
             checks = Checks(collect=False, root=Path("."))
-        check_metadata(doc, checks)
-        by_name = {t["name"]: t for t in doc["tables"]}
-        tasks = []
-        for task in doc["tasks"]:
+        if _req(doc, "format", str, "top", checks) != fmt.FORMAT_NAME:
+            checks.fail(_M, "metadata.schema", f"format is {doc['format']!r}", fatal=True)
+        if _req(doc, "format_version", int, "top", checks) != fmt.FORMAT_VERSION:
+            checks.fail(_M, "metadata.schema", f"format_version {doc['format_version']}; this "
+                        f"dlkit reads version {fmt.FORMAT_VERSION}: build the database again "
+                        "with `dlkit preprocess`", fatal=True)
+        database_id = _req(doc, "database_id", str, "top", checks)
+        if not 0 < len(database_id) <= MAX_DATABASE_ID:
+            checks.fail(_M, "metadata.schema", f"database_id is {len(database_id):,} "
+                        f"characters long; it must have 1 to {MAX_DATABASE_ID}", fatal=True)
+        for key in ("num_tables", "num_rows", "num_edges", "num_columns", "num_texts",
+                    "num_categories", "num_tasks"):
+            _req(doc, key, int, "top", checks, lo=0)
+        tables = _req(doc, "tables", list, "top", checks)
+        tasks = _req(doc, "tasks", list, "top", checks)
+        offsets = _req(doc, "table_offsets", list, "top", checks)
+        embeddings = EmbeddingsMetadata.from_json(
+            _req(doc, "embeddings", dict, "top", checks), checks)
+        if len(tables) != doc["num_tables"] or len(tasks) != doc["num_tasks"]:
+            checks.fail(_M, "metadata.consistency", "num_tables/num_tasks disagree with the "
+                        "lists", fatal=True)
+        if len(offsets) != len(tables) + 1 or not all(_is_int(o) for o in offsets):
+            checks.fail(_M, "metadata.consistency", "table_offsets must be num_tables + 1 "
+                        "integers", fatal=True)
+        tally = _Tally()
+        names: set[str] = set()
+        records = tuple(TableMetadata.from_json(table, t, offsets, names, tally, checks)
+                        for t, table in enumerate(tables))
+        if tally.rows != doc["num_rows"] or offsets[-1] != tally.rows:
+            checks.fail(_M, "metadata.consistency", "num_rows disagrees with the tables",
+                        fatal=True)
+        if tally.column_id != doc["num_columns"] or tally.categories != doc["num_categories"]:
+            checks.fail(_M, "metadata.consistency", "num_columns/num_categories disagree with "
+                        "the tables", fatal=True)
+        by_name = {t.name: t for t in records}
+        for t in records:
+            for fk in t.foreign_keys:
+                parent = by_name.get(fk.parent_table)
+                if parent is None or parent.primary_key is None:
+                    checks.fail(_M, "metadata.consistency", f"table {t.name!r}: foreign key to "
+                                f"{fk.parent_table!r}, which has no primary key", fatal=True)
+                    continue
+                parts = len(parent.primary_key) if isinstance(parent.primary_key, tuple) else 0
+                if len(fk.columns) != parts:
+                    checks.fail(_M, "metadata.consistency", f"table {t.name!r}: foreign key "
+                                f"{fk.column!r} has {len(fk.columns) or 1} column(s), the "
+                                f"primary key of {fk.parent_table!r} {parts or 1}", fatal=True)
+        if sum(fk.num_edges for t in records for fk in t.foreign_keys) != doc["num_edges"]:
+            checks.fail(_M, "metadata.consistency", "num_edges disagrees with the foreign keys",
+                        fatal=True)
+        task_names: set[str] = set()
+        for i, task in enumerate(tasks):
+            TaskMetadata.check_json(task, i, task_names, by_name, checks)
+        if "aggregates" in doc:
+            check_entries(doc, lambda message: checks.fail(_M, "metadata.schema", message,
+                                                           fatal=True))
+        table_entries = {t["name"]: t for t in tables}
+        task_records = []
+        for task in tasks:
             try:
-                tasks.append(TaskMetadata.from_json(task, by_name[task["table"]]))
+                task_records.append(TaskMetadata.from_json(task, table_entries[task["table"]]))
             except ValueError as exc:
-                checks.fail(fmt.METADATA_FILE, "metadata.schema", f"task {task['name']!r}: "
-                            f"{exc}", fatal=True)
+                checks.fail(_M, "metadata.schema", f"task {task['name']!r}: {exc}", fatal=True)
         options = doc.get("options")
-        return cls(database_id=doc["database_id"], num_texts=doc["num_texts"],
-                   tables=tuple(TableMetadata.from_json(t) for t in doc["tables"]),
-                   tasks=tuple(tasks), embeddings=EmbeddingsMetadata.from_json(doc["embeddings"]),
+        return cls(database_id=database_id, num_texts=doc["num_texts"], tables=records,
+                   tasks=tuple(task_records), embeddings=embeddings,
                    on_dangling=_unchecked(options if isinstance(options, dict) else {},
                                           "on_dangling"),
                    aggregates=tuple(AggregateMetadata.from_json(a)

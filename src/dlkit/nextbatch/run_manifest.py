@@ -1,10 +1,12 @@
-"""The run manifest (profile P2): loading, validation and ``manifest_hash``.
+"""The run manifest (docs/nextbatch_v2.md, section 2): loading, validation and
+``manifest_hash``.
 
 A manifest is JSON holding only unsigned integers, text, booleans and objects: a float, a
 duplicate key, an unknown key, a negative or > 2^64-1 integer, or a malformed hash is a
-``ManifestError`` naming the offending field. Range rules that the profile assigns to a
-NextBatch failure code (a zero batch size, a block size out of range, a zero cardinality) are
-*not* checked here: ``next_batch`` reports them with their codes, in the profile's order.
+``ManifestError`` naming the offending field. Range rules that have a NextBatch failure code
+(a zero batch size, a block size out of range, a zero cardinality) are *not* checked here:
+``next_batch`` reports them with their codes, in the documented order (docs/nextbatch_v2.md,
+section 6).
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ class SamplingPlan:
         """The manifest's train sampling mode (v2's block-affine order or v3's Feistel)."""
         return self.order.train_mode
 
-    # --- cursor arithmetic (seed steps 10-13; profile P7) ----------------------------------
+    # --- cursor arithmetic (docs/nextbatch_v2.md, section 6) -------------------------------
 
     @property
     def global_batch_size(self) -> int:

@@ -1,4 +1,5 @@
-"""Replay tokens, epoch seeds and config hashes (profile P2/P3), each a pure function.
+"""Replay tokens, epoch seeds and config hashes (docs/nextbatch_v2.md, sections 2 and 3),
+each a pure function.
 
 A manifest selects its train sampling mode (``data.sampling_mode``); the mode decides the
 NextBatch version and with it the domain-separation strings of every seed, token and config

@@ -1,4 +1,4 @@
-"""Trace records (profile P8) and their replay.
+"""Trace records (docs/nextbatch_v2.md, "Trace format") and their replay.
 
 A trace is an RFC 8742 CBOR sequence of canonical-CBOR maps: one ``run_header``, one ``iter``
 record per NextBatch_v2 call, an optional ``failure`` record, and one ``run_end``. Records hold

@@ -9,7 +9,6 @@ configuration and its step number, so it is the same whatever ``num_threads`` an
 
 from __future__ import annotations
 
-import copy
 import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import RunManifest
@@ -290,10 +290,11 @@ class Sampler:
         self._check_open()
         return np.array(self._db.categorical_embeddings(), dtype=np.float16)
 
-    def database_metadata(self) -> dict[str, Any]:
-        """The database's ``metadata.json`` content (a deep copy)."""
+    def database_metadata(self) -> DatabaseMetadata:
+        """The database's ``metadata.json`` as its frozen records
+        (``.embeddings.text_dim``, ``.tables``, ...; ``.to_json()`` gives the JSON object)."""
         self._check_open()
-        return copy.deepcopy(dict(self._db.metadata))
+        return self._db.metadata
 
     # --- checkpointing ------------------------------------------------------------------------
 

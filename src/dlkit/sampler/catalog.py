@@ -20,7 +20,7 @@ from dlkit.core.bfs import table_links_of
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NUMERIC, TEXT, TIMESTAMP
 from dlkit.core.lists import EMPTY_LISTS, append_array
 from dlkit.core.records import ColumnLists, Columns, Graph, RowValues, Tables
-from dlkit.db.schema.task_rules import rules_of
+from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
 from dlkit.sampler.aggregates import aggregate_cells
 from dlkit.sampler.database import SamplerDatabase

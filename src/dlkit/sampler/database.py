@@ -10,13 +10,14 @@ runtime-checkable, so ``isinstance(db, SamplerDatabase)`` checks that every memb
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from dlkit.db.schema.task_rules import TaskRules
+from dlkit.db.metadata_records import DatabaseMetadata
+from dlkit.db.task_rules import TaskRules
 
 
 @runtime_checkable
@@ -117,7 +118,7 @@ class SamplerDatabase(Protocol):
     @property
     def database_hash(self) -> bytes: ...
     @property
-    def metadata(self) -> Mapping[str, Any]: ...
+    def metadata(self) -> DatabaseMetadata: ...
     @property
     def num_rows(self) -> int: ...
     @property

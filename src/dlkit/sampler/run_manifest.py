@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlkit.atomic import atomic_write_bytes
-from dlkit.db.schema.task_rules import rules_of, timeless_warning
+from dlkit.db.task_rules import rules_of, timeless_warning
 from dlkit.nextbatch import RunManifest
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.arguments import integer

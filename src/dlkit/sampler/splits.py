@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.streams import assign_splits, split_buckets, split_positions
-from dlkit.db.schema.task_rules import TaskRules, rules_of
+from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.encoding import UINT64_MAX
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import DataConfig, DatasetEntry, RunManifest

@@ -14,7 +14,7 @@ import numpy as np
 
 from dlkit.core.codes import CATEGORICAL
 from dlkit.core.records import Task
-from dlkit.db.schema.task_rules import TaskRules, rules_of
+from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler.catalog import ColumnCatalog, readonly_view
 from dlkit.sampler.database import SamplerDatabase, SamplerTask

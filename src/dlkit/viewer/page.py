@@ -65,7 +65,7 @@ def page_data(db: Database, options: PageOptions, mode: Mode, curves: tuple[Seri
               progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """What the page's script reads: the database, tasks with their seeds per split, the
     settings, the diagram, the curves and (written files only) the contexts."""
-    meta = db.metadata_record
+    meta = db.metadata
     names = options.tasks if options.tasks is not None else tuple(t.name for t in meta.tasks)
     diagram = diagram_of_metadata(meta)
     tasks, contexts = [], {}
@@ -127,7 +127,7 @@ def _seeds(db: Database, task: str, options: PageOptions, listed: int
 def num_contexts(db: Database, options: PageOptions) -> int:
     """How many contexts a written page holds (for a progress bar)."""
     names = options.tasks if options.tasks is not None else tuple(
-        t.name for t in db.metadata_record.tasks)
+        t.name for t in db.metadata.tasks)
     total = sum(len(anchors) for name in names
                 for anchors in _seeds(db, name, options, options.seeds_per_split)[0].values())
     return total * len(options.knobs)

@@ -21,13 +21,10 @@ from dlkit.core import integrity
 from dlkit.core import keys as kk
 from dlkit.db import check_database, open_database
 from dlkit.db import format as fmt
+from dlkit.db.failures import Checks, Stop
 from dlkit.db.manifest import database_hash, hash_files, list_files, render_manifest
-from dlkit.db.read.checks import (
-    Checks,
-    Stop,
-    check_metadata,
-    check_metadata_rules,
-)
+from dlkit.db.metadata_records import DatabaseMetadata
+from dlkit.db.read.checks import check_metadata_rules
 from dlkit.errors import DatabaseError
 
 # --- the kernels against plain Python -------------------------------------------------------
@@ -602,7 +599,7 @@ def test_metadata_rules(db, case):
 def _metadata_failures(meta: dict) -> list[tuple[str, str]]:
     checks = Checks(collect=True, root=Path("db"))
     try:
-        check_metadata(meta, checks)
+        DatabaseMetadata.from_json(meta, checks)
         check_metadata_rules(meta, checks)
     except Stop:
         pass

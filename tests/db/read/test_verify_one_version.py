@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dlkit.db import preprocess, verify_database
-from dlkit.db.build.embed import load_embedder
 from dlkit.db.read import file_checks
+from dlkit.db.write.embed import load_embedder
 from dlkit.errors import DatabaseError
 from tests.db.conftest import EXAMPLE
 
@@ -63,7 +63,7 @@ def test_a_database_replaced_under_every_attempt_is_busy_not_corrupt(tmp_path, m
 WRITER = """
 import sys
 from dlkit.db import preprocess
-from dlkit.db.build.embed import load_embedder
+from dlkit.db.write.embed import load_embedder
 for i in range(int(sys.argv[3])):
     preprocess(sys.argv[1], sys.argv[2], overwrite=True, fsync=False,
                embedder=load_embedder("hashed", (16, 24)[i % 2]))

@@ -12,9 +12,9 @@ import pytest
 
 from dlkit.db import check_database, verify_database
 from dlkit.db import format as fmt
+from dlkit.db.failures import Checks, Stop
 from dlkit.db.manifest import HashJob
 from dlkit.db.read import file_checks, graph_checks, reader
-from dlkit.db.read.checks import Checks, Stop
 from tests.db.read.test_verify_content import graph_array, patch, write_graph_array
 
 

@@ -33,7 +33,7 @@ def test_names_that_are_not_one_plain_directory_level_are_refused(name):
 
 
 def test_a_database_name_longer_than_open_accepts_is_refused():
-    from dlkit.db.read.checks import MAX_DATABASE_ID
+    from dlkit.db.metadata_records import MAX_DATABASE_ID
     from dlkit.db.schema.spec import parse_schema
     from dlkit.errors import SchemaError
 

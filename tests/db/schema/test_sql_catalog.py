@@ -101,7 +101,7 @@ def test_duckdb_catalog_with_composite_keys(tmp_path):
 
 
 def test_postgresql_catalog_with_composite_keys(postgres_server):
-    from tests.db.build.sql_data import run_postgres
+    from tests.db.write.sql_data import run_postgres
 
     schema = f"c_{uuid.uuid4().hex[:12]}"
     run_postgres(postgres_server.url(), [f'CREATE SCHEMA "{schema}"',

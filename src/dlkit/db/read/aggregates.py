@@ -16,8 +16,8 @@ from dlkit.core import aggregates as kernels
 from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import aggregates as agg
 from dlkit.db.aggregates import AggregateMetadata, Segment
+from dlkit.db.failures import Checks
 from dlkit.db.metadata_records import DatabaseMetadata
-from dlkit.db.read.checks import Checks
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db import format as fmt
+from dlkit.db.failures import Checks, Stop
 from dlkit.db.manifest import HashJob, database_hash, list_files, parse_manifest
-from dlkit.db.read.checks import Checks, Stop
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular
 

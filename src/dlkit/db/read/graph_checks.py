@@ -13,8 +13,8 @@ import numpy as np
 
 from dlkit.core import csr, integrity
 from dlkit.db import format as fmt
+from dlkit.db.failures import Checks
 from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata
-from dlkit.db.read.checks import Checks
 from dlkit.db.read.mapped import Graph
 
 

@@ -141,7 +141,7 @@ def database_info(db: Database, *, seeds_per_split: dict[str, dict[str, int]] | 
     """The summary of an open database. ``seeds_per_split`` (task -> split -> count) comes
     from the layer that owns the split rules (the sampler); without it each task reports its
     seeds only."""
-    meta = db.metadata_record
+    meta = db.metadata
     graph = db.graph
     offsets = db.table_offsets
     tables = []

@@ -13,18 +13,21 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dlkit.db import format as fmt
-from dlkit.db.build.composite import decode_key
+from dlkit.db.failures import Checks
+from dlkit.db.keys import decode_key
 from dlkit.db.metadata_records import DatabaseMetadata
-from dlkit.db.read.checks import Checks
-from dlkit.db.schema.task_rules import TaskRules
+from dlkit.db.task_rules import TaskRules
 from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
 from dlkit.text import unknown_name
+
+if TYPE_CHECKING:
+    from dlkit.db.read.aggregates import AggregateData
 
 # --- the data classes of the reader API ----------------------------------------------------
 
@@ -210,11 +213,11 @@ class Database:
     def __init__(self, path: Path, metadata: DatabaseMetadata, manifest_files: dict[str, dict],
                  recorded_hash: bytes, maps: FileMaps, tables: tuple[TableData, ...], graph: Graph,
                  tasks: tuple[TaskData, ...], embeddings: dict[str, np.ndarray],
-                 texts: tuple[np.ndarray, np.ndarray], aggregates: Any = None):
+                 texts: tuple[np.ndarray, np.ndarray], aggregates: AggregateData | None = None):
         self.path = path
         # the as-of aggregate cells (dlkit.db.read.aggregates.AggregateData), None without
         self.aggregates = aggregates
-        self.metadata_record = metadata
+        self.metadata = metadata  # metadata.json's records (to_json() gives the JSON object)
         self.manifest_files = manifest_files
         self.database_hash = recorded_hash
         self._maps = maps
@@ -226,37 +229,28 @@ class Database:
         self._table_by_name = {t.name: t for t in tables}
         self._task_by_name = {t.name: t for t in tasks}
 
-    @cached_property
-    def metadata(self) -> dict[str, Any]:
-        """``metadata.json``'s content (as :meth:`DatabaseMetadata.to_json` gives it)."""
-        return self.metadata_record.to_json()
-
     # identity
     @property
     def database_id(self) -> str:
-        return self.metadata_record.database_id
-
-    @property
-    def database_hash_hex(self) -> str:
-        return self.database_hash.hex()
+        return self.metadata.database_id
 
     @property
     def num_rows(self) -> int:
-        return self.metadata_record.num_rows
+        return self.metadata.num_rows
 
     @property
     def num_edges(self) -> int:
-        return self.metadata_record.num_edges
+        return self.metadata.num_edges
 
     @cached_property
     def table_offsets(self) -> np.ndarray:
-        out = np.asarray(self.metadata_record.table_offsets, dtype=np.int64)
+        out = np.asarray(self.metadata.table_offsets, dtype=np.int64)
         out.flags.writeable = False
         return out
 
     @property
     def num_texts(self) -> int:
-        return self.metadata_record.num_texts
+        return self.metadata.num_texts
 
     def table(self, name: str) -> TableData:
         try:

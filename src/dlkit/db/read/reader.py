@@ -10,8 +10,9 @@ allocation), so no kernel can read out of bounds on a corrupt database; a failur
 SHA-256 of the manifest. :func:`check_database` (used by ``dlkit verify``) runs the *full*
 checks as well and collects every failure instead of stopping at the first.
 
-The objects returned live in :mod:`dlkit.db.read.mapped`, the failure bookkeeping and the metadata
-validation in :mod:`dlkit.db.read.checks`; both are re-exported here.
+The objects returned live in :mod:`dlkit.db.read.mapped`, the failure bookkeeping in
+:mod:`dlkit.db.failures`; both are re-exported here. ``metadata.json`` is parsed once, into the
+records of :mod:`dlkit.db.metadata_records`, which validate it as they are built.
 """
 
 from __future__ import annotations
@@ -28,18 +29,12 @@ from dlkit.core import csr, integrity
 from dlkit.core import keys as kk
 from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import format as fmt
-from dlkit.db.build.composite import decode_key
-from dlkit.db.build.primary_keys import check_unique_ints
+from dlkit.db.failures import Checks, Failure, Stop
+from dlkit.db.keys import check_unique_ints, decode_key
 from dlkit.db.manifest import list_files
 from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata, TaskMetadata
 from dlkit.db.read.aggregates import check_aggregates, open_aggregates
-from dlkit.db.read.checks import (
-    Checks,
-    Failure,
-    Stop,
-    check_metadata_rules,
-    load_json,
-)
+from dlkit.db.read.checks import check_metadata_rules, load_json
 from dlkit.db.read.file_checks import (
     FilesChecked,
     Listing,

@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlkit.db.failures import Failure
 from dlkit.db.format import MANIFEST_FILE
-from dlkit.db.read.checks import Failure
 from dlkit.db.read.file_checks import begin_checks
 from dlkit.errors import DatabaseError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from dlkit.db.schema.time_units import TimeUnit, int_time_to_micros
+from dlkit.db.time_units import TimeUnit, int_time_to_micros
 from dlkit.errors import SchemaError
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from dlkit.db.schema.spec import (
     TaskSpec,
     key_label,
 )
-from dlkit.db.schema.time_units import TimePosition
+from dlkit.db.time_units import TimePosition
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 

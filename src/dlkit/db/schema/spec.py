@@ -40,7 +40,7 @@ optional time column, column exclusions and semantic-type overrides, and the tas
 The full format, with an example per feature, is in docs/schema.md.
 
 Parsing checks the file's own consistency (names, references between tables, tasks); checks
-against the Parquet data happen when the input is scanned (``dlkit.db.build.source``).
+against the Parquet data happen when the input is scanned (``dlkit.db.write.source``).
 """
 
 from __future__ import annotations
@@ -52,12 +52,12 @@ from pathlib import Path
 from typing import Any
 
 from dlkit.db.format import STYPE_BY_NAME, STYPE_NAMES, path_name_problem
-from dlkit.db.read.checks import MAX_DATABASE_ID
+from dlkit.db.metadata_records import MAX_DATABASE_ID
 from dlkit.db.schema.durations import (
     parse_lag,
     parse_table_instant,
 )
-from dlkit.db.schema.time_units import (
+from dlkit.db.time_units import (
     TIME_POSITION_NAMES,
     TIME_UNIT_NAMES,
     TimePosition,
@@ -310,7 +310,7 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
 
 def parse_aggregates(raw: Any, tables: dict[str, TableSpec], source: str) -> AggregateSpec:
     """The ``[aggregates]`` section (absent: none). Column types are checked against the data
-    when it is scanned (``dlkit.db.build.aggregates``)."""
+    when it is scanned (``dlkit.db.write.aggregates``)."""
     if raw is None:
         return AggregateSpec()
     if not isinstance(raw, dict):

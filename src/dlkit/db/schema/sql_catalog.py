@@ -434,7 +434,8 @@ class PostgresConnection:
         try:
             with self.db.cursor() as cursor:
                 cursor.execute(sql)
-                return cursor.fetchall()
+                rows: list[tuple[Any, ...]] = cursor.fetchall()
+                return rows
         except self.pg.Error as exc:
             raise SqlSourceError(" ".join(str(exc).split()), path=self.url.display) from None
 
