@@ -56,6 +56,7 @@ import numpy as np
 
 from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, MissingExtraError
+from dlkit.sampler.split import SPLITS, Split
 
 try:
     import torch
@@ -70,7 +71,6 @@ __all__ = ["DATASET_STATE_FORMAT", "SPLITS", "SamplerDataset", "TorchBatches", "
 DATASET_STATE_FORMAT = "dlkit-torch-dataset-v1"
 # the entries of a state from before its checksum (still loaded)
 _UNCHECKSUMMED_KEYS = frozenset({"format", "split", "task", "sampler", "eval_batches"})
-SPLITS = ("train", "val", "test")
 
 
 def _accelerator_available() -> bool:
@@ -157,15 +157,15 @@ class DatasetState:
     """Where a :class:`SamplerDataset` stands: for train, the sampler's state after the last
     batch yielded; for val/test, how many batches of the current pass were yielded."""
 
-    split: str
+    split: Split
     task: str | int | None
     sampler: Mapping[str, Any] | None = None
     eval_batches: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"format": DATASET_STATE_FORMAT, "split": self.split,
+        out: dict[str, Any] = {"format": DATASET_STATE_FORMAT, "split": self.split.value,
                                "task": self.task}
-        if self.split == "train":
+        if self.split is Split.TRAIN:
             out["sampler"] = self.sampler
         else:
             out["eval_batches"] = self.eval_batches
@@ -184,34 +184,33 @@ class DatasetState:
         if task is not None and (isinstance(task, bool) or not isinstance(task, (str, int))):
             raise CheckpointError(f"dataset state: task must be a name, an index or null, "
                                   f"got {task!r}")
-        if split == "train":
+        if split == Split.TRAIN:
             if not isinstance(state.get("sampler"), Mapping):
                 raise CheckpointError("dataset state: a train state needs the sampler's state")
-            return cls(split, task, sampler=state["sampler"])
+            return cls(Split.TRAIN, task, sampler=state["sampler"])
         done = state.get("eval_batches")
         if isinstance(done, bool) or not isinstance(done, int) or done < 0:
             raise CheckpointError(f"dataset state: eval_batches must be an integer >= 0, "
                                   f"got {done!r}")
-        return cls(split, task, eval_batches=done)
+        return cls(Split(split), task, eval_batches=done)
 
 
-def _check_split(split: Any, task: Any) -> None:
-    if split not in SPLITS:
-        raise InvalidArgumentError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    if split == "train" and task is not None:
+def _check_split(split: Any, task: Any) -> Split:
+    parsed = Split.parse(split)
+    if parsed is Split.TRAIN and task is not None:
         raise InvalidArgumentError("task selects an eval pass (split val or test); the train "
                                    "stream mixes tasks by the sampler's task_weights")
+    return parsed
 
 
 class _SplitReader:
     """What both readers of a sampler's split hold: the sampler, the split (and task), and
     where the tensors go."""
 
-    def _bind(self, sampler: Any, split: str, task: str | int | None, device: Any,
+    def _bind(self, sampler: Any, split: Split | str, task: str | int | None, device: Any,
               pin_memory: bool) -> None:
-        _check_split(split, task)
+        self.split = _check_split(split, task)
         self.sampler = sampler
-        self.split = split
         self.task = task
         self.device = _resolve_device(device)
         self.pin_memory = pin_memory
@@ -222,14 +221,14 @@ class TorchBatches(_SplitReader):
     (``split="train"``) or one pass of ``Sampler.iter_eval(split, task)``. Same conversion
     as :func:`to_torch`."""
 
-    def __init__(self, sampler: Any, split: str = "train", *, task: str | int | None = None,
+    def __init__(self, sampler: Any, split: Split | str = Split.TRAIN, *, task: str | int | None = None,
                  device: Any = None, pin_memory: bool = False):
         self._bind(sampler, split, task, device, pin_memory)
         self._pin = _pinning(pin_memory)
         self._numpy = self._source()
 
     def _source(self) -> Iterator[dict[str, np.ndarray]]:
-        if self.split == "train":
+        if self.split is Split.TRAIN:
             return iter(self.sampler.next_train_batch, None)  # endless; never returns None
         return self.sampler.iter_eval(self.split, self.task)
 
@@ -248,7 +247,7 @@ class SamplerDataset(_SplitReader, IterableDataset):
     already yielded, and a restored pass rebuilds and skips those (eval passes are short and
     rarely cut: a checkpoint is usually taken between them)."""
 
-    def __init__(self, sampler: Any, split: str = "train", *, task: str | int | None = None,
+    def __init__(self, sampler: Any, split: Split | str = Split.TRAIN, *, task: str | int | None = None,
                  device: Any = None, pin_memory: bool = False):
         super().__init__()
         self._bind(sampler, split, task, device, pin_memory)
@@ -267,7 +266,7 @@ class SamplerDataset(_SplitReader, IterableDataset):
         # a generator: it pulls a batch from the sampler only when the loader asks for one,
         # so the sampler's consumed state is always that of the last batch yielded
         pin = _pinning(self.pin_memory)
-        if self.split == "train":
+        if self.split is Split.TRAIN:
             while True:
                 yield _convert(self.sampler.next_train_batch(), self.device, pin)
         skip, self._eval_skip = self._eval_skip, 0
@@ -280,25 +279,26 @@ class SamplerDataset(_SplitReader, IterableDataset):
 
     def __len__(self) -> int:
         """Batches per eval pass (every rank the same); the train stream has no length."""
-        if self.split == "train":
+        if self.split is Split.TRAIN:
             raise TypeError("the train stream is endless: it has no len(); "
                             "see Sampler.steps_per_epoch")
         return int(self.sampler.eval_steps(self.split, self.task))
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable; see :class:`DatasetState`."""
-        if self.split == "train":
-            return DatasetState("train", None, sampler=self.sampler.state_dict()).to_json()
+        if self.split is Split.TRAIN:
+            return DatasetState(Split.TRAIN, None, sampler=self.sampler.state_dict()).to_json()
         return DatasetState(self.split, self.task, eval_batches=self._eval_batches).to_json()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue after the batch ``state_dict`` was taken at (the next ``iter()``)."""
         state = DatasetState.from_json(state_dict)
         if (state.split, state.task) != (self.split, self.task):
-            raise CheckpointError(f"dataset state is of split {state.split!r} task "
-                                  f"{state.task!r}; this dataset is split {self.split!r} task "
+            raise CheckpointError(f"dataset state is of split {state.split.value!r} task "
+                                  f"{state.task!r}; this dataset is split "
+                                  f"{self.split.value!r} task "
                                   f"{self.task!r}")
-        if state.split == "train":
+        if state.split is Split.TRAIN:
             self.sampler.load_state_dict(state.sampler)
         else:
             steps = len(self)

@@ -273,7 +273,8 @@ def test_huge_page_copies_give_the_same_aggregate_cells(tmp_path: Path):
         for huge in (False, True):
             builder = BatchBuilder(db, BatchConfig(sequence_length=48, max_rows=8,
                                                    bfs_child_width=1, huge_pages=huge), seed=5)
-            assert builder.rows.words.size > 0 if huge else builder.rows.words.size == 0
+            words = builder.resident.row_values.words
+            assert words.size > 0 if huge else words.size == 0
             batches.append([builder.build(t, np.arange(t.num_seeds), epoch=1).arrays
                             for t in builder.tasks])
             builder.release()

@@ -224,24 +224,24 @@ def test_target_value_is_hidden():
     assert hidden > 100
 
 
-def test_kernel_inputs_are_made_once_from_the_arrays_the_builder_reads():
-    """The records build_sequences reads are made at start, from the huge-page copies (not the
-    memory map), and every batch reuses them."""
+def test_the_resident_records_are_made_once_from_the_arrays_the_builder_reads():
+    """The records build_sequences reads are made at start, placed in the huge-page copies
+    (not the memory map), and every batch reuses them."""
     db = random_database(3, num_tables=3, max_rows=30)
     config = BatchConfig(sequence_length=64, max_rows=16, bfs_child_width=2, huge_pages=True)
     builder = BatchBuilder(db, config, seed=1)
-    inputs = builder.inputs
+    resident = builder.resident
     view = builder.tasks[0]
     builder.build(view, np.arange(view.num_seeds), 0)
-    assert builder.inputs is inputs
-    assert builder.graph.has_records
-    assert inputs.graph.parent_records is builder.graph.parent_records
-    assert inputs.row_values.words is builder.rows.words and builder.rows.words.size > 0
-    assert inputs.column_lists.u8_cols is builder.catalog.u8_cols
-    assert inputs.walk == (2, 64, 16, 0)  # width, S, R, uniform children
-    links = table_links_of(builder.graph.parent_offsets, builder.graph.child_offsets,
-                           builder.catalog.table_offsets)
-    assert inputs.tables.links.tolist() == links.tolist()
+    assert builder.resident is resident and resident.memory_path == "private"
+    assert resident.graph.parent_records.shape[0] == resident.graph.parent_ids.shape[0] > 0
+    assert not np.shares_memory(resident.graph.parent_offsets, db.graph.parent_offsets)
+    assert resident.row_values.words.size > 0
+    assert np.shares_memory(resident.row_values.floats, resident.row_values.words)
+    assert builder.walk == (2, 64, 16, 0)  # width, S, R, uniform children
+    links = table_links_of(resident.graph.parent_offsets, resident.graph.child_offsets,
+                           resident.tables.offsets)
+    assert resident.tables.links.tolist() == links.tolist()
     assert view.kernel_task == (view.index, view.target_col, int(view.rules.strict))
 
 

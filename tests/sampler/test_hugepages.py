@@ -7,9 +7,10 @@ import pytest
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import BATCH_KEYS, BatchBuilder, BatchConfig, Sampler, hugepages
-from dlkit.sampler import batch as batch_module
 from dlkit.sampler import catalog as catalog_module
-from dlkit.sampler.catalog import RowRecords, build_catalog
+from dlkit.sampler import graph as graph_module
+from dlkit.sampler.catalog import build_catalog, row_values
+from dlkit.sampler.graph import graph_of, has_records, huge_page_bytes, walked
 from tests.sampler.fakedb import random_database
 
 SMALL = dict(sequence_length=48, max_rows=12, bfs_child_width=3, split_seed=5, seed=11)
@@ -67,13 +68,14 @@ def test_batches_are_the_same_from_the_copies():
     db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
     mapped, copied = builders(db)
     assert (mapped.huge_pages, copied.huge_pages) == (False, True)
-    assert copied.graph.has_records and not mapped.graph.has_records
-    for a in copied.graph.walked() + copied.catalog.column_arrays():
+    mine, theirs = copied.resident, mapped.resident
+    assert has_records(mine.graph) and not has_records(theirs.graph)
+    for a in walked(mine.graph) + mine.catalog.column_arrays():
         assert not a.flags.writeable
-    edges = copied.graph.parent_ids.shape[0]
-    assert copied.graph.huge_page_bytes() == sum(a.nbytes for a in copied.graph.walked())
-    assert copied.graph.parent_records.shape == (edges, 4)
-    assert copied.rows.words.size > 0 and mapped.rows.words.size == 0
+    edges = mine.graph.parent_ids.shape[0]
+    assert huge_page_bytes(mine.graph) == sum(a.nbytes for a in walked(mine.graph))
+    assert mine.graph.parent_records.shape == (edges, 4)
+    assert mine.row_values.words.size > 0 and theirs.row_values.words.size == 0
     assert_same_batches(mapped, copied)
     with pytest.raises(InvalidArgumentError, match="huge_pages"):
         BatchConfig(huge_pages=1)
@@ -98,10 +100,10 @@ def assert_same_batches(mapped: BatchBuilder, copied: BatchBuilder) -> None:
 def test_graphs_too_large_for_records_copy_the_csr(monkeypatch):
     """Records pack per-row counts in 32 bits: past 2^31 edges the plain CSR is copied."""
     db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
-    monkeypatch.setattr(batch_module, "MAX_RECORD_EDGES", 1)
+    monkeypatch.setattr(graph_module, "MAX_RECORD_EDGES", 1)
     mapped, copied = builders(db)
-    assert copied.huge_pages and not copied.graph.has_records
-    assert len(copied.graph.walked()) == 6
+    assert copied.huge_pages and not has_records(copied.resident.graph)
+    assert len(walked(copied.resident.graph)) == 6
     assert_same_batches(mapped, copied)
 
 
@@ -109,14 +111,14 @@ def test_graphs_too_large_for_records_copy_the_csr(monkeypatch):
 def test_row_records_hold_every_cell(seed):
     """Each record word against the column it came from: value bits, validity bit, padding."""
     db = random_database(seed, num_tables=4, max_rows=50, null_prob=0.3)
-    catalog = build_catalog(db)
+    catalog = build_catalog(db, graph_of(db))
     class Poisoned:  # memory whose fresh words hold garbage: every word must be written
         fill = True
 
         def empty(self, n, dtype):
             return np.full(n, -5, dtype)
 
-    rows = RowRecords.build(catalog, Poisoned())
+    rows = row_values(catalog, Poisoned())
     assert rows is not None and not rows.words.flags.writeable
     for t, table in enumerate(db.tables):
         width = int(rows.width[t])
@@ -140,8 +142,8 @@ def test_tables_too_wide_for_row_records_copy_the_columns(monkeypatch):
     db = random_database(7, num_tables=4, max_rows=160, num_tasks=3)
     monkeypatch.setattr(catalog_module, "MAX_ROW_COLUMNS", 0)
     mapped, copied = builders(db)
-    assert copied.huge_pages and copied.rows.words.size == 0
-    assert all(not a.flags.writeable for a in copied.catalog.column_arrays())
+    assert copied.huge_pages and copied.resident.row_values.words.size == 0
+    assert all(not a.flags.writeable for a in copied.resident.catalog.column_arrays())
     assert_same_batches(mapped, copied)
 
 

@@ -14,6 +14,8 @@ from dlkit.sampler.batch_files import BatchRequest, iter_batches
 from dlkit.sampler.run_manifest import make_run_manifest
 from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
 from dlkit.sampler.schedule import Job
+from dlkit.sampler.split import Split
+from dlkit.sampler.world import World
 from tests import naive_sampler as naive
 from tests.sampler.test_sampler import SMALL, assert_same_batches
 
@@ -51,9 +53,9 @@ def test_train_and_val_schedules_hand_out_one_job_type(db):
     views = BatchBuilder(db, BatchConfig(**SHAPE), 3).tasks
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every dataset of this database gives rank 0 seeds
-        train, val = plan.streams("train", views), plan.streams("val", views)
-    trains = plan.train_schedule(train, [1.0] * len(train), initial_state("train", train))
-    vals = plan.eval_schedule(val, initial_state("val", val))
+        train, val = plan.streams(Split.TRAIN, views), plan.streams(Split.VAL, views)
+    trains = plan.train_schedule(train, [1.0] * len(train), initial_state(Split.TRAIN, train))
+    vals = plan.eval_schedule(val, initial_state(Split.VAL, val))
     train_jobs = [trains.job(step) for step in range(8)]
     val_jobs = [vals.job(step) for step in range(30)]
     assert all(type(job) is Job for job in train_jobs + val_jobs)
@@ -73,14 +75,40 @@ def test_train_and_val_schedules_hand_out_one_job_type(db):
     (dict(seed=-1), "seed must be an integer in [0, 2^64-1], got -1"),
     (dict(split_seed=2**64), "split_seed must be an integer in [0, 2^64-1]"),
     (dict(split_ratios=(0.8, 0.1, 0.1)), "split_ratios must be SplitRatios"),
-    (dict(sampling_mode="v4"), "sampling mode must be v3"),
+    (dict(sampling_mode="v3"), "sampling_mode must be a TrainOrder"),
 ])
 def test_a_plan_config_validates_itself(change, message):
     args = dict(seed=0, batch_size=2, split_ratios=SplitRatios())
     args.update(change)
     with pytest.raises(InvalidArgumentError) as caught:
-        RunConfig(**args)
+        ranks = {key: args.pop(key) for key in ("rank", "world_size") if key in args}
+        RunConfig(**args, world=World(**ranks))  # the world checks its ranks
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(local_world_size=3, world_size=2), "local_world_size 3 is not in [1, world_size 2]"),
+    (dict(local_rank=2, local_world_size=2, world_size=4),
+     "local_rank 2 is not in [0, local_world_size 2)"),
+    (dict(rank=-1), "rank must be an integer >= 0, got -1"),
+    (dict(local_world_size=0), "local_world_size 0 is not in [1, world_size 1]"),
+])
+def test_a_world_validates_itself(change, message):
+    with pytest.raises(InvalidArgumentError) as caught:
+        World(**change)
+    assert message in str(caught.value)
+
+
+def test_a_world_reads_what_it_is_not_given_from_the_torchrun_environment(monkeypatch):
+    for variable, value in (("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "1"),
+                            ("LOCAL_WORLD_SIZE", "4")):
+        monkeypatch.setenv(variable, value)
+    assert World.from_env() == World(3, 8, 1, 4)
+    assert World.from_env(rank=5, local_rank=np.int64(2)) == World(5, 8, 2, 4)
+    assert type(World.from_env(local_rank=np.int64(2)).local_rank) is int
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(InvalidArgumentError, match=r"\$RANK must be an integer, got 'x'"):
+        World.from_env()
 
 
 def test_dlkit_batches_validates_its_request_when_it_is_made():

@@ -256,7 +256,7 @@ def test_shutdown_frees_the_copies_without_waiting_for_the_garbage_collector(db)
     try:
         with Sampler(db, 0, 1, batch_size=4, huge_pages=True, **SMALL) as s:
             s.next_train_batch()
-            copy = weakref.ref(s.builder.graph.parent_records.base)
+            copy = weakref.ref(s.builder.resident.graph.parent_records.base)
             assert copy() is not None
         assert copy() is None
         with pytest.raises(SamplerShutdown):

@@ -61,9 +61,9 @@ def _printing_warnings() -> Iterator[None]:
 def sampling_mode_name(mode: str) -> str:
     """The CLI's one spelling of a train order: v3 or v2 (a manifest holds the full name;
     --sampling-mode accepts either)."""
-    from dlkit.sampler.splits import SAMPLING_MODES
+    from dlkit.nextbatch.tokens import TrainOrder
 
-    return next((short for short, full in SAMPLING_MODES.items() if full == mode), mode)
+    return TrainOrder.parse(mode).short
 
 
 def _ratios(text: str) -> SplitRatios:

@@ -15,6 +15,7 @@ from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, human_bytes, plain, print_json, progress
 from dlkit.cli.params import check_output_file
 from dlkit.errors import InvalidArgumentError
+from dlkit.sampler.split import SPLITS
 from dlkit.text import counted, unknown_name
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def info(
                      "label lag", "boundary"):
             tasks.add_column(name, justify="right" if name == "seeds" else "left")
         for k in summary.tasks:
-            per = "/".join(f"{k.seeds_per_split.get(s, 0):,}" for s in ("train", "val", "test"))
+            per = "/".join(f"{k.seeds_per_split.get(s, 0):,}" for s in SPLITS)
             tasks.add_row(plain(k.name), plain(f"{k.table}.{k.target}"), k.target_type,
                           f"{k.num_seeds:,}", per, k.split_rule,
                           f"{k.label_lag_us / 1e6:g} s" if k.label_lag_us else "0", k.boundary)
@@ -203,7 +204,7 @@ def view(
     """
     from dlkit.atomic import atomic_write_bytes
     from dlkit.db import open_database
-    from dlkit.sampler.splits import train_sampling_mode
+    from dlkit.nextbatch.tokens import TrainOrder
     from dlkit.viewer.curves import read_record
     from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, render_page
 
@@ -226,7 +227,7 @@ def view(
         options = PageOptions(knobs=knobs, seeds_per_split=seeds, seed=seed,
                               split_seed=split_seed, tasks=tuple(task) if task else None,
                               step=step, batch_size=batch_size,
-                              sampling_mode=train_sampling_mode(sampling_mode))
+                              sampling_mode=TrainOrder.parse(sampling_mode))
         if serve:
             _serve(db, options, curves, port, quiet)
             return

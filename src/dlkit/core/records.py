@@ -3,13 +3,14 @@
 Numba compiles a ``NamedTuple`` of arrays, scalars and typed lists in nopython mode: a field
 read is a struct member read, and a record passed between kernels is no more than its
 fields passed one by one (a kernel binds the fields its loops read to locals first: each
-read of a record's array field updates the array's reference count). The sampler
-(``dlkit.sampler.batch``) builds the records that do not change between batches (``Graph``,
-``Tables``, ``Columns``, ``ColumnLists``, ``RowValues``, ``Walk``, ``Task``) once, when it
-opens a database, and the per-batch ones (``Seeds``, ``BatchOutput``, ``Visits``) for each
-batch; the kernels build the per-sequence ones (``Stream``, ``Visit``, ``Layout``,
-``FlatValues``) themselves. Shapes below use ``B`` sequences of ``S`` cells and ``R`` rows,
-``N`` global rows, ``E`` foreign-key edges, ``T`` tables and ``C`` catalog columns.
+read of a record's array field updates the array's reference count). The sampler builds
+the records that do not change between batches (``Graph``, ``Tables``, ``Columns``,
+``ColumnLists``, ``RowValues``: ``dlkit.sampler.resident``; ``Walk``, ``Task``) once, when it
+opens a database, and holds them as they are; it builds the per-batch ones (``Seeds``,
+``BatchOutput``, ``Visits``) for each batch; the kernels build the per-sequence ones
+(``Stream``, ``Visit``, ``Layout``, ``FlatValues``) themselves. Shapes below use ``B``
+sequences of ``S`` cells and ``R`` rows, ``N`` global rows, ``E`` foreign-key edges, ``T``
+tables and ``C`` catalog columns.
 
 A record of arrays and numbers costs about a microsecond to pass from Python: numba's
 dispatcher types it natively. A typed list it types in Python, hashing the list's type per

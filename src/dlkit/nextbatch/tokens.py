@@ -8,16 +8,48 @@ hash (``docs/nextbatch_v3.md``). ``train_mode`` defaults to v2 everywhere.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import lru_cache
 
 import numpy as np
 
 from dlkit.encoding import cbor_sha256, require_uint, sha256
+from dlkit.errors import InvalidArgumentError
 
 SAMPLING_MODE_TRAIN = "SHUFFLE_WITHOUT_REPLACEMENT_BLOCK_AFFINE_V1"
 SAMPLING_MODE_TRAIN_V3 = "SHUFFLE_WITHOUT_REPLACEMENT_FEISTEL_V3"
 TRAIN_SAMPLING_MODES = (SAMPLING_MODE_TRAIN, SAMPLING_MODE_TRAIN_V3)
 SAMPLING_MODE_SEQUENTIAL = "SEQUENTIAL_V1"
+
+
+class TrainOrder(StrEnum):
+    """A run's train order, by its NextBatch version: its value is the manifest's
+    ``data.sampling_mode`` (a manifest without one is ``V2``), its ``short`` name what users
+    write (``"v2"``, ``"v3"``). ``V3`` is NextBatch_v3's Feistel shuffle (the sampler's
+    default: a real shuffle), ``V2`` NextBatch_v2's block-affine order (an arithmetic
+    progression within a block), kept for runs that started with it."""
+
+    V2 = SAMPLING_MODE_TRAIN
+    V3 = SAMPLING_MODE_TRAIN_V3
+
+    @property
+    def short(self) -> str:
+        """The order's short name: ``"v2"`` or ``"v3"``."""
+        return "v2" if self is TrainOrder.V2 else "v3"
+
+    @classmethod
+    def parse(cls, value: object) -> TrainOrder:
+        """``value`` (a ``TrainOrder``, its short name in any case, or its manifest name) as
+        a ``TrainOrder``."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            key = value.strip().lower()
+            for order in cls:
+                if key == order.short or value == order.value:
+                    return order
+        raise InvalidArgumentError(f"sampling mode must be v3 (NextBatch_v3, Feistel shuffle) "
+                                   f"or v2 (NextBatch_v2, block-affine), got {value!r}")
 SUBSAMPLING_MODE_TRAIN = "SHUFFLE_WITHOUT_REPLACEMENT"
 SUBSAMPLING_MODE_NONE = "NONE"
 FAILURE_OPERATOR = "UML_OS.Data.NextBatch_v2"

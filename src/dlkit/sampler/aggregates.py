@@ -9,11 +9,15 @@ aggregates (or any reader without the ``aggregates`` attribute) has none.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dlkit.core.aggregates import KINDS, Aggregates, no_aggregates
+from dlkit.sampler.database import SamplerDatabase
+
+if TYPE_CHECKING:
+    from dlkit.sampler.catalog import ColumnCatalog  # which reads our aggregate cells
 
 
 def aggregate_source(db: Any) -> Any:
@@ -42,7 +46,8 @@ def column_embeddings(db: Any) -> np.ndarray:
     return np.concatenate([columns, np.asarray(data.embeddings)]).astype(np.float16)
 
 
-def kernel_aggregates(db: Any, catalog: Any, child_offsets: np.ndarray) -> Aggregates:
+def kernel_aggregates(db: SamplerDatabase, catalog: ColumnCatalog,
+                      child_offsets: np.ndarray) -> Aggregates:
     """The kernels' record of ``catalog``'s aggregate cells (``child_offsets`` of the graph
     the kernels read, to locate each cell's parent table's child lists)."""
     data = aggregate_source(db)
@@ -66,5 +71,5 @@ def kernel_aggregates(db: Any, catalog: Any, child_offsets: np.ndarray) -> Aggre
         mean[j], std[j] = float(cell.mean), float(cell.std)
     counts = np.asarray(data.counts, dtype=np.int64)
     sums = np.asarray(data.sums, dtype=np.float64)
-    return Aggregates(catalog.col_agg, kind, source_col, count_at, sum_at, base, mean, std,
+    return Aggregates(catalog.agg, kind, source_col, count_at, sum_at, base, mean, std,
                       counts, sums)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import RunManifest
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
 from dlkit.sampler.aggregates import column_embeddings
 from dlkit.sampler.arguments import integer
@@ -32,14 +33,19 @@ from dlkit.sampler.evaluation import EvalPass, EvalTask
 from dlkit.sampler.labels import LabelInfo
 from dlkit.sampler.run_plan import RunPlan, initial_state
 from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule
-from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, TaskSplits, split_index
+from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, Split, SplitRatios, TaskSplits
 from dlkit.sampler.state import ChannelState
 
 STATE_FORMAT = "dlkit-sampler-state-v1"
 # the entries of a state from before its checksum (still loaded)
 _UNCHECKSUMMED_KEYS = frozenset({"format", "config", "train", "val", "test"})
 # Channels of pulled batches: train (shuffled, endless), val and test (in order, round and round).
-CHANNELS = ("train", "val", "test")
+CHANNELS = tuple(Split)
+# What a Sampler's repr shows of its configuration, in this order.
+_REPR_FIELDS = ("rank", "world_size", "split_ratios", "split_seed", "seed", "num_prefetch",
+                "batch_size", "sequence_length", "max_rows", "bfs_child_width", "task_weights",
+                "num_threads", "sampling_mode", "huge_pages", "local_rank", "local_world_size",
+                "bfs_child_policy")
 
 
 class Sampler:
@@ -58,8 +64,9 @@ class Sampler:
     ``ChildPolicy`` or its name, ``"uniform"`` (default), ``"recent"`` or ``"quota"``
     (docs/batch_format.md); it is part of the state's fingerprint when not the default.
     ``sampling_mode`` (keyword) is
-    the train order: ``"v3"`` (default; NextBatch_v3, a keyed shuffle of each epoch) or
-    ``"v2"`` (NextBatch_v2's block-affine order, for runs that started with it).
+    the train order, a ``dlkit.nextbatch.tokens.TrainOrder`` or its name: ``"v3"`` (default;
+    NextBatch_v3, a keyed shuffle of each epoch) or ``"v2"`` (NextBatch_v2's block-affine
+    order, for runs that started with it); ``config.sampling_mode`` is the parsed order.
     ``huge_pages`` (keyword) copies the graph and the columns into huge-page memory, which
     builds batches faster for their size in RAM per process: True, False, or None
     (default) = when the kernel offers transparent huge pages and the copies take at most a
@@ -76,7 +83,7 @@ class Sampler:
                  batch_size: int = 32, sequence_length: int = 1024, bfs_child_width: int = 16,
                  task_weights: Sequence[float] | Mapping[str, float] | None = None,
                  num_threads: int = 1, *, max_rows: int = 256,
-                 sampling_mode: str = DEFAULT_SAMPLING_MODE, huge_pages: bool | None = None,
+                 sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER, huge_pages: bool | None = None,
                  local_rank: int | None = None, local_world_size: int | None = None,
                  bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM):
         self._db, self._owns_db = open_db(db_path)
@@ -104,32 +111,32 @@ class Sampler:
         self.splits: tuple[TaskSplits, ...] = plan.splits
         self.manifest: RunManifest = plan.manifest
         weights = dict(zip(self.tasks, self.config.task_weights or ()))
-        self.train_streams: tuple[SplitStream, ...] = plan.streams("train", self.builder.tasks,
-                                                                   weights)
+        self.train_streams: tuple[SplitStream, ...] = plan.streams(Split.TRAIN,
+                                                                   self.builder.tasks, weights)
         self._train_weights = [weights[s.task.name] for s in self.train_streams]
-        self._eval_streams: dict[str, tuple[SplitStream, ...]] = {}
-        self._channels = {"train": BatchChannel(
-            "train", self.builder, self._train_schedule,
-            initial_state("train", self.train_streams),
+        self._eval_streams: dict[Split, tuple[SplitStream, ...]] = {}
+        self._channels = {Split.TRAIN: BatchChannel(
+            Split.TRAIN.value, self.builder, self._train_schedule,
+            initial_state(Split.TRAIN, self.train_streams),
             self.config.num_prefetch, self.config.num_threads)}
-        self._open_eval_channel("val")  # test opens on first use: most runs never pull it
+        self._open_eval_channel(Split.VAL)  # test opens on first use: most runs never pull it
         self._lookup: TrainSchedule | None = None  # train_batch's schedule
         self._lookup_lock = threading.Lock()
         self._shut = False
 
-    def _open_eval_channel(self, split: str) -> BatchChannel:
+    def _open_eval_channel(self, split: Split) -> BatchChannel:
         """The val or test channel (skipped datasets warn now, as train's do at start)."""
         if split not in self._channels:
             streams = self._eval_streams[split] = self._plan.streams(split, self.builder.tasks)
             self._channels[split] = BatchChannel(
-                split, self.builder, lambda state: self._eval_schedule(split, state),
+                split.value, self.builder, lambda state: self._eval_schedule(split, state),
                 initial_state(split, streams),
                 self.config.num_prefetch, self.config.num_threads)
         return self._channels[split]
 
     @property
     def val_streams(self) -> tuple[SplitStream, ...]:
-        return self._eval_streams["val"]
+        return self._eval_streams[Split.VAL]
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -146,9 +153,9 @@ class Sampler:
                 f"no task has a full global batch ({self.config.global_batch_size}) of train "
                 "seeds on this rank: lower batch_size or use a larger database")
         return self._plan.train_schedule(self.train_streams, self._train_weights,
-                                        state or initial_state("train", self.train_streams))
+                                        state or initial_state(Split.TRAIN, self.train_streams))
 
-    def _eval_schedule(self, split: str, state: ChannelState | None = None) -> ValSchedule:
+    def _eval_schedule(self, split: Split, state: ChannelState | None = None) -> ValSchedule:
         streams = self._eval_streams[split]
         if not streams:
             raise InvalidArgumentError(f"no task has {split} seeds on this rank")
@@ -158,24 +165,22 @@ class Sampler:
 
     def next_train_batch(self) -> dict[str, np.ndarray]:
         """The next train batch (blocks until it is ready); ``SamplerShutdown`` after shutdown."""
-        return self._channel("train").next_built().arrays
+        return self._channel(Split.TRAIN).next_built().arrays
 
     def next_val_batch(self) -> dict[str, np.ndarray]:
         """The next val batch, from a channel independent of the train channel (val seeds in
         order, round and round; a rank-local stream: see ``iter_eval`` for a whole pass)."""
-        return self._channel("val").next_built().arrays
+        return self._channel(Split.VAL).next_built().arrays
 
     def next_test_batch(self) -> dict[str, np.ndarray]:
         """The next test batch, from its own channel (like ``next_val_batch``)."""
-        return self._channel("test").next_built().arrays
+        return self._channel(Split.TEST).next_built().arrays
 
-    def next_built_batch(self, split: str = "train") -> BuiltBatch:
+    def next_built_batch(self, split: Split | str = Split.TRAIN) -> BuiltBatch:
         """The next batch of ``split`` ("train", "val" or "test") with what produced it (task,
         epoch, seeds, visited rows): for inspection and tests. It consumes from the same
         channel."""
-        if split not in CHANNELS:
-            raise InvalidArgumentError(f"split must be train, val or test, got {split!r}")
-        return self._channel(split).next_built()
+        return self._channel(Split.parse(split)).next_built()
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Endless train batches (``next_train_batch`` each time): stop after the steps you
@@ -198,10 +203,10 @@ class Sampler:
             schedule.forget_before(step)
         return build_job(self.builder, job).arrays
 
-    def _channel(self, name: str) -> BatchChannel:
+    def _channel(self, name: Split) -> BatchChannel:
         if self._shut:
             raise SamplerShutdown(f"the sampler was shut down: no more {name} batches")
-        if name == "train":
+        if name is Split.TRAIN:
             if not self.train_streams:
                 self._train_schedule()  # raises the explanation
             return self._channels[name]
@@ -219,19 +224,19 @@ class Sampler:
 
     # --- evaluation -----------------------------------------------------------------------------
 
-    def _eval_pass(self, split: str, task: str | int | None) -> EvalPass:
+    def _eval_pass(self, split: Split | str, task: str | int | None) -> EvalPass:
         self._check_open()
-        index = split_index(split)
+        index = Split.parse(split).code
         views = self.builder.tasks if task is None else (self.builder.task(task),)
         tasks = [EvalTask(view, self.splits[view.index].positions[index]) for view in views]
         cfg = self.config
-        return EvalPass(self.builder, tasks, cfg.batch_size, cfg.world_size, cfg.rank)
+        return EvalPass(self.builder, tasks, cfg.batch_size, cfg.world)
 
-    def eval_steps(self, split: str = "val", task: str | int | None = None) -> int:
+    def eval_steps(self, split: Split | str = Split.VAL, task: str | int | None = None) -> int:
         """How many batches ``iter_eval(split, task)`` yields (the same on every rank)."""
         return len(self._eval_pass(split, task))
 
-    def iter_eval(self, split: str = "val",
+    def iter_eval(self, split: Split | str = Split.VAL,
                   task: str | int | None = None) -> Iterator[dict[str, np.ndarray]]:
         """One pass over every seed of ``split`` ("val", "test" or "train") of every task (or
         of ``task``): each seed exactly once across all ranks, in ``eval_steps`` batches of
@@ -240,9 +245,9 @@ class Sampler:
         rank and shapes never change. Independent of the pulled channels and their state;
         prefetched like them (``num_threads`` producers, ``num_prefetch`` ahead)."""
         eval_pass = self._eval_pass(split, task)  # bad arguments fail here, not at first use
-        return self._run_eval(eval_pass, split)
+        return self._run_eval(eval_pass, Split.parse(split))
 
-    def _run_eval(self, eval_pass: EvalPass, split: str) -> Iterator[dict[str, np.ndarray]]:
+    def _run_eval(self, eval_pass: EvalPass, split: Split) -> Iterator[dict[str, np.ndarray]]:
         cfg = self.config
         if cfg.num_prefetch == 0 or len(eval_pass) == 0:
             for step in range(len(eval_pass)):
@@ -313,7 +318,7 @@ class Sampler:
         """
         self._check_open()
         return with_checksum({"format": STATE_FORMAT, "config": self._fingerprint(),
-                              **{name: channel.state().to_json()
+                              **{name.value: channel.state().to_json()
                                  for name, channel in self._channels.items()}})
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -337,12 +342,12 @@ class Sampler:
                                   + "; ".join(diffs or ["config is malformed"]))
         restores = []
         for name in CHANNELS:
-            if name == "test" and state.get(name) is None:
+            if name is Split.TEST and state.get(name.value) is None:
                 continue  # test was never pulled (or a state from before it): starts afresh
-            part = ChannelState.from_json(name, state.get(name))
-            channel = self._channels["train"] if name == "train" else \
+            part = ChannelState.from_json(name.value, state.get(name.value))
+            channel = self._channels[Split.TRAIN] if name is Split.TRAIN else \
                 self._open_eval_channel(name)
-            streams = self.train_streams if name == "train" else self._eval_streams[name]
+            streams = self.train_streams if name is Split.TRAIN else self._eval_streams[name]
             if streams:
                 channel.make_schedule(part)  # validates before any channel changes
                 restores.append((channel, part))
@@ -376,8 +381,10 @@ class Sampler:
         self.shutdown()
 
     def __repr__(self) -> str:
-        cfg = asdict(self.config)
-        cfg["split_ratios"] = str(self.config.split_ratios)
+        config = self.config
+        cfg = {name: getattr(config, name) for name in _REPR_FIELDS}
+        cfg["split_ratios"] = str(config.split_ratios)
+        cfg["sampling_mode"] = config.sampling_mode.short
         return f"Sampler({self._db.path!s}, " + ", ".join(f"{k}={v!r}" for k, v in
                                                          cfg.items()) + ")"
 

@@ -20,14 +20,17 @@ import numpy as np
 from dlkit.atomic import AtomicDirectory, TargetKind
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, ChildPolicy, TaskView
+from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, ChildPolicy
 from dlkit.sampler.channel import build_job
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.labels import LabelInfo
 from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
 from dlkit.sampler.schedule import Job, Schedule
-from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS, SplitRatios, split_index
+from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, SPLITS, Split, SplitRatios
+from dlkit.sampler.tasks import TaskView
+from dlkit.sampler.world import World
 
 INDEX_FILE = "index.json"
 
@@ -37,7 +40,7 @@ class BatchRequest:
     """One (task, split) stream of batches, as ``dlkit batches`` asks for it."""
 
     task: str
-    split: str
+    split: Split | str
     steps: int
     seed: int = 0
     split_seed: int = 0
@@ -48,21 +51,22 @@ class BatchRequest:
     sequence_length: int = 1024
     max_rows: int = 256
     bfs_child_width: int = 16
-    sampling_mode: str = DEFAULT_SAMPLING_MODE
+    sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER  # parsed: a TrainOrder
     bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM
 
     def __post_init__(self) -> None:
-        split_index(self.split)
+        object.__setattr__(self, "sampling_mode", TrainOrder.parse(self.sampling_mode))
+        object.__setattr__(self, "split", Split.parse(self.split))
         integer(self.steps, "steps", 1, expected="a positive integer")
         self.run  # noqa: B018 - validates the seeds, ratios, ranks and the train order
         self.batch_config  # noqa: B018 - validates S, R and the child width
 
     @property
     def run(self) -> RunConfig:
-        return RunConfig(seed=self.seed, batch_size=self.batch_size, rank=self.rank,
-                          world_size=self.world_size, split_seed=self.split_seed,
+        return RunConfig(seed=self.seed, batch_size=self.batch_size,
+                          world=World(self.rank, self.world_size), split_seed=self.split_seed,
                           split_ratios=SplitRatios.parse(self.split_ratios),
-                          sampling_mode=self.sampling_mode)
+                          sampling_mode=TrainOrder.parse(self.sampling_mode))
 
     @property
     def batch_config(self) -> BatchConfig:
@@ -82,12 +86,14 @@ def stream_schedule(db: SamplerDatabase, request: BatchRequest
     plan = RunPlan(db, request.run)
     builder = BatchBuilder(db, request.batch_config, request.seed)
     view = builder.task(request.task)
-    streams = plan.streams(request.split, [view])
+    split = Split.parse(request.split)  # parsed by the request: the Split itself
+    streams = plan.streams(split, [view])
     if not streams:
         raise InvalidArgumentError(f"task {view.name!r} has no {request.split} batch on rank "
                                    f"{request.rank} of {request.world_size} (see the warning)")
-    state = initial_state(request.split, streams)
-    schedule: Schedule = (plan.train_schedule(streams, [1.0], state) if request.split == "train"
+    state = initial_state(split, streams)
+    train = split is Split.TRAIN
+    schedule: Schedule = (plan.train_schedule(streams, [1.0], state) if train
                           else plan.eval_schedule(streams, state))
     return builder, view, schedule
 
@@ -178,6 +184,8 @@ def write_batches(db_path: DatabaseSource, request: BatchRequest, out_dir: str |
 def _request_json(request: BatchRequest) -> dict[str, Any]:
     value = dict(request.__dict__)
     value["split_ratios"] = str(SplitRatios.parse(request.split_ratios))
+    value["split"] = Split.parse(request.split).value
+    value["sampling_mode"] = TrainOrder.parse(request.sampling_mode).short
     policy = ChildPolicy.parse(request.bfs_child_policy)
     if policy is ChildPolicy.UNIFORM:  # the default: the index of earlier versions, exactly
         del value["bfs_child_policy"]

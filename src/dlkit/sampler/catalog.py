@@ -11,37 +11,41 @@ out-of-bounds read in a kernel.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from dlkit.core.bfs import table_links_of
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NUMERIC, TEXT, TIMESTAMP
 from dlkit.core.lists import EMPTY_LISTS, append_array
-from dlkit.core.records import ColumnLists, Columns, RowValues, Tables
+from dlkit.core.records import ColumnLists, Columns, Graph, RowValues, Tables
 from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
 from dlkit.sampler.aggregates import aggregate_cells
+from dlkit.sampler.database import SamplerDatabase
+from dlkit.sampler.shared import Memory
 
 _VALUE_DTYPES = {NUMERIC: np.float64, BOOLEAN: np.uint8, TIMESTAMP: np.int64,
                  CATEGORICAL: np.int32, TEXT: np.int64}
 
 
 _LIST_DTYPES = tuple(np.dtype(d) for d in (np.float64, np.uint8, np.int64, np.int32))
-_LIST_FIELDS = ("f64_cols", "u8_cols", "i64_cols", "i32_cols")
 
 
-def _typed_lists(arrays: dict[Any, list[np.ndarray]]) -> dict[str, Any]:
-    """The ``arrays`` and ``*_cols`` fields of a catalog: each dtype's read-only 1-D arrays,
-    and the same as a typed list for the kernels."""
-    fields: dict[str, Any] = {"arrays": {}}
-    for dtype, name in zip(_LIST_DTYPES, _LIST_FIELDS):
-        typed = EMPTY_LISTS[dtype]()
+def _typed_lists(arrays: dict[Any, list[np.ndarray]]
+                 ) -> tuple[dict[np.dtype, tuple[np.ndarray, ...]], ColumnLists]:
+    """Each dtype's read-only 1-D arrays, and the same as the kernels' typed lists."""
+    tuples: dict[np.dtype, tuple[np.ndarray, ...]] = {}
+    lists = []
+    for dtype in _LIST_DTYPES:
+        make_list: Callable[[], Any] = EMPTY_LISTS[dtype]  # a kernel: typed by numba
+        typed = make_list()
         for array in arrays[dtype]:
             append_array(typed, array)
-        fields["arrays"][dtype] = tuple(arrays[dtype])
-        fields[name] = typed
-    return fields
+        tuples[dtype] = tuple(arrays[dtype])
+        lists.append(typed)
+    return tuples, ColumnLists(*lists)
 
 
 def readonly_view(array: Any, dtype: Any, length: int, what: str, path: Any) -> np.ndarray:
@@ -64,38 +68,28 @@ def readonly_view(array: Any, dtype: Any, length: int, what: str, path: Any) -> 
 
 @dataclass(frozen=True, eq=False)
 class ColumnCatalog:
-    """Flat per-column arrays (catalog order: tables in order, each table's columns in order)."""
+    """An open database's columns in catalog order (tables in order, each table's columns in
+    order, then its as-of aggregate cells): the kernels' records of them (``tables``,
+    ``columns``, ``lists``) and what Python alone reads (names, category counts, aggregate
+    cells, the column arrays as numpy arrays)."""
 
     names: tuple[tuple[str, str], ...]
-    table_offsets: np.ndarray
-    table_col_start: np.ndarray
-    table_num_cells: np.ndarray
-    col_stype: np.ndarray
-    col_column_id: np.ndarray
-    col_sort_rank: np.ndarray
-    col_value_slot: np.ndarray
-    col_valid_slot: np.ndarray
-    col_mean: np.ndarray
-    col_std: np.ndarray
-    col_cat_start: np.ndarray
-    col_cat_count: np.ndarray
-    col_label_lag: np.ndarray
+    tables: Tables
+    columns: Columns
     # Each dtype's column arrays (values; u8 also every validity bitmap), in slot order: as
     # numpy arrays for Python, as typed lists for the kernels (made by cached kernels:
     # reading a typed list from Python would compile its accessors in every process).
     arrays: dict[np.dtype, tuple[np.ndarray, ...]]
-    f64_cols: Any
-    u8_cols: Any
-    i64_cols: Any
-    i32_cols: Any
+    lists: ColumnLists
+    cat_count: np.ndarray  # int64[C]: categorical embedding rows of the column
     # The as-of aggregate cells (dlkit.sampler.aggregates): catalog column c is the
-    # database's aggregate cell col_agg[c], -1 for a column of the table. Aggregate cells
+    # database's aggregate cell agg[c], -1 for a column of the table. Aggregate cells
     # follow their table's columns, have no value arrays (slots -1) and are numeric.
-    col_agg: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    agg: np.ndarray
 
     @property
     def num_columns(self) -> int:
-        return int(self.col_stype.shape[0])
+        return int(self.columns.stype.shape[0])
 
     def index(self, table: str, column: str) -> int:
         """Catalog index of ``table.column``; -1 when it is not a non-key column."""
@@ -106,24 +100,24 @@ class ColumnCatalog:
 
     def is_aggregate(self, c: int) -> bool:
         """Whether catalog column ``c`` is an as-of aggregate cell (no value arrays)."""
-        return c < self.col_agg.shape[0] and int(self.col_agg[c]) >= 0
+        return c < self.agg.shape[0] and int(self.agg[c]) >= 0
 
     @property
     def table_num_features(self) -> np.ndarray:
-        """Each table's own cells (its columns; ``table_num_cells`` adds the aggregates)."""
-        agg = np.zeros(self.table_num_cells.shape[0], dtype=np.int64)
-        for c in np.flatnonzero(self.col_agg >= 0):
-            agg[int(np.searchsorted(self.table_col_start, c, side="right")) - 1] += 1
-        return self.table_num_cells - agg
+        """Each table's own cells (its columns; ``tables.num_cells`` adds the aggregates)."""
+        agg = np.zeros(self.tables.num_cells.shape[0], dtype=np.int64)
+        for c in np.flatnonzero(self.agg >= 0):
+            agg[int(np.searchsorted(self.tables.col_start, c, side="right")) - 1] += 1
+        return self.tables.num_cells - agg
 
     def values(self, c: int) -> np.ndarray:
         """Column ``c``'s values (validated, read-only; null cells hold 0)."""
-        dtype = _VALUE_DTYPES[int(self.col_stype[c])]
-        return self.arrays[np.dtype(dtype)][int(self.col_value_slot[c])]
+        dtype = _VALUE_DTYPES[int(self.columns.stype[c])]
+        return self.arrays[np.dtype(dtype)][int(self.columns.value_slot[c])]
 
     def validity(self, c: int) -> np.ndarray:
         """Column ``c``'s validity bitmap (bit ``r`` set = row ``r`` not null)."""
-        return self.arrays[np.dtype(np.uint8)][int(self.col_valid_slot[c])]
+        return self.arrays[np.dtype(np.uint8)][int(self.columns.valid_slot[c])]
 
     def column_arrays(self) -> tuple[np.ndarray, ...]:
         """Every column's values and validity bitmap (what ``fill_values`` reads at random)."""
@@ -131,104 +125,78 @@ class ColumnCatalog:
 
     def with_columns(self, copy: Callable[[np.ndarray], np.ndarray]) -> ColumnCatalog:
         """The same catalog reading ``copy(array)`` for every column array."""
-        return replace(self, **_typed_lists({dtype: [copy(a) for a in self.arrays[dtype]]
-                                             for dtype in _LIST_DTYPES}))
-
-    def kernel_tables(self, links: np.ndarray) -> Tables:
-        """The per-table arrays as the kernels' record, with each table's ``links``
-        (``dlkit.core.bfs.table_links_of`` of the graph)."""
-        return Tables(offsets=self.table_offsets, col_start=self.table_col_start,
-                      num_cells=self.table_num_cells, links=links)
-
-    def kernel_columns(self) -> Columns:
-        """The per-column arrays as the kernels' record."""
-        return Columns(stype=self.col_stype, column_id=self.col_column_id,
-                       sort_rank=self.col_sort_rank, value_slot=self.col_value_slot,
-                       valid_slot=self.col_valid_slot, mean=self.col_mean, std=self.col_std,
-                       cat_start=self.col_cat_start, label_lag=self.col_label_lag)
-
-    def kernel_lists(self) -> ColumnLists:
-        """The typed lists of column arrays as the kernels' record."""
-        return ColumnLists(f64_cols=self.f64_cols, u8_cols=self.u8_cols, i64_cols=self.i64_cols,
-                           i32_cols=self.i32_cols)
+        arrays, lists = _typed_lists({dtype: [copy(a) for a in self.arrays[dtype]]
+                                      for dtype in _LIST_DTYPES})
+        return replace(self, arrays=arrays, lists=lists)
 
 
 ROW_ALIGN_WORDS = 8  # every table's records start on a 64-byte cache line
 MAX_ROW_COLUMNS = 64  # one validity word per record
 
 
-@dataclass(frozen=True, eq=False)
-class RowRecords:
-    """Every table's cells row-major (``dlkit.core.collate.fill_values_from_rows``): row ``r``
-    of table ``t`` is ``width[t]`` int64 words from ``start[t] + r * width[t]``: the validity
-    of the table's column ``k`` in bit ``k`` of the first word, its value in word ``1 + k``
-    (float64 bits for numeric columns, the integer otherwise). Widths are powers of two, so
-    a record of up to 7 columns is one cache line. Empty ``words``: fill from the columns."""
+def no_row_values(num_tables: int) -> RowValues:
+    """Row values of none of ``num_tables`` tables: the kernels read the columns instead."""
+    zeros = np.zeros(num_tables, dtype=np.int64)
+    words = np.empty(0, dtype=np.int64)
+    return RowValues(start=zeros, width=zeros, words=words, floats=words.view(np.float64))
 
-    start: np.ndarray
-    width: np.ndarray
-    words: np.ndarray
 
-    @classmethod
-    def none(cls, num_tables: int) -> RowRecords:
-        zeros = np.zeros(num_tables, dtype=np.int64)
-        return cls(zeros, zeros, np.empty(0, dtype=np.int64))
+def row_layout(catalog: ColumnCatalog) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """``(start, width, total words)`` of ``catalog``'s row values (``RowValues``: widths are
+    powers of two, so a record of up to 7 columns is one cache line, and every table starts
+    on a cache line); None when a table has more than ``MAX_ROW_COLUMNS`` columns (its
+    validity would not fit one word)."""
+    num_cells = catalog.tables.num_cells
+    if int(num_cells.max(initial=0)) > MAX_ROW_COLUMNS:
+        return None
+    rows = np.diff(catalog.tables.offsets)
+    # The smallest power of two that holds the validity word and every column.
+    width = np.asarray([1 << int(n).bit_length() for n in num_cells], dtype=np.int64)
+    start = np.zeros(rows.shape[0], dtype=np.int64)
+    total = 0
+    for t in range(rows.shape[0]):
+        start[t] = total
+        total += int(rows[t] * width[t])
+        total = -(-total // ROW_ALIGN_WORDS) * ROW_ALIGN_WORDS
+    return start, width, total
 
-    @staticmethod
-    def layout(catalog: ColumnCatalog) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """``(start, width, total words)`` of ``catalog``'s records; None when a table has
-        more than ``MAX_ROW_COLUMNS`` columns (its validity would not fit one word)."""
-        if int(catalog.table_num_cells.max(initial=0)) > MAX_ROW_COLUMNS:
-            return None
-        rows = np.diff(catalog.table_offsets)
-        # The smallest power of two that holds the validity word and every column.
-        width = np.asarray([1 << int(n).bit_length() for n in catalog.table_num_cells],
-                           dtype=np.int64)
-        start = np.zeros(rows.shape[0], dtype=np.int64)
-        total = 0
-        for t in range(rows.shape[0]):
-            start[t] = total
-            total += int(rows[t] * width[t])
-            total = -(-total // ROW_ALIGN_WORDS) * ROW_ALIGN_WORDS
-        return start, width, total
 
-    @classmethod
-    def build(cls, catalog: ColumnCatalog, memory: Any) -> RowRecords | None:
-        """The records of every table, in an array from ``memory.empty(words, dtype)``
-        (filled unless ``memory.fill`` is False: another process filled it); None when
-        ``layout`` says they do not fit."""
-        layout = cls.layout(catalog)
-        if layout is None:
-            return None
-        start, width, total = layout
-        words = memory.empty(total, np.int64)
-        if not memory.fill:
-            return cls(start, width, words)
-        for t in range(start.shape[0]):
-            n = int(catalog.table_offsets[t + 1] - catalog.table_offsets[t])
-            table = words[start[t]:start[t] + n * width[t]].reshape(n, int(width[t]))
-            table[:, 0] = 0
-            first = int(catalog.table_col_start[t])
-            for c in range(first, int(catalog.table_col_start[t + 1])):
-                k = c - first
-                if catalog.is_aggregate(c):
-                    continue  # filled from the prefix sums, never from the records
-                values = catalog.values(c)
-                if int(catalog.col_stype[c]) == NUMERIC:
-                    table.view(np.float64)[:, 1 + k] = values
-                else:
-                    table[:, 1 + k] = values
-                bitmap = catalog.validity(c)
-                valid = np.unpackbits(bitmap, count=n, bitorder="little").astype(np.int64)
-                table[:, 0] |= valid << np.int64(k)
-            table[:, 1 + int(catalog.table_num_cells[t]):] = 0
+def row_values(catalog: ColumnCatalog, memory: Memory) -> RowValues | None:
+    """Every table's cells row-major (``dlkit.core.collate.fill_values_from_rows``), in an
+    array from ``memory.empty(words, dtype)`` (filled unless ``memory.fill`` is False:
+    another process filled it); None when ``row_layout`` says they do not fit."""
+    layout = row_layout(catalog)
+    if layout is None:
+        return None
+    start, width, total = layout
+    words = memory.empty(total, np.int64)
+    if memory.fill:
+        _fill_rows(catalog, start, width, words)
         words.setflags(write=False)
-        return cls(start, width, words)
+    return RowValues(start=start, width=width, words=words, floats=words.view(np.float64))
 
-    def kernel_values(self) -> RowValues:
-        """The records as the kernels' record (``words`` also viewed as float64)."""
-        return RowValues(start=self.start, width=self.width, words=self.words,
-                         floats=self.words.view(np.float64))
+
+def _fill_rows(catalog: ColumnCatalog, start: np.ndarray, width: np.ndarray,
+               words: np.ndarray) -> None:
+    offsets, col_start = catalog.tables.offsets, catalog.tables.col_start
+    for t in range(start.shape[0]):
+        n = int(offsets[t + 1] - offsets[t])
+        table = words[start[t]:start[t] + n * width[t]].reshape(n, int(width[t]))
+        table[:, 0] = 0
+        first = int(col_start[t])
+        for c in range(first, int(col_start[t + 1])):
+            k = c - first
+            if catalog.is_aggregate(c):
+                continue  # filled from the prefix sums, never from the records
+            values = catalog.values(c)
+            if int(catalog.columns.stype[c]) == NUMERIC:
+                table.view(np.float64)[:, 1 + k] = values
+            else:
+                table[:, 1 + k] = values
+            bitmap = catalog.validity(c)
+            valid = np.unpackbits(bitmap, count=n, bitorder="little").astype(np.int64)
+            table[:, 0] |= valid << np.int64(k)
+        table[:, 1 + int(catalog.tables.num_cells[t]):] = 0
 
 
 def _statistics(column: Any, path: Any) -> tuple[float, float]:
@@ -261,8 +229,9 @@ def validity_bitmap(column: Any, n: int, what: str, path: Any) -> np.ndarray:
     return readonly_view(bitmap, np.uint8, (n + 7) // 8, f"{what} validity bitmap", path)
 
 
-def build_catalog(db: Any) -> ColumnCatalog:
-    """Validate and index every non-key column of ``db`` (the reader API of database_format)."""
+def build_catalog(db: SamplerDatabase, graph: Graph) -> ColumnCatalog:
+    """Validate and index every non-key column of ``db`` (the reader API of database_format);
+    ``graph`` is its graph (``dlkit.sampler.graph.graph_of``), for the tables' links."""
     path = getattr(db, "path", None)
     num_texts = int(db.text_embeddings().shape[0])
     table_offsets = np.asarray(db.table_offsets, dtype=np.int64)
@@ -337,21 +306,26 @@ def build_catalog(db: Any) -> ColumnCatalog:
     # Dense rank of each column id: a counting sort by rank is a stable sort by column id.
     sort_rank = np.searchsorted(np.unique(column_id_array), column_id_array).astype(np.int64)
     table_col_start = np.asarray(starts, dtype=np.int64)
+    arrays, column_lists = _typed_lists({np.dtype(dtype): arrays
+                                         for dtype, arrays in lists.items()})
+    num_cells = np.diff(table_col_start)
     return ColumnCatalog(
         names=tuple(names),
-        table_offsets=table_offsets,
-        table_col_start=table_col_start,
-        table_num_cells=np.diff(table_col_start),
-        col_stype=np.asarray(stypes, dtype=np.int8),
-        col_column_id=column_id_array,
-        col_sort_rank=sort_rank,
-        col_value_slot=np.asarray(value_slots, dtype=np.int64),
-        col_valid_slot=np.asarray(valid_slots, dtype=np.int64),
-        col_mean=np.asarray(means, dtype=np.float64),
-        col_std=np.asarray(stds, dtype=np.float64),
-        col_cat_start=np.asarray(cat_starts, dtype=np.int64),
-        col_cat_count=np.asarray(cat_counts, dtype=np.int64),
-        col_label_lag=label_lag,
-        col_agg=np.asarray(col_agg + [-1] * (len(names) - len(col_agg)), dtype=np.int64),
-        **_typed_lists({np.dtype(dtype): arrays for dtype, arrays in lists.items()}),
+        tables=Tables(offsets=table_offsets, col_start=table_col_start, num_cells=num_cells,
+                      links=table_links_of(graph.parent_offsets, graph.child_offsets,
+                                           table_offsets)),
+        columns=Columns(
+            stype=np.asarray(stypes, dtype=np.int8),
+            column_id=column_id_array,
+            sort_rank=sort_rank,
+            value_slot=np.asarray(value_slots, dtype=np.int64),
+            valid_slot=np.asarray(valid_slots, dtype=np.int64),
+            mean=np.asarray(means, dtype=np.float64),
+            std=np.asarray(stds, dtype=np.float64),
+            cat_start=np.asarray(cat_starts, dtype=np.int64),
+            label_lag=label_lag),
+        arrays=arrays,
+        lists=column_lists,
+        cat_count=np.asarray(cat_counts, dtype=np.int64),
+        agg=np.asarray(col_agg + [-1] * (len(names) - len(col_agg)), dtype=np.int64),
     )

@@ -1,36 +1,25 @@
 """``SamplerConfig``: everything that decides a ``Sampler``'s batches, validated once.
 
-``SamplerConfig.create`` resolves the ``Sampler``'s arguments (ranks from the torchrun
-environment, split ratios from text, task weights by name) into one frozen record; its
-``run`` is the ``RunConfig`` the streams are assembled from (``dlkit.sampler.run_plan``).
+``SamplerConfig.create`` resolves the ``Sampler``'s arguments (its ``World`` from the
+torchrun environment, split ratios from text, task weights by name) into one frozen record;
+its ``run`` is the ``RunConfig`` the streams are assembled from (``dlkit.sampler.run_plan``),
+which checks the seeds, the ratios and the train order.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dlkit.errors import InvalidArgumentError
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.arguments import integer, is_number
 from dlkit.sampler.batch import BatchConfig, ChildPolicy
 from dlkit.sampler.run_plan import RunConfig
-from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, check_seed
+from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, SplitRatios
+from dlkit.sampler.world import World
 from dlkit.text import unknown_name
-
-
-def from_env(value: Any, variable: str, default: int, name: str) -> int:
-    """``value`` (an integer >= 0), else ``$variable``, else ``default``."""
-    if value is not None:
-        return integer(value, name)
-    text = os.environ.get(variable)
-    if text is None or text == "":
-        return default
-    try:
-        return integer(int(text), f"{name} (from ${variable})")
-    except ValueError:
-        raise InvalidArgumentError(f"${variable} must be an integer, got {text!r}") from None
 
 
 def task_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...]:
@@ -61,8 +50,7 @@ def task_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...]:
 class SamplerConfig:
     """Everything that decides the batches (and the prefetch knobs that do not)."""
 
-    rank: int
-    world_size: int
+    world: World
     split_ratios: SplitRatios
     split_seed: int
     seed: int
@@ -73,28 +61,23 @@ class SamplerConfig:
     bfs_child_width: int
     task_weights: tuple[float, ...] | None
     num_threads: int
-    sampling_mode: str = DEFAULT_SAMPLING_MODE
+    sampling_mode: TrainOrder = DEFAULT_TRAIN_ORDER
     huge_pages: bool | None = None
-    local_rank: int = 0
-    local_world_size: int = 1
     bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bfs_child_policy", ChildPolicy.parse(self.bfs_child_policy))
+        object.__setattr__(self, "sampling_mode", TrainOrder.parse(self.sampling_mode))
         self.batch_config  # noqa: B018 - validates S, R, the child width and huge_pages
         # Integers are stored as ``int`` (a NumPy integer would show in repr and manifests).
-        for name, minimum in (("num_prefetch", 0), ("batch_size", 1), ("num_threads", 1),
-                              ("local_rank", 0), ("local_world_size", 0)):
+        for name, minimum in (("num_prefetch", 0), ("batch_size", 1), ("num_threads", 1)):
             object.__setattr__(self, name, integer(getattr(self, name), name, minimum))
-        for name in ("seed", "split_seed"):
-            object.__setattr__(self, name, check_seed(getattr(self, name), name))
-        self.run  # noqa: B018 - validates the ranks, the ratios and the train order
-        if not 1 <= self.local_world_size <= self.world_size:
-            raise InvalidArgumentError(f"local_world_size {self.local_world_size} is not in "
-                                       f"[1, world_size {self.world_size}]")
-        if not 0 <= self.local_rank < self.local_world_size:
-            raise InvalidArgumentError(f"local_rank {self.local_rank} is not in [0, "
-                                       f"local_world_size {self.local_world_size})")
+        if not isinstance(self.world, World):
+            raise InvalidArgumentError(f"world must be a World (see World.from_env), got "
+                                       f"{self.world!r}")
+        run = self.run  # validates the seeds, the ratios and the train order
+        object.__setattr__(self, "seed", run.seed)
+        object.__setattr__(self, "split_seed", run.split_seed)
 
     @classmethod
     def create(cls, tasks: Sequence[str], *, rank: Any, world_size: Any, split_ratios: Any,
@@ -104,14 +87,26 @@ class SamplerConfig:
         left None come from ``$RANK``, ``$WORLD_SIZE``, ``$LOCAL_RANK`` and
         ``$LOCAL_WORLD_SIZE``, ratios may be text, weights a mapping by task name; the other
         ``arguments`` are fields as they are."""
-        return cls(rank=from_env(rank, "RANK", 0, "rank"),
-                   world_size=from_env(world_size, "WORLD_SIZE", 1, "world_size"),
+        return cls(world=World.from_env(rank, world_size, local_rank, local_world_size),
                    split_ratios=SplitRatios.parse(split_ratios),
                    task_weights=task_weights_for(tasks, task_weights),
-                   local_rank=from_env(local_rank, "LOCAL_RANK", 0, "local_rank"),
-                   local_world_size=from_env(local_world_size, "LOCAL_WORLD_SIZE", 1,
-                                             "local_world_size"),
                    **arguments)
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.world.local_rank
+
+    @property
+    def local_world_size(self) -> int:
+        return self.world.local_world_size
 
     @property
     def global_batch_size(self) -> int:
@@ -124,6 +119,6 @@ class SamplerConfig:
 
     @property
     def run(self) -> RunConfig:
-        return RunConfig(seed=self.seed, batch_size=self.batch_size, rank=self.rank,
-                          world_size=self.world_size, split_seed=self.split_seed,
+        return RunConfig(seed=self.seed, batch_size=self.batch_size,
+                          world=World(self.rank, self.world_size), split_seed=self.split_seed,
                           split_ratios=self.split_ratios, sampling_mode=self.sampling_mode)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlkit.sampler.batch import BatchBuilder, BuiltBatch, TaskView
+from dlkit.sampler.batch import BatchBuilder, BuiltBatch
+from dlkit.sampler.tasks import TaskView
+from dlkit.sampler.world import World
 
 EVAL_EPOCH = 0
 
@@ -38,12 +40,12 @@ class EvalPass:
     """Steps ``0 .. len(self) - 1`` of one pass, as seen by ``rank`` of ``world_size``."""
 
     def __init__(self, builder: BatchBuilder, tasks: Sequence[EvalTask], batch_size: int,
-                 world_size: int, rank: int):
+                 world: World):
         self.builder = builder
         self.tasks = tuple(t for t in tasks if t.positions.shape[0] > 0)
         self.batch_size = batch_size
-        self.global_batch_size = batch_size * world_size
-        self.rank = rank
+        self.global_batch_size = batch_size * world.world_size
+        self.rank = world.rank
         steps = [t.num_steps(self.global_batch_size) for t in self.tasks]
         self.first_step = np.cumsum([0, *steps]).astype(np.int64)
 

@@ -6,7 +6,7 @@ database is memory-mapped in 4 KiB pages, so nearly every such read also misses 
 walks the page tables, which on a virtual machine costs more than the read itself. Copied into
 anonymous memory that the kernel backs with 2 MiB transparent huge pages, the same reads
 mostly hit the TLB, and batches build faster (docs/batch_format.md, section 9). The sampler
-also builds its edge records there (``dlkit.sampler.batch.GraphArrays``).
+also builds its edge records there (``dlkit.sampler.graph``).
 
 The price is memory: the copies take their size in RAM in every process, where the memory
 map shares the page cache. ``use_huge_pages`` decides: always, never, or (the default) when

@@ -233,8 +233,8 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
     n_rows = int(built.visited_counts[0])
     n_cells = int(built.cell_counts[0])
     rows_cells: list[list[CellView]] = [[] for _ in range(n_rows)]
-    catalog = builder.catalog
-    by_id = {int(cid): c for c, cid in enumerate(catalog.col_column_id)}
+    catalog = builder.resident.catalog
+    by_id = {int(cid): c for c, cid in enumerate(catalog.columns.column_id)}
     for p in range(n_cells):
         i = int(a["seq_row_ids"][0, p])
         c = by_id[int(a["column_ids"][0, p])]
@@ -245,7 +245,7 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         hidden = bool(a["is_hidden"][0, p])
         if catalog.is_aggregate(c):
             cells: Any = db.aggregates.cells  # type: ignore[attr-defined]
-            cell = cells[int(catalog.col_agg[c])]
+            cell = cells[int(catalog.agg[c])]
             null = bool(a["is_null"][0, p])
             number = aggregate_value(cell, float(a["numeric_values"][0, p]))
             shown = HIDDEN if hidden else NULL if null else f"{number:.6g}"
@@ -268,7 +268,7 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         rows.append(RowView(i, table.name, local, _key_of(table, local),
                             format_time(int(db.graph.row_times[row]), compact=True),
                             int(built.visited_depth[0, i]), reached, tuple(rows_cells[i]),
-                            len(rows_cells[i]) < int(catalog.table_num_cells[table.index]),
+                            len(rows_cells[i]) < int(catalog.tables.num_cells[table.index]),
                             _typed_key(table, local),
                             format_time(int(db.graph.row_times[row])), source, row))
     task = builder.task(built.task)

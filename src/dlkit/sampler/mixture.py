@@ -41,10 +41,10 @@ from dlkit.nextbatch.mixture import (
     mixture_hash,
     weights_from_counts,
 )
+from dlkit.sampler.split import SPLITS as SPLITS
 from dlkit.text import unknown_name
 
 MIXTURE_FILE = "dlkit-mixture.toml"
-SPLITS = ("train", "val", "test")
 
 
 class MixtureError(InputFormatError):

@@ -14,11 +14,12 @@ from pathlib import Path
 from dlkit.atomic import atomic_write_bytes
 from dlkit.db.task_rules import rules_of, timeless_warning
 from dlkit.nextbatch import RunManifest
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.run_plan import RunConfig, RunPlan
 from dlkit.sampler.schedule import SamplerWarning
-from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SplitRatios, train_sampling_mode
+from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, SplitRatios
 from dlkit.text import counted
 
 
@@ -36,14 +37,15 @@ def make_run_manifest(db: SamplerDatabase, *, seed: int, global_batch_size: int,
                       split_seed: int = 0,
                       split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
                       sampler_block_size: int | None = None,
-                      sampling_mode: str = DEFAULT_SAMPLING_MODE) -> RunManifest:
+                      sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER) -> RunManifest:
     """The run manifest of every task and split of an open database (train order
-    ``sampling_mode``: ``"v3"``, the default, or ``"v2"``): the plan of one rank whose batch
-    is the global batch."""
+    ``sampling_mode``: ``TrainOrder.V3``, the default, or ``V2``, or their names ``"v3"``,
+    ``"v2"``): the plan of one rank whose batch is the global batch."""
     batch = integer(global_batch_size, "global batch size", 1, expected="a positive integer")
     config = RunConfig(seed=seed, batch_size=batch, split_seed=split_seed,
                         split_ratios=SplitRatios.parse(split_ratios),
-                        sampling_mode=sampling_mode, sampler_block_size=sampler_block_size)
+                        sampling_mode=TrainOrder.parse(sampling_mode),
+                        sampler_block_size=sampler_block_size)
     return RunPlan(db, config).manifest
 
 
@@ -51,17 +53,17 @@ def write_run_manifest(db_path: DatabaseSource, out: str | Path, *, seed: int,
                        global_batch_size: int, split_seed: int = 0,
                        split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
                        sampler_block_size: int | None = None,
-                       sampling_mode: str = DEFAULT_SAMPLING_MODE,
+                       sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER,
                        overwrite: bool = True) -> ManifestSummary:
     """Write the run manifest (atomically; an existing ``out`` only with ``overwrite``) and
     summarise it."""
-    train_sampling_mode(sampling_mode)  # a bad mode fails before the database is opened
+    order = TrainOrder.parse(sampling_mode)  # a bad mode fails before the database is opened
     db, owned = open_db(db_path)
     try:
         manifest = make_run_manifest(db, seed=seed, global_batch_size=global_batch_size,
                                      split_seed=split_seed, split_ratios=split_ratios,
                                      sampler_block_size=sampler_block_size,
-                                     sampling_mode=sampling_mode)
+                                     sampling_mode=order)
         atomic_write_bytes(out, manifest.to_json().encode(), overwrite=overwrite)
         _warn_unusable(manifest)
         _warn_timeless(db)

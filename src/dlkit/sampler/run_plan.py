@@ -15,22 +15,23 @@ from dataclasses import dataclass, field
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import RunManifest, Stage
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import TaskView
 from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule, open_streams
 from dlkit.sampler.splits import (
-    DEFAULT_SAMPLING_MODE,
+    DEFAULT_TRAIN_ORDER,
+    Split,
     SplitRatios,
     TaskSplits,
     build_run_manifest,
     check_seed,
     compute_splits,
     dataset_key,
-    split_index,
-    train_sampling_mode,
 )
 from dlkit.sampler.state import ChannelState
+from dlkit.sampler.tasks import TaskView
+from dlkit.sampler.world import World
 
 
 @dataclass(frozen=True)
@@ -39,25 +40,34 @@ class RunConfig:
 
     seed: int
     batch_size: int
-    rank: int = 0
-    world_size: int = 1
+    world: World = field(default_factory=World)
     split_seed: int = 0
     split_ratios: SplitRatios = field(default_factory=SplitRatios)
-    sampling_mode: str = DEFAULT_SAMPLING_MODE
+    sampling_mode: TrainOrder = DEFAULT_TRAIN_ORDER
     sampler_block_size: int | None = None
 
     def __post_init__(self) -> None:
-        check_seed(self.seed, "seed")
-        check_seed(self.split_seed, "split_seed")
+        # The one check of the seeds (stored as ``int``: a NumPy integer would show in
+        # manifests): the Sampler, dlkit batches and dlkit manifest all pass through here.
+        object.__setattr__(self, "seed", check_seed(self.seed, "seed"))
+        object.__setattr__(self, "split_seed", check_seed(self.split_seed, "split_seed"))
         integer(self.batch_size, "batch_size", 1)
-        integer(self.world_size, "world_size", 1)
-        if not 0 <= integer(self.rank, "rank") < self.world_size:
-            raise InvalidArgumentError(f"rank {self.rank} is not in [0, world_size "
-                                       f"{self.world_size})")
+        if not isinstance(self.world, World):
+            raise InvalidArgumentError(f"world must be a World, got {self.world!r}")
         if not isinstance(self.split_ratios, SplitRatios):
             raise InvalidArgumentError(f"split_ratios must be SplitRatios (see "
                                        f"SplitRatios.parse), got {self.split_ratios!r}")
-        train_sampling_mode(self.sampling_mode)
+        if not isinstance(self.sampling_mode, TrainOrder):
+            raise InvalidArgumentError(f"sampling_mode must be a TrainOrder (see "
+                                       f"TrainOrder.parse), got {self.sampling_mode!r}")
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
 
     @property
     def global_batch_size(self) -> int:
@@ -82,15 +92,15 @@ class RunPlan:
             ratios=config.split_ratios, sampler_block_size=config.sampler_block_size,
             sampling_mode=config.sampling_mode)
 
-    def streams(self, split: str, views: Sequence[TaskView],
+    def streams(self, split: Split, views: Sequence[TaskView],
                 weights: Mapping[str, float] | None = None) -> tuple[SplitStream, ...]:
         """This rank's streams of ``split`` of the tasks ``views`` (weight 0: the user left
         the task out of training); datasets without seeds here are skipped with a warning."""
-        index = split_index(split)
-        keys = [(dataset_key(self.database_id, view.name, split), view,
+        index = split.code
+        keys = [(dataset_key(self.database_id, view.name, split.value), view,
                  self.splits[view.index].positions[index])
                 for view in views if weights is None or weights[view.name] != 0]
-        stage = Stage.TRAIN if split == "train" else Stage.EVAL
+        stage = Stage.TRAIN if split is Split.TRAIN else Stage.EVAL
         return tuple(open_streams(self.manifest, keys, self.config.world_size,
                                   self.config.rank, stage))
 
@@ -105,6 +115,6 @@ class RunPlan:
         return ValSchedule(streams, state.step, state.current, state.cursors)
 
 
-def initial_state(channel: str, streams: Sequence[SplitStream]) -> ChannelState:
+def initial_state(channel: Split, streams: Sequence[SplitStream]) -> ChannelState:
     """Channel ``channel``'s state before its first batch, over ``streams``."""
-    return ChannelState.initial(channel, [stream.key for stream in streams])
+    return ChannelState.initial(channel.value, [stream.key for stream in streams])

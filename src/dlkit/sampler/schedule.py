@@ -23,7 +23,7 @@ import numpy as np
 from dlkit.core.streams import pick_tasks, task_draws
 from dlkit.errors import CheckpointError
 from dlkit.nextbatch import Cursor, RunManifest, SamplingPlan, Stage
-from dlkit.sampler.batch import TaskView
+from dlkit.sampler.tasks import TaskView
 
 
 class SamplerWarning(UserWarning):

@@ -27,7 +27,7 @@ import os
 import shutil
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,6 +47,18 @@ def shm_root() -> Path:
     """Where segments are made: ``$DLKIT_SHM_DIR``, else ``/dev/shm``."""
     configured = os.environ.get(SHM_DIR_VARIABLE)
     return Path(configured) if configured else Path("/dev/shm")
+
+
+class Memory(Protocol):
+    """Where placed arrays live: ``empty`` and ``copy`` hand them out; ``fill`` is False
+    where another process has filled them already (or nothing is filled: a sizer)."""
+
+    @property
+    def fill(self) -> bool: ...
+
+    def empty(self, shape: int | tuple[int, ...], dtype: Any) -> np.ndarray: ...
+
+    def copy(self, array: np.ndarray) -> np.ndarray: ...
 
 
 class PrivateMemory:

@@ -21,16 +21,14 @@ from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.encoding import UINT64_MAX
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import DataConfig, DatasetEntry, RunManifest
-from dlkit.nextbatch.tokens import SAMPLING_MODE_TRAIN, SAMPLING_MODE_TRAIN_V3
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.arguments import integer, is_probability
+from dlkit.sampler.split import SPLITS as SPLITS
+from dlkit.sampler.split import Split as Split
 
-SPLITS = ("train", "val", "test")
 SPLIT_VERSION = "hash-split-v1"
-# The train order of the run manifest, by short name: NextBatch_v3's Feistel shuffle (the
-# default: a real shuffle) or NextBatch_v2's block-affine order (an arithmetic progression
-# within a block), kept for runs that started with it.
-SAMPLING_MODES = {"v3": SAMPLING_MODE_TRAIN_V3, "v2": SAMPLING_MODE_TRAIN}
-DEFAULT_SAMPLING_MODE = "v3"
+# The sampler's train order unless told otherwise (a manifest without one is v2's).
+DEFAULT_TRAIN_ORDER = TrainOrder.V3
 
 
 @dataclass(frozen=True)
@@ -88,19 +86,8 @@ def split_codes(anchor_rows: np.ndarray, task_idx: int, split_seed: int,
     buckets = split_buckets(np.ascontiguousarray(anchor_rows, dtype=np.int64), int(task_idx),
                             np.uint64(split_seed))
     train_cut, val_cut = ratios.cuts
-    return assign_splits(buckets, train_cut, val_cut)
-
-
-def train_sampling_mode(name: str) -> str:
-    """The manifest's ``data.sampling_mode`` for ``"v3"`` or ``"v2"`` (or either full name)."""
-    if isinstance(name, str):
-        key = name.strip().lower()
-        if key in SAMPLING_MODES:
-            return SAMPLING_MODES[key]
-        if name in SAMPLING_MODES.values():
-            return name
-    raise InvalidArgumentError(f"sampling mode must be v3 (NextBatch_v3, Feistel shuffle) or v2 "
-                               f"(NextBatch_v2, block-affine), got {name!r}")
+    codes: np.ndarray = assign_splits(buckets, train_cut, val_cut)
+    return codes
 
 
 def dataset_key(database_id: str, task: str, split: str) -> str:
@@ -150,12 +137,9 @@ class TaskSplits:
         return self.positions[split_index(split)]
 
 
-def split_index(split: str) -> int:
-    try:
-        return SPLITS.index(split)
-    except ValueError:
-        raise InvalidArgumentError(f"split must be one of {', '.join(SPLITS)}, got {split!r}") \
-            from None
+def split_index(split: Split | str) -> int:
+    """The split code of ``split`` (``Split.parse(split).code``)."""
+    return Split.parse(split).code
 
 
 def positions_by_split(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -188,13 +172,14 @@ def compute_splits(tasks: Iterable[Any], split_seed: int,
 def build_run_manifest(database_id: str, database_hash: bytes, splits: Sequence[TaskSplits], *,
                        seed: int, global_batch_size: int, split_seed: int,
                        ratios: SplitRatios, sampler_block_size: int | None = None,
-                       sampling_mode: str = DEFAULT_SAMPLING_MODE) -> RunManifest:
+                       sampling_mode: TrainOrder = DEFAULT_TRAIN_ORDER) -> RunManifest:
     """The run manifest over every task and split (``drop_last``: every train step is full).
 
-    ``sampling_mode`` picks the train order: ``"v3"`` (default, NextBatch_v3) or ``"v2"``
-    (NextBatch_v2, whose manifests carry no ``sampling_mode`` key and keep their hashes).
+    ``sampling_mode`` picks the train order: ``TrainOrder.V3`` (default, NextBatch_v3) or
+    ``V2`` (NextBatch_v2, whose manifests carry no ``sampling_mode`` key and keep their
+    hashes).
     """
-    mode = train_sampling_mode(sampling_mode)
+    mode = TrainOrder.parse(sampling_mode).value  # the manifest holds the name
     check_seed(seed, "seed")
     integer(global_batch_size, "global batch size", 1, expected="a positive integer")
     datasets = {}

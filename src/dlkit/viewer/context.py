@@ -18,10 +18,16 @@ import numpy as np
 from dlkit.core.codes import NO_TIME
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.batch import ChildPolicy
 from dlkit.sampler.batch_files import BatchRequest, stream_schedule
 from dlkit.sampler.inspect import describe_sequence, format_time
-from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS, SplitRatios, compute_splits
+from dlkit.sampler.splits import (
+    DEFAULT_TRAIN_ORDER,
+    SPLITS,
+    SplitRatios,
+    compute_splits,
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class StepSeeds:
 
 def step_seeds(db: Database, task: str, split: str, step: int, *, seed: int = 0,
                split_seed: int = 0, batch_size: int = 32,
-               sampling_mode: str = DEFAULT_SAMPLING_MODE) -> StepSeeds:
+               sampling_mode: TrainOrder = DEFAULT_TRAIN_ORDER) -> StepSeeds:
     """Step ``step``'s seeds of ``task``'s ``split`` stream under the run manifest ``dlkit
     manifest --seed SEED --global-batch-size BATCH_SIZE`` describes (O(1) in ``step``)."""
     request = BatchRequest(task=task, split=split, steps=1, seed=seed, split_seed=split_seed,

@@ -21,8 +21,9 @@ from typing import Any
 from dlkit.core.codes import STYPE_NAMES
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
+from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.batch import ChildPolicy
-from dlkit.sampler.splits import DEFAULT_SAMPLING_MODE, SPLITS
+from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, SPLITS
 from dlkit.viewer.context import Knobs, build_context, seeds_by_split, step_seeds
 from dlkit.viewer.curves import Series, series_svg
 from dlkit.viewer.diagram import diagram_of_metadata, graphviz_dot
@@ -45,7 +46,7 @@ class PageOptions:
     # the run's global batch size and train order (as `dlkit batches` builds them)
     step: int | None = None
     batch_size: int = 32
-    sampling_mode: str = DEFAULT_SAMPLING_MODE
+    sampling_mode: TrainOrder = DEFAULT_TRAIN_ORDER
 
 
 def knob_grid(sequence_lengths: Sequence[int], max_rows: Sequence[int], widths: Sequence[int],
