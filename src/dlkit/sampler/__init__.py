@@ -1,5 +1,5 @@
 """The relational batch sampler: hash splits, world-size-independent shards, temporal BFS,
-Relational-Transformer batches (design §2b-§2e, §3a, §3b, §9; format in docs/batch_format.md).
+Relational-Transformer batches (the format: docs/batch_format.md).
 """
 
 from typing import TYPE_CHECKING

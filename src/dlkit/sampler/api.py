@@ -1,7 +1,7 @@
 """``dlkit.Sampler``: relational batches for one rank of a distributed training job.
 
 Construction opens the database, hash-splits every task's seeds, writes the run manifest in
-memory and prepares two independent bounded channels (train and val, design §2e). Producer
+memory and prepares two independent bounded channels (train and val). Producer
 threads start on the first pull of their channel. Every batch is a pure function of the
 configuration and its step number, so it is the same whatever ``num_threads`` and
 ``num_prefetch`` are, and ``state_dict`` / ``load_state_dict`` resume exactly.
@@ -49,7 +49,7 @@ _REPR_FIELDS = ("rank", "world_size", "split_ratios", "split_seed", "seed", "num
 
 
 class Sampler:
-    """Relational batches (design §3a/§3b) for rank ``rank`` of ``world_size``.
+    """Relational batches (docs/batch_format.md) for rank ``rank`` of ``world_size``.
 
     ``batch_size`` is this rank's micro-batch; the global batch is ``batch_size *
     world_size`` and each rank takes its contiguous slice. ``rank`` and ``world_size``

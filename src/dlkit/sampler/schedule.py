@@ -27,7 +27,7 @@ from dlkit.sampler.tasks import TaskView
 
 
 class SamplerWarning(UserWarning):
-    """A task is skipped because this rank has no seed of it (design §9)."""
+    """A task is skipped because this rank has no seed of it."""
 
 
 @dataclass(frozen=True)
