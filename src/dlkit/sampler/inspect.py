@@ -291,18 +291,24 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         bfs_child_policy=config.bfs_child_policy.value)
 
 
+def visible_children(graph: Any, row: int, obs_time: int, strict: bool) -> np.ndarray:
+    """Global ids of ``row``'s children visible at ``obs_time`` (every one without a time):
+    a prefix of its children, which are stored by time with NO_TIME first, as the BFS sees
+    them before the width cuts."""
+    lo, hi = int(graph.child_offsets[row]), int(graph.child_offsets[row + 1])
+    cutoff = np.iinfo(np.int64).max if obs_time == NO_TIME else obs_time - int(strict)
+    k = int(np.searchsorted(graph.child_times[lo:hi], cutoff, side="right"))
+    return np.asarray(graph.child_ids[lo:lo + k], dtype=np.int64)
+
+
 def _children_taken(db: InspectableDatabase, visited: np.ndarray, obs_time: int,
                     strict: bool) -> tuple[ChildTableView, ...]:
     """Per child table: the distinct visible children of the visited rows, and how many of
     them the sequence holds (by any route: a child may also be reached as a parent)."""
-    graph = db.graph
-    cutoff = np.iinfo(np.int64).max if obs_time == NO_TIME else obs_time - int(strict)
     rows = {int(r) for r in visited}
     seen: dict[int, set[int]] = {}
     for row in rows:
-        lo, hi = int(graph.child_offsets[row]), int(graph.child_offsets[row + 1])
-        k = int(np.searchsorted(graph.child_times[lo:hi], cutoff, side="right"))
-        for child in graph.child_ids[lo:lo + k].tolist():
+        for child in visible_children(db.graph, row, obs_time, strict).tolist():
             table, _ = db.row_of(int(child))
             seen.setdefault(table.index, set()).add(int(child))
     return tuple(ChildTableView(db.tables[t].name, len(children), len(children & rows))
@@ -310,4 +316,4 @@ def _children_taken(db: InspectableDatabase, visited: np.ndarray, obs_time: int,
 
 
 __all__ = ["CellView", "ChildTableView", "RowView", "SequenceView", "TEXT", "describe_sequence", "format_time",
-           "format_value"]
+           "format_value", "visible_children"]

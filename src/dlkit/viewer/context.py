@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.core.codes import NO_TIME
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.batch import ChildPolicy
 from dlkit.sampler.batch_files import BatchRequest, stream_schedule
-from dlkit.sampler.inspect import describe_sequence, format_time
+from dlkit.sampler.inspect import describe_sequence, format_time, visible_children
 from dlkit.sampler.splits import (
     DEFAULT_TRAIN_ORDER,
     SPLITS,
@@ -88,14 +87,8 @@ def _children_in_view(db: Database, row: int, obs_time: int, strict: bool,
     """Per child table: (children of global ``row`` visible at ``obs_time``, how many of those
     are in the sequence). A row without a time is visible at every time, as in the BFS; a
     child reached by another path counts as in the sequence (the width did not cut it)."""
-    graph = db.graph
-    a, b = int(graph.child_offsets[row]), int(graph.child_offsets[row + 1])
-    ids = np.asarray(graph.child_ids[a:b], dtype=np.int64)
-    if obs_time != NO_TIME:
-        # NO_TIME sorts first, so the visible children are a prefix of the time order
-        times = np.asarray(graph.child_times[a:b])
-        ids = ids[:int(np.searchsorted(times, obs_time, side="left" if strict else "right"))]
-    tables = np.asarray(graph.row_table)[ids]
+    ids = visible_children(db.graph, row, obs_time, strict)
+    tables = np.asarray(db.graph.row_table)[ids]
     out: dict[str, tuple[int, int]] = {}
     for t in np.unique(tables):
         mine = ids[tables == t]
