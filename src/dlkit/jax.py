@@ -49,7 +49,7 @@ Importing this module imports jax; without it, one ``MissingExtraError`` says to
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,6 +61,10 @@ try:
 except ImportError as _exc:  # the one error a user without the extra sees
     raise MissingExtraError(f"dlkit.jax needs JAX, which could not be imported ({_exc}): "
                             "pip install '.[jax]' in a checkout of dlkit") from _exc
+
+if TYPE_CHECKING:
+    from dlkit.sampler.api import Sampler
+    from dlkit.sampler.database import DatabaseSource
 
 __all__ = ["BATCH_AXIS", "HOST_ONLY_WITHOUT_X64", "REPLICATED_KEYS", "batch_mesh",
            "device_batch", "global_batch", "make_sampler", "rank_and_world", "upload_tables"]
@@ -76,13 +80,26 @@ HOST_ONLY_WITHOUT_X64 = frozenset({"observation_times"})
 _INT32 = np.iinfo(np.int32)
 
 
+def _partition(*axes: str) -> PartitionSpec:
+    """``PartitionSpec(*axes)``, typed (JAX leaves its constructor unannotated)."""
+    return PartitionSpec(*axes)  # type: ignore[no-untyped-call]
+
+
+def _from_process_local_data(sharding: NamedSharding, data: np.ndarray,
+                             shape: tuple[int, ...]) -> jax.Array:
+    """``jax.make_array_from_process_local_data``, typed (JAX leaves it unannotated)."""
+    array: jax.Array = jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
+        sharding, data, shape)
+    return array
+
+
 def rank_and_world() -> tuple[int, int]:
     """``(jax.process_index(), jax.process_count())``: this process's rank and the world size."""
     return int(jax.process_index()), int(jax.process_count())
 
 
-def make_sampler(db: Any, *, batch_size: int | None = None,
-                 global_batch_size: int | None = None, **kwargs: Any) -> Any:
+def make_sampler(db: DatabaseSource, *, batch_size: int | None = None,
+                 global_batch_size: int | None = None, **kwargs: Any) -> Sampler:
     """A :class:`dlkit.Sampler` over ``db`` for this JAX process: rank and world size from
     :func:`rank_and_world`. Give either ``batch_size`` (this process's share) or
     ``global_batch_size`` (divided by the process count); other keywords go to ``Sampler``."""
@@ -101,7 +118,7 @@ def make_sampler(db: Any, *, batch_size: int | None = None,
     return Sampler(db, rank=rank, world_size=world, batch_size=batch_size, **kwargs)
 
 
-def batch_mesh(devices: Sequence[Any] | None = None) -> Mesh:
+def batch_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A 1-D mesh (axis ``"batch"``) over ``devices`` (default: every device of every
     process), ordered by process then device id, so process ``p``'s devices hold the ``p``-th
     block of a global batch."""
@@ -171,7 +188,7 @@ def _text_capacity(rows: int, given: int | None, multiple: int, processes: int) 
     return _bucket(rows, multiple)
 
 
-def device_batch(batch: Mapping[str, np.ndarray], device: Any = None, *,
+def device_batch(batch: Mapping[str, np.ndarray], device: jax.Device | None = None, *,
                  keys: Iterable[str] | None = None,
                  text_capacity: int | None = None) -> dict[str, jax.Array]:
     """``batch`` on one device (``jax.device_put`` of the whole dict at once; default: the
@@ -207,8 +224,8 @@ def global_batch(batch: Mapping[str, np.ndarray], mesh: Mesh | None = None, *,
                                    "process, each process's together (batch_mesh() does)")
     local, processes, position = len(mine), len(flat) // len(mine), mine[0] // len(mine)
     names = _selected(batch, keys)
-    sharded = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
-    replicated = NamedSharding(mesh, PartitionSpec())
+    sharded = NamedSharding(mesh, _partition(BATCH_AXIS))
+    replicated = NamedSharding(mesh, _partition())
     host = {k: _device_dtype(k, batch[k]) for k in names}
     if TEXT_TABLE in host:
         capacity = _text_capacity(host[TEXT_TABLE].shape[0], text_capacity, local,
@@ -236,19 +253,19 @@ def global_batch(batch: Mapping[str, np.ndarray], mesh: Mesh | None = None, *,
     if processes == 1:  # every device is this process's: one transfer call for the batch
         placed = jax.device_put(host, shardings)
         return {key: placed[key] for key in host}
-    return {key: jax.make_array_from_process_local_data(
+    return {key: _from_process_local_data(
                 shardings[key], array,
                 array.shape if key in REPLICATED_KEYS
                 else (array.shape[0] * processes, *array.shape[1:]))
             for key, array in host.items()}
 
 
-def upload_tables(sampler: Any, mesh: Mesh | None = None) -> dict[str, jax.Array]:
+def upload_tables(sampler: Sampler, mesh: Mesh | None = None) -> dict[str, jax.Array]:
     """``column_embeddings`` and ``categorical_embeddings`` (float16) replicated on every
     device of ``mesh`` (default :func:`batch_mesh`): once, before training."""
     mesh = batch_mesh() if mesh is None else mesh
-    replicated = NamedSharding(mesh, PartitionSpec())
+    replicated = NamedSharding(mesh, _partition())
     tables = {"column_embeddings": sampler.column_embeddings(),
               "categorical_embeddings": sampler.categorical_embeddings()}
-    return {key: jax.make_array_from_process_local_data(replicated, table, table.shape)
+    return {key: _from_process_local_data(replicated, table, table.shape)
             for key, table in tables.items()}

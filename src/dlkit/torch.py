@@ -50,7 +50,7 @@ import itertools
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,8 +58,12 @@ from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, MissingExtraError
 from dlkit.sampler.split import SPLITS, Split
 
+if TYPE_CHECKING:
+    from dlkit.sampler.api import Sampler
+
 try:
     import torch
+    from torch.types import Device
     from torch.utils.data import IterableDataset, get_worker_info
 except ImportError as _exc:  # the one error a user without the extra sees
     raise MissingExtraError(f"dlkit.torch needs PyTorch, which could not be imported "
@@ -105,7 +109,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def _resolve_device(device: Any) -> torch.device | None:
+def _resolve_device(device: Device) -> torch.device | None:
     if device is None:
         return None
     try:
@@ -128,7 +132,7 @@ def _convert(batch: Mapping[str, np.ndarray], device: torch.device | None,
     return out
 
 
-def to_torch(batch: Mapping[str, np.ndarray], device: Any = None,
+def to_torch(batch: Mapping[str, np.ndarray], device: Device = None,
              pin_memory: bool = False) -> dict[str, torch.Tensor]:
     """``batch`` (a dict of numpy arrays, as ``Sampler.next_train_batch()`` returns) as a dict
     of tensors, in the same key order, with the same dtypes and shapes.
@@ -141,7 +145,7 @@ def to_torch(batch: Mapping[str, np.ndarray], device: Any = None,
     return _convert(batch, _resolve_device(device), _pinning(pin_memory))
 
 
-def upload_tables(sampler: Any, device: Any = None) -> dict[str, torch.Tensor]:
+def upload_tables(sampler: Sampler, device: Device = None) -> dict[str, torch.Tensor]:
     """The database's resident tables, to upload once before training: ``column_embeddings``
     ``[C, D]`` (row = a batch's ``column_ids``) and ``categorical_embeddings`` ``[Vc, D]``
     (row = ``categorical_embed_ids``), float16, on ``device``."""
@@ -172,7 +176,7 @@ class DatasetState:
         return with_checksum(out)
 
     @classmethod
-    def from_json(cls, state: Any) -> DatasetState:
+    def from_json(cls, state: object) -> DatasetState:
         if not isinstance(state, Mapping) or state.get("format") != DATASET_STATE_FORMAT:
             raise CheckpointError("not a dlkit.torch dataset state (expected format "
                                   f"{DATASET_STATE_FORMAT!r})")
@@ -195,7 +199,7 @@ class DatasetState:
         return cls(Split(split), task, eval_batches=done)
 
 
-def _check_split(split: Any, task: Any) -> Split:
+def _check_split(split: Split | str, task: str | int | None) -> Split:
     parsed = Split.parse(split)
     if parsed is Split.TRAIN and task is not None:
         raise InvalidArgumentError("task selects an eval pass (split val or test); the train "
@@ -207,7 +211,7 @@ class _SplitReader:
     """What both readers of a sampler's split hold: the sampler, the split (and task), and
     where the tensors go."""
 
-    def _bind(self, sampler: Any, split: Split | str, task: str | int | None, device: Any,
+    def _bind(self, sampler: Sampler, split: Split | str, task: str | int | None, device: Device,
               pin_memory: bool) -> None:
         self.split = _check_split(split, task)
         self.sampler = sampler
@@ -221,8 +225,8 @@ class TorchBatches(_SplitReader):
     (``split="train"``) or one pass of ``Sampler.iter_eval(split, task)``. Same conversion
     as :func:`to_torch`."""
 
-    def __init__(self, sampler: Any, split: Split | str = Split.TRAIN, *, task: str | int | None = None,
-                 device: Any = None, pin_memory: bool = False):
+    def __init__(self, sampler: Sampler, split: Split | str = Split.TRAIN, *,
+                 task: str | int | None = None, device: Device = None, pin_memory: bool = False):
         self._bind(sampler, split, task, device, pin_memory)
         self._pin = _pinning(pin_memory)
         self._numpy = self._source()
@@ -239,7 +243,7 @@ class TorchBatches(_SplitReader):
         return _convert(next(self._numpy), self.device, self._pin)
 
 
-class SamplerDataset(_SplitReader, IterableDataset):
+class SamplerDataset(_SplitReader, IterableDataset[dict[str, torch.Tensor]]):
     """``torch.utils.data.IterableDataset`` over ``sampler``'s ``split`` (see the module
     docstring): each ``iter()`` is the endless train stream from where the sampler stands, or
     a new pass of val/test. Stateful for torchdata's ``StatefulDataLoader``: a train state
@@ -247,8 +251,8 @@ class SamplerDataset(_SplitReader, IterableDataset):
     already yielded, and a restored pass rebuilds and skips those (eval passes are short and
     rarely cut: a checkpoint is usually taken between them)."""
 
-    def __init__(self, sampler: Any, split: Split | str = Split.TRAIN, *, task: str | int | None = None,
-                 device: Any = None, pin_memory: bool = False):
+    def __init__(self, sampler: Sampler, split: Split | str = Split.TRAIN, *,
+                 task: str | int | None = None, device: Device = None, pin_memory: bool = False):
         super().__init__()
         self._bind(sampler, split, task, device, pin_memory)
         self._eval_batches = 0  # batches of the current eval pass yielded
@@ -299,6 +303,7 @@ class SamplerDataset(_SplitReader, IterableDataset):
                                   f"{self.split.value!r} task "
                                   f"{self.task!r}")
         if state.split is Split.TRAIN:
+            assert state.sampler is not None, "from_json: a train state has the sampler's"
             self.sampler.load_state_dict(state.sampler)
         else:
             steps = len(self)

@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from dlkit.db.format import FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 from dlkit.encoding import UINT64_MAX, cbor_sha256, is_utf8, parse_hex_digest
@@ -31,6 +31,13 @@ from dlkit.errors import DatabaseError
 from dlkit.files import open_regular
 
 HASH_BLOCK = 1 << 22
+
+
+class FileEntry(TypedDict):
+    """One file of the manifest's file map: its size in bytes and its SHA-256 digest."""
+
+    size: int
+    sha256: bytes
 
 
 def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> tuple[int, bytes]:
@@ -65,7 +72,7 @@ def list_files(root: Path) -> list[str]:
 
 
 def hash_files(root: Path, paths: list[str], progress: Callable[[int], object] | None = None,
-               threads: int = 2) -> dict[str, dict[str, Any]]:
+               threads: int = 2) -> dict[str, FileEntry]:
     """The file map of ``paths`` under ``root`` (hashed on ``threads`` threads)."""
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         results = list(pool.map(lambda rel: sha256_file(root / rel, progress), paths))
@@ -100,11 +107,11 @@ class HashJob:
         order = sorted(self.paths, key=lambda rel: -sizes[rel])
         self._futures = {rel: self._pool.submit(sha256_file, root / rel) for rel in order}
 
-    def result(self) -> dict[str, dict[str, Any]]:
+    def result(self) -> dict[str, FileEntry]:
         """The file map of every path (waits). A file that cannot be read raises its
         ``OSError``: the first such in path order, as :func:`hash_files` would."""
         try:
-            out = {}
+            out: dict[str, FileEntry] = {}
             for rel in self.paths:
                 size, digest = self._futures[rel].result()
                 out[rel] = {"size": size, "sha256": digest}
@@ -117,11 +124,11 @@ class HashJob:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def database_hash(file_map: dict[str, dict[str, Any]]) -> bytes:
+def database_hash(file_map: dict[str, FileEntry]) -> bytes:
     return cbor_sha256({rel: {"size": e["size"], "sha256": e["sha256"]} for rel, e in file_map.items()})
 
 
-def render_manifest(file_map: dict[str, dict[str, Any]], db_hash: bytes) -> bytes:
+def render_manifest(file_map: dict[str, FileEntry], db_hash: bytes) -> bytes:
     doc = {
         "database_hash": db_hash.hex(),
         "files": {rel: {"sha256": e["sha256"].hex(), "size": e["size"]}
@@ -132,7 +139,7 @@ def render_manifest(file_map: dict[str, dict[str, Any]], db_hash: bytes) -> byte
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict[str, dict[str, Any]], bytes]:
+def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict[str, FileEntry], bytes]:
     """``(file map, recorded database hash)``; raises :class:`DatabaseError` naming the problem."""
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -156,7 +163,7 @@ def parse_manifest(data: bytes, where: Path | str = MANIFEST_FILE) -> tuple[dict
     files = doc["files"]
     if not isinstance(files, dict):
         raise DatabaseError("'files' must be an object", path=where)
-    file_map: dict[str, dict[str, Any]] = {}
+    file_map: dict[str, FileEntry] = {}
     for rel, entry in files.items():
         if (not isinstance(entry, dict) or set(entry) != {"sha256", "size"}
                 or isinstance(entry["size"], bool) or not isinstance(entry["size"], int)

@@ -149,8 +149,9 @@ class BlockAffineOrder(_DatasetEpochs):
                 out: np.ndarray) -> np.ndarray:
         _, words, block_order = self.epoch_state(epoch)
         # uint64 scalars: a Python int above 2^63 would not fit the kernel's int64 argument.
-        return resolve_shuffled(block_order, words, np.uint64(self.cardinality),
-                                np.uint64(self.block_size), starts, counts, out)
+        rows: np.ndarray = resolve_shuffled(block_order, words, np.uint64(self.cardinality),
+                                            np.uint64(self.block_size), starts, counts, out)
+        return rows
 
     def blocks_materialized(self, start: int, count: int) -> int:
         if not count:
@@ -179,7 +180,9 @@ class FeistelOrder(_DatasetEpochs):
     def resolve(self, epoch: int, starts: np.ndarray, counts: np.ndarray,
                 out: np.ndarray) -> np.ndarray:
         _, _, round_keys = self.epoch_state(epoch)
-        return resolve_feistel(round_keys, np.uint64(self.cardinality), starts, counts, out)
+        rows: np.ndarray = resolve_feistel(round_keys, np.uint64(self.cardinality), starts,
+                                           counts, out)
+        return rows
 
     def blocks_materialized(self, start: int, count: int) -> int:
         return 0
@@ -212,7 +215,8 @@ class SequentialOrder:
 
     def resolve(self, epoch: int, starts: np.ndarray, counts: np.ndarray,
                 out: np.ndarray) -> np.ndarray:
-        return resolve_sequential(starts, counts, out)
+        rows: np.ndarray = resolve_sequential(starts, counts, out)
+        return rows
 
     def blocks_materialized(self, start: int, count: int) -> int:
         return 0

@@ -8,11 +8,10 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dlkit.db import format as fmt
 from dlkit.db.failures import Checks, Stop
-from dlkit.db.manifest import HashJob, database_hash, list_files, parse_manifest
+from dlkit.db.manifest import FileEntry, HashJob, database_hash, list_files, parse_manifest
 from dlkit.errors import DatabaseError
 from dlkit.files import read_regular
 
@@ -21,7 +20,7 @@ from dlkit.files import read_regular
 class Listing:
     """``manifest.json`` read once and checked against the directory, before any hash."""
 
-    file_map: dict[str, dict[str, Any]]
+    file_map: dict[str, FileEntry]
     recorded: bytes  # the database hash it records
     sized: list[str]  # listed, present, regular and of the listed size: the files to hash
 

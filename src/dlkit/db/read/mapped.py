@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from dlkit.db import format as fmt
 from dlkit.db.failures import Checks
 from dlkit.db.keys import decode_key
+from dlkit.db.manifest import FileEntry
 from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.task_rules import TaskRules
 from dlkit.errors import DatabaseError
@@ -46,7 +48,7 @@ class ColumnData:
     std: float | None
     cat_emb_start: int
     cat_emb_count: int
-    categories: tuple | None
+    categories: tuple[str | int | bool, ...] | None
     arrow_type: str
     known_after_us: int = 0  # metadata's known_after_us: the value shows this long after its row
 
@@ -118,11 +120,11 @@ class Graph:
 
     @property
     def num_rows(self) -> int:
-        return self.row_times.shape[0]
+        return int(self.row_times.shape[0])
 
     @property
     def num_edges(self) -> int:
-        return self.parent_ids.shape[0]
+        return int(self.parent_ids.shape[0])
 
     def parents(self, row: int) -> np.ndarray:
         return self.parent_ids[self.parent_offsets[row]:self.parent_offsets[row + 1]]
@@ -150,7 +152,7 @@ class TaskData:
 
     @property
     def num_seeds(self) -> int:
-        return self.anchor_row.shape[0]
+        return int(self.anchor_row.shape[0])
 
 
 # --- mapping files -------------------------------------------------------------------------
@@ -183,7 +185,7 @@ class FileMaps:
         self.mmaps.append(mm)
         return mm
 
-    def array(self, rel: str, dtype, count: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    def array(self, rel: str, dtype: npt.DTypeLike, count: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
         dtype = np.dtype(dtype)
         expected = count * dtype.itemsize
         mm = self.raw(rel)
@@ -210,7 +212,7 @@ class FileMaps:
 class Database:
     """An open database. Arrays are read-only views of memory-mapped files."""
 
-    def __init__(self, path: Path, metadata: DatabaseMetadata, manifest_files: dict[str, dict],
+    def __init__(self, path: Path, metadata: DatabaseMetadata, manifest_files: dict[str, FileEntry],
                  recorded_hash: bytes, maps: FileMaps, tables: tuple[TableData, ...], graph: Graph,
                  tasks: tuple[TaskData, ...], embeddings: dict[str, np.ndarray],
                  texts: tuple[np.ndarray, np.ndarray], aggregates: AggregateData | None = None):
@@ -300,7 +302,7 @@ class Database:
     def __enter__(self) -> Database:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -141,6 +141,7 @@ def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> D
         maps.close()
         return None
     assert graph is not None, "ok: the graph opened"
+    assert texts is not None, "ok: the texts opened"
     return Database(root, meta, file_map, listing.recorded, maps, tuple(tables), graph, tuple(tasks),
                     embeddings, texts, aggregates=aggregates)
 
@@ -415,7 +416,8 @@ def _check_stats(col: ColumnData, vrel: str, checks: Checks) -> None:
                     f"the values give {mean!r}, {std!r}")
 
 
-def _open_texts(meta: DatabaseMetadata, maps: FileMaps, checks: Checks, full: bool):
+def _open_texts(meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
+                full: bool) -> tuple[np.ndarray, np.ndarray]:
     offsets = maps.array(fmt.TEXT_OFFSETS_FILE, "<i8", meta.num_texts + 1)
     mm = maps.raw(fmt.TEXT_DATA_FILE)
     data = np.zeros(0, np.uint8) if mm is None else np.frombuffer(mm, dtype=np.uint8)

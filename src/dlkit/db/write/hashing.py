@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dlkit.db.manifest import FileEntry
 from dlkit.errors import OutputError
 
 DEFAULT_BACKLOG = 64 << 20
@@ -153,12 +154,12 @@ class Hasher:
             pool.submit(lambda: None).result()
         self.check()
 
-    def digests(self) -> dict[str, dict]:
+    def digests(self) -> dict[str, FileEntry]:
         """Wait for every queued job; the file map ``{rel: {size, sha256}}`` of closed files."""
         self.hashing.shutdown(wait=True)
         self.writing.shutdown(wait=True)
         self.check()
-        out = {}
+        out: dict[str, FileEntry] = {}
         for rel, f in self.files.items():
             if not f.closed:
                 raise AssertionError(f"{rel} was not closed")
