@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
-from dlkit.core.codes import (  # noqa: F401 - the format's codes, named here too
+from dlkit.core.codes import (  # the format's codes, named here too (in __all__)
     BOOLEAN,
     CATEGORICAL,
     NO_TIME,
@@ -16,6 +18,16 @@ from dlkit.core.codes import (  # noqa: F401 - the format's codes, named here to
     TEXT,
     TIMESTAMP,
 )
+
+__all__ = ["BOOLEAN", "CATEGORICAL", "CATEGORICAL_EMBEDDINGS_FILE", "COLUMN_EMBEDDINGS_FILE",
+           "FORMAT_NAME", "FORMAT_VERSION", "GRAPH_FILE", "GRAPH_HEADER", "GRAPH_HEADER_SIZE",
+           "GRAPH_MAGIC", "GRAPH_SECTIONS", "INT_DTYPES", "MANIFEST_FILE", "MANIFEST_FORMAT",
+           "MAX_INT32_EDGES", "MAX_INT32_ROWS", "METADATA_FILE", "NO_TIME", "NUMERIC",
+           "ON_DANGLING", "SECTION_ALIGN", "STYPE_BY_NAME", "STYPE_NAMES", "TARGET_STYPES",
+           "TASK_ARRAYS", "TEXT", "TEXT_DATA_FILE", "TEXT_EMBEDDINGS_FILE", "TEXT_OFFSETS_FILE",
+           "TIMESTAMP", "VALUE_DTYPES", "bitmap_bytes", "column_valid_file", "column_values_file",
+           "graph_header", "graph_id_dtype", "graph_layout", "graph_offset_dtype",
+           "key_offsets_file", "key_values_file", "path_name_problem", "task_file"]
 
 FORMAT_NAME = "dlkit-database"
 FORMAT_VERSION = 3  # 2: graph.bin sections reordered and page aligned; 3: int32 ids/offsets
@@ -96,7 +108,7 @@ _OFFSET = "offsets"  # a section of edge offsets: the graph's offset dtype
 # (name, dtype, length in elements as a function of (num_rows, num_edges)), in file order: the
 # order in which the build finishes them, so the file's SHA-256 (one sequential pass) hashes
 # the parent side, the row sections and the child offsets while the transpose still runs.
-GRAPH_SECTIONS = (
+GRAPH_SECTIONS: tuple[tuple[str, str | np.dtype, Callable[[int, int], int]], ...] = (
     ("parent_offsets", _OFFSET, lambda v, e: v + 1),
     ("parent_ids", _ID, lambda v, e: e),
     ("row_times", np.dtype("<i8"), lambda v, e: v),
@@ -122,8 +134,8 @@ def _align(n: int) -> int:
     return (n + SECTION_ALIGN - 1) // SECTION_ALIGN * SECTION_ALIGN
 
 
-def graph_layout(num_rows: int, num_edges: int, id_dtype=None, offset_dtype=None,
-                 ) -> tuple[dict[str, tuple[int, np.dtype, int]], int]:
+def graph_layout(num_rows: int, num_edges: int, id_dtype: npt.DTypeLike | None = None,
+                 offset_dtype: npt.DTypeLike | None = None) -> tuple[dict[str, tuple[int, np.dtype, int]], int]:
     """``({section: (byte offset, dtype, count)}, total file size)`` of ``graph.bin``, its row
     ids of ``id_dtype`` and edge offsets of ``offset_dtype`` (defaults: :func:`graph_id_dtype`,
     :func:`graph_offset_dtype` of ``num_edges``)."""
@@ -140,8 +152,8 @@ def graph_layout(num_rows: int, num_edges: int, id_dtype=None, offset_dtype=None
     return layout, pos
 
 
-def graph_header(num_rows: int, num_edges: int, num_tables: int, id_dtype,
-                 offset_dtype) -> bytes:
+def graph_header(num_rows: int, num_edges: int, num_tables: int, id_dtype: npt.DTypeLike,
+                 offset_dtype: npt.DTypeLike) -> bytes:
     return GRAPH_HEADER.pack(GRAPH_MAGIC, FORMAT_VERSION, GRAPH_HEADER_SIZE, num_rows, num_edges,
                              num_tables, np.dtype(id_dtype).itemsize,
                              np.dtype(offset_dtype).itemsize)

@@ -8,7 +8,9 @@ count's and sum's statistics within a relative 1e-9.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +20,9 @@ from dlkit.db import aggregates as agg
 from dlkit.db.aggregates import AggregateMetadata, Segment
 from dlkit.db.failures import Checks
 from dlkit.db.metadata_records import DatabaseMetadata
+
+if TYPE_CHECKING:
+    from dlkit.db.read.mapped import FileMaps, Graph, TableData
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +37,8 @@ class AggregateData:
     embeddings: np.ndarray  # float16 [cells, column_dim]
 
 
-def open_aggregates(meta: DatabaseMetadata, maps, checks: Checks) -> AggregateData | None:
+def open_aggregates(meta: DatabaseMetadata, maps: FileMaps,
+                    checks: Checks) -> AggregateData | None:
     """The aggregate files (``Stop`` from ``maps`` on a wrong size); None without any."""
     if not meta.aggregates:
         return None
@@ -55,7 +61,8 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
 
 
-def check_aggregates(data: AggregateData, meta: DatabaseMetadata, graph, tables,
+def check_aggregates(data: AggregateData, meta: DatabaseMetadata, graph: Graph,
+                     tables: Sequence[TableData],
                      checks: Checks) -> None:
     """Recompute every prefix array and statistic (``dlkit verify``)."""
     by_name = {t.name: t for t in tables}
@@ -74,6 +81,7 @@ def check_aggregates(data: AggregateData, meta: DatabaseMetadata, graph, tables,
             kernels.row_totals(child_offsets, first, last, expect, totals)
             stats = _stats(np.log1p(totals))
         else:
+            assert cell.column is not None, "a sum or mean aggregates a column"
             column = child.column(cell.column)
             values = np.asarray(column.values)
             sums = np.empty(n, dtype=np.float64)
@@ -90,8 +98,11 @@ def check_aggregates(data: AggregateData, meta: DatabaseMetadata, graph, tables,
                 expect = valid
                 stored = data.counts[seg.count_at:seg.count_at + n]
                 rel = agg.COUNTS_FILE
-                stats = ((float(column.mean), float(column.std)) if column.mean is not None
-                         else (0.0, 1.0))
+                if column.mean is None:  # a boolean column
+                    stats = (0.0, 1.0)
+                else:
+                    assert column.std is not None, "the metadata checks require both"
+                    stats = (float(column.mean), float(column.std))
         bad = np.flatnonzero(expect != stored)
         if bad.size:
             i = int(bad[0])

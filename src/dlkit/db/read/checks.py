@@ -56,7 +56,7 @@ def _column_keys(stype: int) -> frozenset[str]:
     return COLUMN_KEYS
 
 
-def _category_problem(cats: list) -> str | None:
+def _category_problem(cats: list[Any]) -> str | None:
     """Why a categorical column's ``categories`` break the format, or None: all strings, all
     integers or all booleans, in strictly ascending order (code point, numeric,
     ``false < true``), so each once."""
@@ -75,7 +75,7 @@ def _bad(checks: Checks, where: str, message: str, check: str = "metadata.schema
     checks.fail(fmt.METADATA_FILE, check, f"{where}: {message}")
 
 
-def _keys(checks: Checks, obj: dict, expected: frozenset[str], where: str) -> None:
+def _keys(checks: Checks, obj: dict[str, Any], expected: frozenset[str], where: str) -> None:
     unknown, missing = sorted(set(obj) - expected), sorted(expected - set(obj))
     if unknown or missing:
         _bad(checks, where, f"unknown keys {unknown}, missing keys {missing}")
@@ -136,7 +136,7 @@ def check_metadata_rules(meta: dict[str, Any], checks: Checks) -> None:
                  "metadata.consistency")
 
 
-def _check_table_rules(table: dict, where: str, strict: bool, checks: Checks) -> None:
+def _check_table_rules(table: dict[str, Any], where: str, strict: bool, checks: Checks) -> None:
     """One table of :func:`check_metadata_rules` (``strict``: on_dangling is ``error``)."""
     n = table["num_rows"]
     _keys(checks, {k: v for k, v in table.items() if k not in OPTIONAL_TABLE_KEYS},

@@ -17,6 +17,9 @@ from dlkit.db.failures import Checks
 from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata
 from dlkit.db.read.mapped import Graph
 
+# graph.bin's sections: {name: (byte offset, dtype, count)} (format.graph_layout)
+Layout = dict[str, tuple[int, np.dtype, int]]
+
 
 class GraphChecks:
     """The full checks of ``graph.bin`` on a thread of their own, beside the tables' checks
@@ -24,13 +27,14 @@ class GraphChecks:
     :meth:`join`, where a sequential run would have put them: right after the graph's
     cheap checks."""
 
-    def __init__(self, meta: DatabaseMetadata, graph: Graph, raw: np.ndarray, layout: dict, checks: Checks):
+    def __init__(self, meta: DatabaseMetadata, graph: Graph, raw: np.ndarray, layout: Layout,
+                 checks: Checks):
         self.checks, self.position = checks, len(checks.failures)
         self.found = Checks(collect=True, root=checks.root)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlkit-graph")
         self._done = self._pool.submit(self._run, meta, graph, raw, layout)
 
-    def _run(self, meta: DatabaseMetadata, graph: Graph, raw: np.ndarray, layout: dict) -> None:
+    def _run(self, meta: DatabaseMetadata, graph: Graph, raw: np.ndarray, layout: Layout) -> None:
         check_graph_zeros(raw, layout, self.found)
         full_graph_checks(meta, graph, self.found)
 
@@ -46,7 +50,7 @@ class GraphChecks:
 GRAPH_RESERVED = slice(fmt.GRAPH_HEADER_SIZE - 16, fmt.GRAPH_HEADER_SIZE)
 
 
-def check_graph_zeros(raw: np.ndarray, layout: dict, checks: Checks) -> None:
+def check_graph_zeros(raw: np.ndarray, layout: Layout, checks: Checks) -> None:
     """The header's reserved bytes and the padding around the page-aligned sections are 0."""
     G = fmt.GRAPH_FILE
     if raw[GRAPH_RESERVED].any():

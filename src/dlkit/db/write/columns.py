@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from dlkit.core.stats import (
@@ -61,8 +62,8 @@ def first_rows(indices: np.ndarray, valid: np.ndarray, size: int, where: str) ->
     return first
 
 
-def map_dictionary(arr: pa.Array, ids: dict[Any, int], dtype,
-                   where: str) -> tuple[np.ndarray, list, np.ndarray, np.ndarray, list[int]]:
+def map_dictionary(arr: pa.Array, ids: dict[Any, int], dtype: npt.DTypeLike, where: str,
+                   ) -> tuple[np.ndarray, list[Any], np.ndarray, np.ndarray, list[int]]:
     """A batch seen through its dictionary: ``(indices, dictionary, valid, mapping, new)``.
 
     ``mapping[j]`` is ``ids[dictionary[j]]``, ``-1`` for an entry no non-null row uses, and

@@ -17,7 +17,10 @@ comes back uncopied), so each kernel taking them is compiled for one type. Rules
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,7 +44,8 @@ def plain(arr: pa.Array) -> pa.Array:
 def valid_mask(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=bool)
-    return arr.is_valid().to_numpy(zero_copy_only=False)
+    valid: np.ndarray = arr.is_valid().to_numpy(zero_copy_only=False)
+    return valid
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -52,7 +56,8 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 _NO_BITMAP = _read_only(np.zeros(0, dtype=np.uint8))
 
 
-def _from_buffers(arr: pa.Array, dtype, finite_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _from_buffers(arr: pa.Array, dtype: npt.DTypeLike,
+                  finite_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(values, valid)`` of a primitive array (integers, floats, timestamps) read straight
     from its Arrow buffers: Arrow's values themselves when they are already stored as they
     are (``dtype``, no null, nothing to check), else converted by one kernel (no cast, null
@@ -194,22 +199,23 @@ def check_utf8(strings: pa.Array, where: str) -> None:
             raise DataError(f"{where}: a string is not valid UTF-8 text ({exc})") from None
 
 
-def _as_python(values: pa.Array, where: str) -> list:
+def _as_python(values: pa.Array, where: str) -> list[Any]:
     """``values.to_pylist()``: its decoding is the UTF-8 check, so only a string that fails it
     costs Arrow's full validation, which then names the problem."""
     try:
-        return values.to_pylist()
+        python: list[Any] = values.to_pylist()
+        return python
     except UnicodeDecodeError:
         check_utf8(values, where)
         raise
 
 
-def unique_values(arr: pa.Array, where: str) -> list:
+def unique_values(arr: pa.Array, where: str) -> list[Any]:
     """Distinct non-null values of a batch (Python objects)."""
     return _as_python(pc.unique(plain(arr).drop_null()), where)
 
 
-def dictionary_parts(arr: pa.Array, where: str) -> tuple[np.ndarray, list, np.ndarray]:
+def dictionary_parts(arr: pa.Array, where: str) -> tuple[np.ndarray, list[Any], np.ndarray]:
     """``(indices int32, dictionary values, valid)`` of a batch, nulls at index 0; every
     distinct string is checked to be valid UTF-8 (the dictionary holds each once)."""
     if pa.types.is_boolean(arr.type):

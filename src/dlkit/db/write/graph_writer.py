@@ -144,7 +144,7 @@ def _populate_all(arrays: tuple[np.ndarray, ...]) -> None:
         populate(array)
 
 
-def _write_section(out: HashedFile, layout: dict, name: str, array: np.ndarray) -> None:
+def _write_section(out: HashedFile, layout: dict[str, tuple[int, np.dtype, int]], name: str, array: np.ndarray) -> None:
     offset, dtype, count = layout[name]
     # padding to the section's start; unbounded, or it would wait for the whole backlog
     out.write(bytes(offset - out.size), bounded=False)

@@ -76,7 +76,7 @@ class Hasher:
         self.hashing = _single_thread("dlkit-sha256")
         self.writing = _single_thread("dlkit-write")
         self.syncing = _single_thread("dlkit-fsync") if sync else None
-        self.synced: list[Future] = []
+        self.synced: list[Future[None]] = []
         if direct is None:
             direct = direct_io_allowed()
         self.direct = direct and _O_DIRECT != 0
@@ -103,8 +103,9 @@ class Hasher:
         if self.error is not None:
             raise self.error
 
-    def _queue(self, f: HashedFile, part: memoryview, bounded: bool, store=None,
-               released=None) -> None:
+    def _queue(self, f: HashedFile, part: memoryview, bounded: bool,
+               store: Callable[[memoryview], object] | None = None,
+               released: Callable[[], None] | None = None) -> None:
         """Queue ``part`` for hashing (in stream order) and for ``store`` on the writing thread
         (default: the stream's next bytes); ``store`` given means written only, not hashed.
         ``released()`` is called once both threads are done with the part."""
@@ -121,7 +122,8 @@ class Hasher:
         self.hashing.submit(self._run, f, f.h.update, part, pending)
         self.writing.submit(self._run, f, f._store, part, pending)
 
-    def _run(self, f: HashedFile, job, part: memoryview, pending: _Pending) -> None:
+    def _run(self, f: HashedFile, job: Callable[[memoryview], object], part: memoryview,
+             pending: _Pending) -> None:
         try:
             if self.error is None:
                 job(part)
@@ -224,14 +226,16 @@ class HashedFile:
         self.ahead: list[tuple[int, int]] = []  # file ranges written out of order (aligned)
         self.closed = False
 
-    def write(self, data, bounded: bool = True, released=None) -> None:
+    def write(self, data: np.ndarray | bytes | bytearray | memoryview, bounded: bool = True,
+              released: Callable[[], None] | None = None) -> None:
         """Queue ``data`` (not to be modified afterwards). ``bounded=False`` for arrays that
         live on anyway: queuing them costs no memory, so the caller need not wait.
         ``released()``, when given, is called (on a background thread) once the data is
         hashed and written: from then on the caller may reuse its memory."""
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data)
-        view = memoryview(data).cast("B")
+        # numpy's stubs give ndarray its __buffer__ from Python 3.12 on only
+        view = memoryview(data).cast("B")  # type: ignore[arg-type, unused-ignore]
         starts = range(0, view.nbytes, CHUNK)
         for start in starts:
             # both threads take parts in order: the last part done means all are
@@ -357,5 +361,5 @@ class HashedFile:
     def __enter__(self) -> HashedFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

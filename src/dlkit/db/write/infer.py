@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -176,7 +177,7 @@ def _plain_child(p: ColumnProbe) -> bool:
     return _named_like_a_key(p.column) and pk_name_score(p.table, p.column) < 3
 
 
-def _bounds_array(values: list, family: str) -> np.ndarray:
+def _bounds_array(values: list[Any], family: str) -> np.ndarray:
     """Sample minima or maxima as an array numpy compares in bulk: integers as float64 (an
     order-preserving, if coarse, image: ranges compare safely with ``<=``), strings as
     their UTF-8 bytes."""
@@ -375,7 +376,7 @@ def find_keys(probes: list[ColumnProbe], tables: Sequence[str],
         def incoming(p: ColumnProbe) -> list[_Ref]:
             return [r for r in refs_to.get(id(p), ()) if r.child.table != table and r.telling]
 
-        def rank(p: ColumnProbe) -> tuple:
+        def rank(p: ColumnProbe) -> tuple[bool, int, int, int, int]:
             inc = incoming(p)
             return (bool(inc), pk_name_score(table, p.column), sum(r.sure for r in inc),
                     len(inc), -p.position)
@@ -445,7 +446,7 @@ def _string_stype(reader: _Reader, src: TableSource, column: str, batch_rows: in
 
 
 def _time_column(src: TableSource, fam: dict[str, str], skip: set[str]) -> str | None:
-    times = [f.name for f in src.schema
+    times: list[str] = [f.name for f in src.schema
              if fam[f.name] in ("timestamp", "date") and f.name not in skip]
     if len(times) == 1:
         return times[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dlkit.db import format as fmt
 from dlkit.db.schema.arrow_types import (
@@ -41,11 +42,11 @@ class ColumnPlan:
     num_valid: int = 0
     mean: float | None = None
     std: float | None = None
-    categories: list | None = None
+    categories: list[Any] | None = None  # Python values of the column (from Arrow)
     cat_emb_start: int = 0
     known_after_us: int = 0  # the schema's known_after lag of the column (0: none)
 
-    def filled_categories(self) -> list:
+    def filled_categories(self) -> list[Any]:
         """A categorical column's categories, once the columns stage has filled them."""
         assert self.categories is not None, f"column {self.name!r}: categories not filled yet"
         return self.categories
@@ -235,7 +236,7 @@ def _check_time_type(spec: TableSpec, src: TableSource) -> None:
 
 def infer_string_column(source: TableSource, column: str, batch_rows: int) -> str:
     """``categorical`` or ``text`` for a string column (stops reading once it is text)."""
-    seen: set = set()
+    seen: set[Any] = set()
     num_valid = 0
     for arr in source.iter_column(column, batch_rows):
         num_valid += len(arr) - arr.null_count

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from dlkit.errors import OutputError
 
@@ -39,7 +40,7 @@ def default_memory_budget() -> int:
     return 4 << 30
 
 
-def empty_small_pages(dtype, shape) -> np.ndarray:
+def empty_small_pages(dtype: npt.DTypeLike, shape: int | tuple[int, ...]) -> np.ndarray:
     """``np.empty(shape, dtype)`` in its own anonymous map of 4 KiB pages (page aligned;
     pages never touched cost nothing, the map goes with the last view of it)."""
     dtype = np.dtype(dtype)
@@ -73,7 +74,7 @@ def populate(array: np.ndarray) -> bool:
     return True
 
 
-_SPILLED: weakref.WeakSet = weakref.WeakSet()  # the mappings of spilled arrays
+_SPILLED: weakref.WeakSet[object] = weakref.WeakSet()  # the mappings of spilled arrays
 
 
 def _mapping(array: np.ndarray) -> object:
@@ -114,7 +115,7 @@ class Arrays:
         self.count = 0
         self._lock = threading.Lock()
 
-    def empty(self, dtype, shape) -> np.ndarray:
+    def empty(self, dtype: npt.DTypeLike, shape: int | tuple[int, ...]) -> np.ndarray:
         dtype = np.dtype(dtype)
         shape = tuple(int(s) for s in (shape if isinstance(shape, tuple) else (shape,)))
         nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -135,9 +136,10 @@ class Arrays:
             return array
         if self.on_spill is not None:
             self.on_spill(self.spilled)
-        return _spill_file(self.scratch, number, nbytes).reshape(-1).view(dtype).reshape(shape)
+        spilled: np.ndarray = _spill_file(self.scratch, number, nbytes).reshape(-1).view(dtype)
+        return spilled.reshape(shape)
 
-    def zeros(self, dtype, shape) -> np.ndarray:
+    def zeros(self, dtype: npt.DTypeLike, shape: int | tuple[int, ...]) -> np.ndarray:
         """Like :meth:`empty`, zero-filled at no cost: a fresh anonymous map and a fresh
         scratch file both read as zeros until written (arrays under a page come from numpy's
         allocator and are zeroed here)."""

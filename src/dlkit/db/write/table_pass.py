@@ -28,7 +28,7 @@ from dlkit.db.write.composite import encode_keys
 from dlkit.db.write.convert import int_to_micros, to_micros
 from dlkit.db.write.graph_writer import GraphWriter
 from dlkit.db.write.hashing import Hasher
-from dlkit.db.write.plan import TablePlan, check_rows, where
+from dlkit.db.write.plan import ColumnPlan, TablePlan, check_rows, where
 from dlkit.db.write.primary_keys import KeyIndex, PrimaryKeys
 from dlkit.db.write.report import Progress
 from dlkit.db.write.scratch import Arrays, empty_small_pages
@@ -98,7 +98,7 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
     # (nogil kernels), in batch order, while this one converts the columns; the helper may
     # lag one batch behind. An error of this thread's is only reported once the helper's
     # jobs for earlier batches are known to have passed, so the first bad row still wins.
-    pending: deque[Future] = deque()
+    pending: deque[Future[None]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlkit-lookup") as helper:
         own = None  # the helper's job for the batch this thread is converting
         try:
@@ -164,7 +164,8 @@ def stream_table(plan: TablePlan, ctx: TablePassContext, job: ReadJob,
 
 def _convert_batch(plan: TablePlan, ctx: TablePassContext, column: dict[str, pa.Array], n: int,
                    pos: int, rt: np.ndarray, keys: PrimaryKeys | None,
-                   writers: dict[str, ColumnWriter], plain_cols: list, text_cols: list,
+                   writers: dict[str, ColumnWriter], plain_cols: list[ColumnPlan],
+                   text_cols: list[ColumnPlan],
                    tasks: list[TaskWriter]) -> None:
     """This thread's share of a batch: primary keys, row times, feature columns, task seeds."""
     if keys is not None:

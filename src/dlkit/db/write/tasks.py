@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -10,9 +11,12 @@ from dlkit.core.stats import gather_seeds, remap_ids
 from dlkit.db import format as fmt
 from dlkit.db.metadata_records import TaskMetadata
 from dlkit.db.task_rules import TaskRules
-from dlkit.db.write.hashing import Hasher
+from dlkit.db.write.hashing import HashedFile, Hasher
 from dlkit.db.write.plan import ColumnPlan
 from dlkit.db.write.scratch import Arrays
+
+if TYPE_CHECKING:
+    from dlkit.db.schema.spec import TaskSpec
 
 _FINISHED = "a task writer takes seeds until its finish, which releases the provisional ids"
 
@@ -27,7 +31,7 @@ class TaskWriter:
     more to touch than these arrays cost to fill.
     """
 
-    def __init__(self, task, index: int, col: ColumnPlan, hasher: Hasher, num_rows: int,
+    def __init__(self, task: TaskSpec, index: int, col: ColumnPlan, hasher: Hasher, num_rows: int,
                  arrays: Arrays, split_rows: tuple[int, ...] = ()):
         self.task = task
         self.split_rows = split_rows
@@ -42,7 +46,7 @@ class TaskWriter:
             self.provisional: np.ndarray | None = arrays.empty("<f8", num_rows)
         self.num_seeds = 0
         self._ones = np.ones(0, dtype=np.uint8)
-        self._spare: dict[str, deque] = {}  # arrays written out, free for the next batch
+        self._spare: dict[str, deque[np.ndarray]] = {}  # arrays written out, free for the next batch
 
     def append(self, start: int, row_times: np.ndarray, values: np.ndarray, valid: np.ndarray) -> None:
         n = valid.shape[0]
@@ -75,7 +79,7 @@ class TaskWriter:
                 return buffer
         return np.empty(n, dtype=dtype)
 
-    def _write(self, out, stem: str, buffer: np.ndarray, count: int) -> None:
+    def _write(self, out: HashedFile, stem: str, buffer: np.ndarray, count: int) -> None:
         out.write(buffer[:count], released=lambda: self._spare[stem].append(buffer))
 
     def finish(self, mapping: np.ndarray | None) -> TaskMetadata:
