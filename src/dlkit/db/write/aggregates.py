@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from dlkit.core import aggregates as kernels
 from dlkit.core.stats import column_stats, welford_state, welford_update
@@ -21,9 +22,9 @@ from dlkit.db import aggregates as agg
 from dlkit.db import format as fmt
 from dlkit.db.aggregates import AggregateMetadata, cell_name
 from dlkit.db.schema.spec import AggregateSpec
-from dlkit.db.write.embed import embed_texts
+from dlkit.db.write.embed import Embedder, embed_texts
 from dlkit.db.write.hashing import Hasher
-from dlkit.db.write.plan import TablePlan, where
+from dlkit.db.write.plan import ColumnPlan, TablePlan, where
 from dlkit.db.write.scratch import Arrays
 from dlkit.errors import SchemaError
 
@@ -63,8 +64,8 @@ def plan_cells(spec: AggregateSpec, plans: list[TablePlan]) -> list[tuple[str, T
     return cells
 
 
-def _graph_arrays(root: Path, num_rows: int, num_edges: int, id_dtype: Any,
-                  offset_dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+def _graph_arrays(root: Path, num_rows: int, num_edges: int, id_dtype: npt.DTypeLike,
+                  offset_dtype: npt.DTypeLike) -> tuple[np.ndarray, np.ndarray]:
     layout, _ = fmt.graph_layout(num_rows, num_edges, id_dtype, offset_dtype)
     mapped = np.memmap(root / fmt.GRAPH_FILE, dtype=np.uint8, mode="r")
     out = []
@@ -74,7 +75,7 @@ def _graph_arrays(root: Path, num_rows: int, num_edges: int, id_dtype: Any,
     return out[0], out[1]
 
 
-def _column_arrays(root: Path, child: TablePlan, column: Any) -> tuple[np.ndarray, np.ndarray]:
+def _column_arrays(root: Path, child: TablePlan, column: ColumnPlan) -> tuple[np.ndarray, np.ndarray]:
     dtype = np.float64 if column.stype == fmt.NUMERIC else np.uint8
     n = child.num_rows
     values = (np.memmap(root / fmt.column_values_file(child.name, column.index), dtype=dtype,
@@ -91,8 +92,8 @@ def _stats(values: np.ndarray) -> tuple[float, float]:
 
 
 def write_aggregates(root: Path, spec: AggregateSpec, plans: list[TablePlan], hasher: Hasher,
-                     arrays: Arrays, embedder: Any, num_edges: int, id_dtype: Any,
-                     offset_dtype: Any) -> tuple[AggregateMetadata, ...]:
+                     arrays: Arrays, embedder: Embedder, num_edges: int,
+                     id_dtype: npt.DTypeLike, offset_dtype: npt.DTypeLike) -> tuple[AggregateMetadata, ...]:
     """Write the three aggregate files (``graph.bin`` and the columns must be complete on
     disk: call after ``Hasher.flush``); returns the cells' metadata."""
     cells = plan_cells(spec, plans)

@@ -91,7 +91,7 @@ class HashedNgramEmbedder:
         return self.embed_arrow(pa.array(texts, type=pa.large_string()))
 
 
-def embed_texts(embedder: Any, texts: list[str] | pa.Array) -> np.ndarray:
+def embed_texts(embedder: Embedder, texts: list[str] | pa.Array) -> np.ndarray:
     """``[n, dim]`` float16 embeddings, checking the embedder's output shape."""
     n = len(texts)
     try:
@@ -116,7 +116,7 @@ def embed_texts(embedder: Any, texts: list[str] | pa.Array) -> np.ndarray:
     return np.ascontiguousarray(out)
 
 
-def load_embedder(spec: str | None, dim: int | None = None) -> Any:
+def load_embedder(spec: str | None, dim: int | None = None) -> Embedder:
     """The embedder named by ``spec``: None / ``hashed`` for the default, ``minilm`` for the
     sentence encoder of the ``text`` extra (:mod:`dlkit.db.write.sentence`), else
     ``module:factory``. ``dim`` None: the embedder's own width (64 for the default)."""
@@ -136,7 +136,7 @@ def load_embedder(spec: str | None, dim: int | None = None) -> Any:
     except (ImportError, AttributeError) as exc:
         raise InvalidArgumentError(f"cannot load embedder {spec!r}: {exc}") from None
     try:
-        embedder = factory(dim=dim)
+        embedder: Embedder = factory(dim=dim)
     except MemoryError:
         raise
     except Exception as exc:  # a plug-in's own failure, reported as the argument's

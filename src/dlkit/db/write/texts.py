@@ -9,7 +9,7 @@ only the texts new to the database are copied in.
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +18,7 @@ from dlkit.core import keys as kk
 from dlkit.db import format as fmt
 from dlkit.db.write.columns import apply_mapping, first_rows
 from dlkit.db.write.convert import check_utf8, dictionary_arrow, to_string_buffers
-from dlkit.db.write.embed import EMBED_CHUNK, embed_texts
+from dlkit.db.write.embed import EMBED_CHUNK, Embedder, embed_texts
 from dlkit.db.write.hashing import Hasher
 from dlkit.db.write.scratch import Arrays
 from dlkit.db.write.strings import StringColumn
@@ -107,7 +107,7 @@ class TextStore:
     """Global text ids (a :class:`TextIndex`), the text dictionary files and the text
     embeddings, appended live."""
 
-    def __init__(self, hasher: Hasher, embedder: Any, arrays: Arrays):
+    def __init__(self, hasher: Hasher, embedder: Embedder, arrays: Arrays):
         self.index: TextIndex | None = TextIndex(arrays)
         self.embedder = embedder
         self.written = 0  # texts already in the files

@@ -58,7 +58,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -82,7 +81,7 @@ from dlkit.db.schema.spec import SCHEMA_FILE, Schema, load_schema
 from dlkit.db.write.aggregates import check_columns as check_aggregate_columns
 from dlkit.db.write.aggregates import write_aggregates
 from dlkit.db.write.convert import dictionary_parts, to_micros, to_numeric, to_string_buffers
-from dlkit.db.write.embed import HashedNgramEmbedder, embed_texts, load_embedder
+from dlkit.db.write.embed import Embedder, HashedNgramEmbedder, embed_texts, load_embedder
 from dlkit.db.write.graph_writer import GraphWriter
 from dlkit.db.write.hashing import Hasher
 from dlkit.db.write.metadata import (
@@ -122,7 +121,7 @@ STAGES = ("scan", "keys", "tables", "graph", "embeddings", "manifest", "commit")
 
 class _Builder:
     def __init__(self, input_dir: Path, schema: Schema, *, on_dangling: str, batch_rows: int,
-                 embedder: Any, progress: Progress, memory_budget: int,
+                 embedder: Embedder, progress: Progress, memory_budget: int,
                  kernels_ready: threading.Event):
         self.input_dir = input_dir
         self.schema = schema
@@ -323,7 +322,7 @@ class _Builder:
         return digest
 
 
-def _warm_up(embedder: Any, done: threading.Event, strict: bool = False) -> None:
+def _warm_up(embedder: Embedder, done: threading.Event, strict: bool = False) -> None:
     """Load every kernel's compiled code (numba's cache) on tiny inputs of the real types
     (strided batch slices, arrays over maps, ...), on a background thread while the input is
     scanned; the first real call then costs nothing. Sets ``done`` at the end."""
@@ -383,7 +382,7 @@ def preprocess(
     overwrite: bool = False,
     on_dangling: str = "drop",
     batch_rows: int = DEFAULT_BATCH_ROWS,
-    embedder: Any = None,
+    embedder: Embedder | None = None,
     progress: Progress | None = None,
     fsync: bool = True,
     memory_budget: int | None = None,
