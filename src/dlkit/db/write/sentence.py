@@ -48,8 +48,9 @@ def _offline_imports() -> Any:
             f"({exc})") from None
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    # transformers leaves these unannotated
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call, unused-ignore]
     return sentence_transformers
 
 

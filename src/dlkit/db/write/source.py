@@ -261,7 +261,8 @@ class ReadAhead:
         self._consumer_ready = consumer_ready
         self._min_batches = max(1, min_batches)
         self._cond = threading.Condition()
-        self._items: deque = deque()  # (job index, batch | _END | exception, bytes)
+        # (job index, batch | _END | exception, bytes)
+        self._items: deque[tuple[int, object, int]] = deque()
         self._bytes = 0
         self._stopped = False
         self._next = 0
@@ -271,10 +272,10 @@ class ReadAhead:
     def __enter__(self) -> ReadAhead:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, job: int, item, nbytes: int) -> bool:
+    def _put(self, job: int, item: object, nbytes: int) -> bool:
         """Queue ``item`` once there is room; False when the consumer has stopped."""
         with self._cond:
             while (not self._stopped and len(self._items) >= self._min_batches
