@@ -11,9 +11,14 @@ from typing import TYPE_CHECKING
 from dlkit._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from dlkit.bench.report import BenchReport, RunResult, slower_note
-    from dlkit.bench.request import BenchRequest, WorkloadKind
-    from dlkit.bench.runner import build_workload, measure, run_bench
+    from dlkit.bench.report import BenchReport as BenchReport
+    from dlkit.bench.report import RunResult as RunResult
+    from dlkit.bench.report import slower_note as slower_note
+    from dlkit.bench.request import BenchRequest as BenchRequest
+    from dlkit.bench.request import WorkloadKind as WorkloadKind
+    from dlkit.bench.runner import build_workload as build_workload
+    from dlkit.bench.runner import measure as measure
+    from dlkit.bench.runner import run_bench as run_bench
 
 # imported on first use: the runner's kernels load numba (see dlkit._lazy)
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from dlkit.bench.request import BenchRequest
 from dlkit.bench.workloads import batch_bytes, batch_checksum, calibrate_burn
 from dlkit.core.gather import burn
 from dlkit.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from dlkit.sampler.api import Sampler
 
 EXAMPLE_DB = Path(__file__).resolve().parents[3] / "fixtures" / "example_db"
 CALIBRATION_BATCHES = 5
@@ -137,7 +140,7 @@ class _TrainSteps:
     """Map-style dataset of a Sampler's train steps (``Sampler.train_batch``) for
     ``torch.utils.data.DataLoader``'s worker processes."""
 
-    def __init__(self, sampler: Any, steps: int):
+    def __init__(self, sampler: Sampler, steps: int):
         self.sampler = sampler
         self.steps = steps
 

@@ -198,7 +198,7 @@ def gather_workload(data: RowFile, order: IndexOrder, *, compute_iterations: int
         gather_rows(src, indices[first:last], out["rows"])
         if compute_iterations:
             burn(compute_iterations, step)
-        return last - first
+        return int(last - first)
 
     def advise(step: int) -> None:
         data.willneed(indices[offsets[step]:offsets[step + 1]])

@@ -126,7 +126,7 @@ def _block_keys(replay_token: bytes, mixture_hash: bytes, block: int) -> np.ndar
 
     seed = cbor_sha256([BLOCK_SEED_TAG, replay_token, mixture_hash,
                         require_uint(block, 64, "block")])[:16]
-    keys = feistel_round_keys(seed_words(seed))
+    keys: np.ndarray = feistel_round_keys(seed_words(seed))
     keys.setflags(write=False)
     return keys
 
