@@ -77,7 +77,7 @@ class RichProgress:
     def __enter__(self) -> RichProgress:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.started:
             self.bar.stop()
 
@@ -342,7 +342,7 @@ def verify(
                                 path=database)
 
 
-def _entries(directory: Path) -> list[os.DirEntry]:
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
     """The entries of ``directory`` (none when it cannot be listed: the command says why)."""
     try:
         with os.scandir(directory) as entries:
@@ -597,7 +597,7 @@ def import_sql(
                           {"the partial schema": schema})
     options = SqlSchemaOptions(time_columns=tuple(time or ()),
                                exclude_tables=tuple(exclude_table or ()), name=name)
-    kwargs: dict = dict(partial=schema, options=options, schema_out=schema_out,
+    kwargs: dict[str, Any] = dict(partial=schema, options=options, schema_out=schema_out,
                         overwrite=overwrite, **build_options)
     if not quiet and not as_json:
         with RichProgress() as sink:
