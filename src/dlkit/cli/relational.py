@@ -6,7 +6,7 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -22,6 +22,7 @@ from dlkit.cli.params import (
     positive_uint64,
     uint64,
 )
+from dlkit.sampler import knobs
 from dlkit.text import counted
 
 if TYPE_CHECKING:  # imported by the commands: they load the kernels (see dlkit._lazy)
@@ -42,6 +43,50 @@ MODE_HELP = ("Train order: v3 (NextBatch_v3, a keyed Feistel shuffle of each epo
 MANIFEST_MODE_HELP = (MODE_HELP + " Sample val and test with `dlkit sample --stage eval` (in "
                       "order, partial last batch); the default stage shuffles them like train.")
 BATCHES_MODE_HELP = MODE_HELP + " Val and test are in order either way."
+
+
+S_HELP = "Cells per sequence (S)."
+R_HELP = "Rows per sequence, the size of fk_adj (R)."
+WIDTH_HELP = "Children kept per visited row (which ones: --bfs-child-policy)."
+POLICY_HELP = ("Which children a row with more than the width keeps: uniform (drawn uniformly, "
+               "the default), recent (the latest visible ones), quota (each child table its "
+               "share of the width, the unused share passed on; uniform within a table).")
+
+
+# Each sampler knob's option, declared once (defaults: dlkit.sampler.knobs, as the Sampler's).
+def _seed_option() -> Any:
+    return typer.Option(knobs.SEED, "--seed", "-s", parser=uint64, help=SEED_HELP)
+
+
+def _split_seed_option() -> Any:
+    return typer.Option(knobs.SPLIT_SEED, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP)
+
+
+def _split_ratios_option() -> Any:
+    return typer.Option(knobs.SPLIT_RATIOS_TEXT, "--split-ratios", help=RATIOS_HELP)
+
+
+def _sampling_mode_option(text: str) -> Any:
+    return typer.Option(knobs.TRAIN_ORDER, "--sampling-mode", metavar="<v3|v2>", help=text)
+
+
+def _sequence_length_option() -> Any:
+    return typer.Option(knobs.SEQUENCE_LENGTH, "--sequence-length", "-S", min=1,
+                        max=knobs.MAX_EXTENT, help=S_HELP)
+
+
+def _max_rows_option() -> Any:
+    return typer.Option(knobs.MAX_ROWS, "--max-rows", "-R", min=1, max=knobs.MAX_EXTENT,
+                        help=R_HELP)
+
+
+def _child_width_option() -> Any:
+    return typer.Option(knobs.BFS_CHILD_WIDTH, "--bfs-child-width", min=0, help=WIDTH_HELP)
+
+
+def _child_policy_option() -> Any:
+    return typer.Option(knobs.CHILD_POLICY, "--bfs-child-policy",
+                        metavar="<uniform|recent|quota>", help=POLICY_HELP)
 
 
 @contextlib.contextmanager
@@ -85,10 +130,9 @@ def manifest(
     overwrite: bool = typer.Option(False, "--overwrite",
                                    help="Replace an existing --out (a symbolic link is replaced "
                                         "itself, never the file it names)."),
-    split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
-    split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
-    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
-                                      help=MANIFEST_MODE_HELP),
+    split_seed: int = _split_seed_option(),
+    split_ratios: str = _split_ratios_option(),
+    sampling_mode: str = _sampling_mode_option(MANIFEST_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr (warnings still print)."),
 ) -> None:
@@ -128,14 +172,6 @@ def manifest(
                       f"manifest hash {summary.manifest_hash}")
 
 
-S_HELP = "Cells per sequence (S)."
-R_HELP = "Rows per sequence, the size of fk_adj (R)."
-WIDTH_HELP = "Children kept per visited row (which ones: --bfs-child-policy)."
-POLICY_HELP = ("Which children a row with more than the width keeps: uniform (drawn uniformly, "
-               "the default), recent (the latest visible ones), quota (each child table its "
-               "share of the width, the unused share passed on; uniform within a table).")
-
-
 @app.command(rich_help_panel=PANEL)
 def batches(
     db: Path = typer.Argument(..., help=DB_HELP),
@@ -153,22 +189,19 @@ def batches(
     overwrite: bool = typer.Option(
         False, "--overwrite",
         help="Replace an existing --out of an earlier `dlkit batches` as a whole (atomically)."),
-    seed: int = typer.Option(0, "--seed", "-s", parser=uint64, help=SEED_HELP),
-    split_seed: int = typer.Option(0, "--split-seed", parser=uint64, help=SPLIT_SEED_HELP),
-    split_ratios: str = typer.Option("0.8,0.1,0.1", "--split-ratios", help=RATIOS_HELP),
+    seed: int = _seed_option(),
+    split_seed: int = _split_seed_option(),
+    split_ratios: str = _split_ratios_option(),
     batch_size: int = typer.Option(
-        32, "--batch-size", "-b", min=1, max=MAX_BATCH, help="Sequences per batch on this rank (B)."),
+        knobs.BATCH_SIZE, "--batch-size", "-b", min=1, max=MAX_BATCH, help="Sequences per batch on this rank (B)."),
     rank: int = typer.Option(0, "--rank", "-r", parser=uint64, help="This rank, 0-based."),
     world_size: int = typer.Option(
         1, "--world-size", "-w", parser=positive_uint64, help="Number of ranks."),
-    sequence_length: int = typer.Option(
-        1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
-    max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
-    bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
-    bfs_child_policy: str = typer.Option("uniform", "--bfs-child-policy",
-                                         metavar="<uniform|recent|quota>", help=POLICY_HELP),
-    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
-                                      help=BATCHES_MODE_HELP),
+    sequence_length: int = _sequence_length_option(),
+    max_rows: int = _max_rows_option(),
+    bfs_child_width: int = _child_width_option(),
+    bfs_child_policy: str = _child_policy_option(),
+    sampling_mode: str = _sampling_mode_option(BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
 ) -> None:
@@ -216,15 +249,13 @@ def show(
         help="The seed: a row number (0-based, input order) of the task's table, as in "
              "index.json's anchor_rows; not a position that `dlkit sample` prints (those "
              "count the seeds of one split)."),
-    seed: int = typer.Option(0, "--seed", "-s", parser=uint64, help=SEED_HELP),
+    seed: int = _seed_option(),
     epoch: int = typer.Option(0, "--epoch", "-e", parser=uint64,
                               help="Epoch of the BFS stream."),
-    sequence_length: int = typer.Option(
-        1024, "--sequence-length", "-S", min=1, max=65536, help=S_HELP),
-    max_rows: int = typer.Option(256, "--max-rows", "-R", min=1, max=65536, help=R_HELP),
-    bfs_child_width: int = typer.Option(16, "--bfs-child-width", min=0, help=WIDTH_HELP),
-    bfs_child_policy: str = typer.Option("uniform", "--bfs-child-policy",
-                                         metavar="<uniform|recent|quota>", help=POLICY_HELP),
+    sequence_length: int = _sequence_length_option(),
+    max_rows: int = _max_rows_option(),
+    bfs_child_width: int = _child_width_option(),
+    bfs_child_policy: str = _child_policy_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
                                help="Accepted for uniformity: show prints only data (the "

@@ -15,6 +15,7 @@ from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, human_bytes, plain, print_json, progress
 from dlkit.cli.params import check_output_file
 from dlkit.errors import InvalidArgumentError
+from dlkit.sampler import knobs
 from dlkit.sampler.split import SPLITS
 from dlkit.text import counted, unknown_name
 
@@ -78,7 +79,7 @@ def _split_counts(db: Database, split_seed: int) -> dict[str, dict[str, int]]:
 @app.command(rich_help_panel=PANEL)
 def info(
     database: Path = typer.Argument(..., help=DB_HELP),
-    split_seed: int = typer.Option(0, "--split-seed", min=0,
+    split_seed: int = typer.Option(knobs.SPLIT_SEED, "--split-seed", min=0,
                                    help="Split seed of the hash splits whose seeds are counted."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
@@ -163,25 +164,26 @@ def view(
     seeds: int = typer.Option(5, "--seeds", min=1, max=1000,
                               help="Seeds per task and split written into the page."),
     sequence_length: str = typer.Option(
-        "1024", "--sequence-length", "-S",
+        str(knobs.SEQUENCE_LENGTH), "--sequence-length", "-S",
         help="Sequence length S; several separated by commas (128,512,1024) to switch "
              "between them in the page."),
-    max_rows: str = typer.Option("256", "--max-rows", "-R", help="Max rows R (or several)."),
-    bfs_child_width: str = typer.Option("16", "--bfs-child-width", "-W",
+    max_rows: str = typer.Option(str(knobs.MAX_ROWS), "--max-rows", "-R", help="Max rows R (or several)."),
+    bfs_child_width: str = typer.Option(str(knobs.BFS_CHILD_WIDTH), "--bfs-child-width", "-W",
                                         help="Children taken per row (or several)."),
     bfs_child_policy: str = typer.Option(
-        "uniform", "--bfs-child-policy",
+        knobs.CHILD_POLICY, "--bfs-child-policy",
         help="Which children a row keeps beyond the width: uniform, recent or quota (or "
              "several, separated by commas)."),
-    seed: int = typer.Option(0, "--seed", "-s", min=0, help="Sampling seed (the BFS draws)."),
-    split_seed: int = typer.Option(0, "--split-seed", min=0, help="Split seed (hash splits)."),
+    seed: int = typer.Option(knobs.SEED, "--seed", "-s", min=0, help="Sampling seed (the BFS draws)."),
+    split_seed: int = typer.Option(knobs.SPLIT_SEED, "--split-seed", min=0,
+                                   help="Split seed (hash splits)."),
     step: int = typer.Option(
         None, "--step", min=0,
         help="Show the seeds of this step of each task's train, val and test stream (the "
              "batches `dlkit batches` builds, at their epoch) instead of the first --seeds."),
-    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1,
+    batch_size: int = typer.Option(knobs.BATCH_SIZE, "--batch-size", "-b", min=1,
                                    help="--step's global batch size."),
-    sampling_mode: str = typer.Option("v3", "--sampling-mode", metavar="<v3|v2>",
+    sampling_mode: str = typer.Option(knobs.TRAIN_ORDER, "--sampling-mode", metavar="<v3|v2>",
                                       help="--step's train order."),
     record: list[Path] = typer.Option(
         None, "--record", help="A training run's --record JSONL to plot (repeatable)."),

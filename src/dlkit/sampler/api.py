@@ -23,6 +23,7 @@ from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import RunManifest
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
+from dlkit.sampler import knobs
 from dlkit.sampler.aggregates import column_embeddings
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.batch import BatchBuilder, BuiltBatch, ChildPolicy
@@ -78,11 +79,13 @@ class Sampler:
 
     def __init__(self, db_path: DatabaseSource, rank: int | None = None,
                  world_size: int | None = None,
-                 split_ratios: SplitRatios | Sequence[float] | str = (0.8, 0.1, 0.1),
-                 split_seed: int = 0, seed: int = 0, num_prefetch: int = 3,
-                 batch_size: int = 32, sequence_length: int = 1024, bfs_child_width: int = 16,
+                 split_ratios: SplitRatios | Sequence[float] | str = knobs.SPLIT_RATIOS,
+                 split_seed: int = knobs.SPLIT_SEED, seed: int = knobs.SEED,
+                 num_prefetch: int = knobs.NUM_PREFETCH, batch_size: int = knobs.BATCH_SIZE,
+                 sequence_length: int = knobs.SEQUENCE_LENGTH,
+                 bfs_child_width: int = knobs.BFS_CHILD_WIDTH,
                  task_weights: Sequence[float] | Mapping[str, float] | None = None,
-                 num_threads: int = 1, *, max_rows: int = 256,
+                 num_threads: int = knobs.NUM_THREADS, *, max_rows: int = knobs.MAX_ROWS,
                  sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER, huge_pages: bool | None = None,
                  local_rank: int | None = None, local_world_size: int | None = None,
                  bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM):
@@ -90,13 +93,12 @@ class Sampler:
         try:
             self._setup(SamplerConfig.create(
                 [task.name for task in self._db.tasks], rank=rank, world_size=world_size,
-                split_ratios=split_ratios, split_seed=split_seed, seed=seed,
-                num_prefetch=num_prefetch, batch_size=batch_size,
-                sequence_length=sequence_length, max_rows=max_rows,
-                bfs_child_width=bfs_child_width, task_weights=task_weights,
-                num_threads=num_threads, sampling_mode=sampling_mode, huge_pages=huge_pages,
                 local_rank=local_rank, local_world_size=local_world_size,
-                bfs_child_policy=bfs_child_policy))
+                task_weights=task_weights, num_prefetch=num_prefetch, num_threads=num_threads,
+                split_ratios=split_ratios, split_seed=split_seed, seed=seed,
+                batch_size=batch_size, sequence_length=sequence_length, max_rows=max_rows,
+                bfs_child_width=bfs_child_width, sampling_mode=sampling_mode,
+                huge_pages=huge_pages, bfs_child_policy=bfs_child_policy))
         except BaseException:
             if self._owns_db:
                 self._db.close()
@@ -106,7 +108,9 @@ class Sampler:
         plan = RunPlan(self._db, cfg.run)  # a bad split fails before any copy is made
         self.builder = BatchBuilder(self._db, cfg.batch_config, cfg.seed,
                                     local_copies=cfg.local_world_size)
-        self.config = replace(cfg, huge_pages=self.builder.huge_pages)
+        # the settings as built: huge_pages resolved (None, automatic, becomes True or False)
+        batch = replace(cfg.batch_config, huge_pages=self.builder.huge_pages)
+        self.config = replace(cfg, settings=replace(cfg.settings, batch=batch))
         self._plan = plan
         self.splits: tuple[TaskSplits, ...] = plan.splits
         self.manifest: RunManifest = plan.manifest

@@ -20,13 +20,14 @@ from dlkit.core.collate import build_sequences
 from dlkit.core.gather import gather_rows
 from dlkit.core.records import BatchOutput, Seeds, Visits, Walk
 from dlkit.errors import InvalidArgumentError, SamplerShutdown
+from dlkit.sampler import knobs
 from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo
 from dlkit.sampler.resident import ResidentDatabase, place, read_resident
 from dlkit.sampler.shared import SharedSegment
 from dlkit.sampler.tasks import TaskView, find_task, label_info
 
-MAX_U16_EXTENT = 1 << 16
+MAX_U16_EXTENT = knobs.MAX_EXTENT
 
 # key -> (dtype, shape in terms of B, S, R, U, D): exactly the seed's §3b layout.
 BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
@@ -110,9 +111,9 @@ class BatchConfig:
     graph and columns from huge-page copies (``dlkit.sampler.hugepages``: True, False, or
     None = when THP is available and they fit in a quarter of the RAM)."""
 
-    sequence_length: int = 1024
-    max_rows: int = 256
-    bfs_child_width: int = 16
+    sequence_length: int = knobs.SEQUENCE_LENGTH
+    max_rows: int = knobs.MAX_ROWS
+    bfs_child_width: int = knobs.BFS_CHILD_WIDTH
     huge_pages: bool | None = False
     bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
 
@@ -129,7 +130,7 @@ class BatchConfig:
                                        f"got {self.huge_pages!r}")
         for name, low, high in (("sequence_length", 1, MAX_U16_EXTENT),
                                 ("max_rows", 1, MAX_U16_EXTENT),
-                                ("bfs_child_width", 0, 1 << 30)):
+                                ("bfs_child_width", 0, knobs.MAX_CHILD_WIDTH)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], "

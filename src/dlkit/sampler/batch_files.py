@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,11 @@ from dlkit.atomic import AtomicDirectory, TargetKind
 from dlkit.errors import InvalidArgumentError, OutputError
 from dlkit.files import json_object_at
 from dlkit.nextbatch.tokens import TrainOrder
+from dlkit.sampler import knobs
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, ChildPolicy
 from dlkit.sampler.channel import build_job
+from dlkit.sampler.config import SamplerSettings
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.labels import LabelInfo
 from dlkit.sampler.run_plan import RunConfig, RunPlan, initial_state
@@ -37,41 +39,44 @@ INDEX_FILE = "index.json"
 
 @dataclass(frozen=True)
 class BatchRequest:
-    """One (task, split) stream of batches, as ``dlkit batches`` asks for it."""
+    """One (task, split) stream of batches, as ``dlkit batches`` asks for it; its
+    ``settings`` (``SamplerSettings``, the Sampler's own) are parsed once, on construction."""
 
     task: str
     split: Split | str
     steps: int
-    seed: int = 0
-    split_seed: int = 0
-    split_ratios: str | tuple[float, ...] | SplitRatios = (0.8, 0.1, 0.1)
-    batch_size: int = 32
+    seed: int = knobs.SEED
+    split_seed: int = knobs.SPLIT_SEED
+    split_ratios: str | tuple[float, ...] | SplitRatios = knobs.SPLIT_RATIOS
+    batch_size: int = knobs.BATCH_SIZE
     rank: int = 0
     world_size: int = 1
-    sequence_length: int = 1024
-    max_rows: int = 256
-    bfs_child_width: int = 16
+    sequence_length: int = knobs.SEQUENCE_LENGTH
+    max_rows: int = knobs.MAX_ROWS
+    bfs_child_width: int = knobs.BFS_CHILD_WIDTH
     sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER  # parsed: a TrainOrder
     bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM
+    settings: SamplerSettings = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampling_mode", TrainOrder.parse(self.sampling_mode))
         object.__setattr__(self, "split", Split.parse(self.split))
         integer(self.steps, "steps", 1, expected="a positive integer")
-        self.run  # noqa: B018 - validates the seeds, ratios, ranks and the train order
-        self.batch_config  # noqa: B018 - validates S, R and the child width
+        # validates the seeds, ratios, ranks and the train order, S, R and the child width
+        object.__setattr__(self, "settings", SamplerSettings.parse(
+            seed=self.seed, split_seed=self.split_seed, split_ratios=self.split_ratios,
+            batch_size=self.batch_size, world=World(self.rank, self.world_size),
+            sampling_mode=self.sampling_mode, sequence_length=self.sequence_length,
+            max_rows=self.max_rows, bfs_child_width=self.bfs_child_width,
+            bfs_child_policy=self.bfs_child_policy))
 
     @property
     def run(self) -> RunConfig:
-        return RunConfig(seed=self.seed, batch_size=self.batch_size,
-                          world=World(self.rank, self.world_size), split_seed=self.split_seed,
-                          split_ratios=SplitRatios.parse(self.split_ratios),
-                          sampling_mode=TrainOrder.parse(self.sampling_mode))
+        return self.settings.run
 
     @property
     def batch_config(self) -> BatchConfig:
-        return BatchConfig(self.sequence_length, self.max_rows, self.bfs_child_width,
-                           bfs_child_policy=ChildPolicy.parse(self.bfs_child_policy))
+        return self.settings.batch
 
 
 def iter_batches(db: SamplerDatabase, request: BatchRequest) -> Iterator[tuple[Job, BuiltBatch]]:
@@ -83,8 +88,9 @@ def stream_schedule(db: SamplerDatabase, request: BatchRequest
                     ) -> tuple[BatchBuilder, TaskView, Schedule]:
     """The builder, task and step schedule of one (task, split) stream on one rank: step
     ``k``'s seeds are ``schedule.job(k)``'s, at O(1) per step."""
-    plan = RunPlan(db, request.run)
-    builder = BatchBuilder(db, request.batch_config, request.seed)
+    settings = request.settings
+    plan = RunPlan(db, settings.run)
+    builder = BatchBuilder(db, settings.batch, settings.run.seed)
     view = builder.task(request.task)
     split = Split.parse(request.split)  # parsed by the request: the Split itself
     streams = plan.streams(split, [view])
@@ -182,15 +188,17 @@ def write_batches(db_path: DatabaseSource, request: BatchRequest, out_dir: str |
 
 
 def _request_json(request: BatchRequest) -> dict[str, Any]:
-    value = dict(request.__dict__)
-    value["split_ratios"] = str(SplitRatios.parse(request.split_ratios))
+    """The request as index.json records it: its arguments (not the parsed settings), the
+    ratios, split and train order spelled as the CLI takes them."""
+    value = {f.name: getattr(request, f.name) for f in fields(request) if f.init}
+    run, batch = request.settings.run, request.settings.batch
+    value["split_ratios"] = str(run.split_ratios)
     value["split"] = Split.parse(request.split).value
-    value["sampling_mode"] = TrainOrder.parse(request.sampling_mode).short
-    policy = ChildPolicy.parse(request.bfs_child_policy)
-    if policy is ChildPolicy.UNIFORM:  # the default: the index of earlier versions, exactly
+    value["sampling_mode"] = run.sampling_mode.short
+    if batch.bfs_child_policy is ChildPolicy.UNIFORM:  # the default: earlier indexes, exactly
         del value["bfs_child_policy"]
     else:
-        value["bfs_child_policy"] = policy.value
+        value["bfs_child_policy"] = batch.bfs_child_policy.value
     return value
 
 

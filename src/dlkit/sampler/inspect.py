@@ -18,7 +18,9 @@ import numpy as np
 from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NO_TIME, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
 from dlkit.errors import DatabaseError, InvalidArgumentError
-from dlkit.sampler.batch import BatchBuilder, BatchConfig, ChildPolicy
+from dlkit.sampler import knobs
+from dlkit.sampler.batch import BatchBuilder, ChildPolicy
+from dlkit.sampler.config import SamplerSettings
 from dlkit.sampler.database import DatabaseSource, InspectableDatabase, SamplerDatabase, open_db
 from dlkit.sampler.splits import check_seed
 
@@ -199,17 +201,19 @@ def _key_of(table: Any, local: int) -> str:
         return str(local)
 
 
-def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *, seed: int = 0,
-                      epoch: int = 0, sequence_length: int = 1024, max_rows: int = 256,
-                      bfs_child_width: int = 16,
+def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *,
+                      seed: int = knobs.SEED, epoch: int = 0,
+                      sequence_length: int = knobs.SEQUENCE_LENGTH, max_rows: int = knobs.MAX_ROWS,
+                      bfs_child_width: int = knobs.BFS_CHILD_WIDTH,
                       bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM) -> SequenceView:
     """The sequence of task ``task``'s seed at ``anchor_row`` (a local row of its table)."""
     db, owned = open_db(db_path)
     try:
-        builder = BatchBuilder(db, BatchConfig(sequence_length, max_rows, bfs_child_width,
-                                               bfs_child_policy=ChildPolicy.parse(
-                                                   bfs_child_policy)),
-                               check_seed(seed, "seed"))
+        # the Sampler's settings (its seed checked with theirs); a sequence needs no split
+        settings = SamplerSettings.parse(seed=seed, sequence_length=sequence_length,
+                                         max_rows=max_rows, bfs_child_width=bfs_child_width,
+                                         bfs_child_policy=bfs_child_policy)
+        builder = BatchBuilder(db, settings.batch, settings.run.seed)
         view = builder.task(task)
         matches = np.flatnonzero(view.anchor_row == anchor_row)
         if matches.size == 0:

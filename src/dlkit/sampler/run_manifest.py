@@ -15,6 +15,7 @@ from dlkit.atomic import atomic_write_bytes
 from dlkit.db.task_rules import rules_of, timeless_warning
 from dlkit.nextbatch import RunManifest
 from dlkit.nextbatch.tokens import TrainOrder
+from dlkit.sampler import knobs
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.run_plan import RunConfig, RunPlan
@@ -34,24 +35,24 @@ class ManifestSummary:
 
 
 def make_run_manifest(db: SamplerDatabase, *, seed: int, global_batch_size: int,
-                      split_seed: int = 0,
-                      split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
+                      split_seed: int = knobs.SPLIT_SEED,
+                      split_ratios: SplitRatios | str | tuple[float, ...] = knobs.SPLIT_RATIOS,
                       sampler_block_size: int | None = None,
                       sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER) -> RunManifest:
     """The run manifest of every task and split of an open database (train order
     ``sampling_mode``: ``TrainOrder.V3``, the default, or ``V2``, or their names ``"v3"``,
-    ``"v2"``): the plan of one rank whose batch is the global batch."""
+    ``"v2"``): the plan of one rank whose batch is the global batch (the Sampler's
+    ``RunConfig``, parsed by ``RunConfig.parse``)."""
     batch = integer(global_batch_size, "global batch size", 1, expected="a positive integer")
-    config = RunConfig(seed=seed, batch_size=batch, split_seed=split_seed,
-                        split_ratios=SplitRatios.parse(split_ratios),
-                        sampling_mode=TrainOrder.parse(sampling_mode),
-                        sampler_block_size=sampler_block_size)
+    config = RunConfig.parse(seed=seed, batch_size=batch, split_seed=split_seed,
+                             split_ratios=split_ratios, sampling_mode=sampling_mode,
+                             sampler_block_size=sampler_block_size)
     return RunPlan(db, config).manifest
 
 
 def write_run_manifest(db_path: DatabaseSource, out: str | Path, *, seed: int,
-                       global_batch_size: int, split_seed: int = 0,
-                       split_ratios: SplitRatios | str | tuple[float, ...] = (0.8, 0.1, 0.1),
+                       global_batch_size: int, split_seed: int = knobs.SPLIT_SEED,
+                       split_ratios: SplitRatios | str | tuple[float, ...] = knobs.SPLIT_RATIOS,
                        sampler_block_size: int | None = None,
                        sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER,
                        overwrite: bool = True) -> ManifestSummary:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch import RunManifest, Stage
 from dlkit.nextbatch.tokens import TrainOrder
+from dlkit.sampler import knobs
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.database import SamplerDatabase
 from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule, open_streams
@@ -41,7 +43,7 @@ class RunConfig:
     seed: int
     batch_size: int
     world: World = field(default_factory=World)
-    split_seed: int = 0
+    split_seed: int = knobs.SPLIT_SEED
     split_ratios: SplitRatios = field(default_factory=SplitRatios)
     sampling_mode: TrainOrder = DEFAULT_TRAIN_ORDER
     sampler_block_size: int | None = None
@@ -51,7 +53,7 @@ class RunConfig:
         # manifests): the Sampler, dlkit batches and dlkit manifest all pass through here.
         object.__setattr__(self, "seed", check_seed(self.seed, "seed"))
         object.__setattr__(self, "split_seed", check_seed(self.split_seed, "split_seed"))
-        integer(self.batch_size, "batch_size", 1)
+        object.__setattr__(self, "batch_size", integer(self.batch_size, "batch_size", 1))
         if not isinstance(self.world, World):
             raise InvalidArgumentError(f"world must be a World, got {self.world!r}")
         if not isinstance(self.split_ratios, SplitRatios):
@@ -60,6 +62,18 @@ class RunConfig:
         if not isinstance(self.sampling_mode, TrainOrder):
             raise InvalidArgumentError(f"sampling_mode must be a TrainOrder (see "
                                        f"TrainOrder.parse), got {self.sampling_mode!r}")
+
+    @classmethod
+    def parse(cls, *, seed: Any = knobs.SEED, batch_size: Any = knobs.BATCH_SIZE,
+              world: World | None = None, split_seed: Any = knobs.SPLIT_SEED,
+              split_ratios: Any = knobs.SPLIT_RATIOS, sampling_mode: Any = knobs.TRAIN_ORDER,
+              sampler_block_size: int | None = None) -> RunConfig:
+        """The run of these arguments as a user gives them: ratios may be text or a
+        sequence, the train order a ``TrainOrder`` or its name."""
+        return cls(seed=seed, batch_size=batch_size, world=World() if world is None else world,
+                   split_seed=split_seed, split_ratios=SplitRatios.parse(split_ratios),
+                   sampling_mode=TrainOrder.parse(sampling_mode),
+                   sampler_block_size=sampler_block_size)
 
     @property
     def rank(self) -> int:

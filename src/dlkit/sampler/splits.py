@@ -177,10 +177,10 @@ def build_run_manifest(database_id: str, database_hash: bytes, splits: Sequence[
 
     ``sampling_mode`` picks the train order: ``TrainOrder.V3`` (default, NextBatch_v3) or
     ``V2`` (NextBatch_v2, whose manifests carry no ``sampling_mode`` key and keep their
-    hashes).
+    hashes). The seeds are checked once, by ``dlkit.sampler.run_plan.RunConfig`` (which
+    every caller in dlkit builds first); the manifest itself refuses a seed beyond uint64.
     """
     mode = TrainOrder.parse(sampling_mode).value  # the manifest holds the name
-    check_seed(seed, "seed")
     integer(global_batch_size, "global batch size", 1, expected="a positive integer")
     datasets = {}
     for task_splits in splits:
