@@ -32,7 +32,7 @@ import enum
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlkit.errors import DlkitError, InputFormatError, InvalidArgumentError
 from dlkit.nextbatch.mixture import (
@@ -43,6 +43,9 @@ from dlkit.nextbatch.mixture import (
 )
 from dlkit.sampler.split import SPLITS as SPLITS
 from dlkit.text import unknown_name
+
+if TYPE_CHECKING:
+    from dlkit.sampler.database import SamplerDatabase
 
 MIXTURE_FILE = "dlkit-mixture.toml"
 
@@ -203,7 +206,7 @@ class MixtureCheck:
                 "components": [c.to_json() for c in self.components]}
 
 
-def _seeds_per_split(db: Any, task: str, split_seed: int) -> dict[str, int]:
+def _seeds_per_split(db: SamplerDatabase, task: str, split_seed: int) -> dict[str, int]:
     from dlkit.sampler.run_manifest import make_run_manifest
 
     manifest = make_run_manifest(db, seed=0, global_batch_size=1, split_seed=split_seed)
@@ -222,7 +225,7 @@ def check_mixture(spec: MixtureSpec) -> MixtureCheck:
         by_path.setdefault(component.database, []).append(component)
     checked: dict[tuple[Path, str], ComponentCheck] = {}
     paths_by_id: dict[str, Path] = {}
-    model: tuple[str, Any, Path] | None = None
+    model: tuple[str, dict[str, Any], Path] | None = None
     for path, specs in by_path.items():
         try:
             db = open_database(path)

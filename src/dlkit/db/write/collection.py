@@ -31,9 +31,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlkit.errors import DlkitError, InvalidArgumentError, OutputError
+
+if TYPE_CHECKING:
+    from dlkit.db.write.report import PreprocessReport
 
 LIST_COMMENT = "#"
 MANIFEST_FILE = "manifest.json"
@@ -159,7 +162,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def _build_one(source: Source, output: Path, *, skip_existing: bool,
-               build: Callable[[Path, Path], Any]) -> SourceResult:
+               build: Callable[[Path, Path], PreprocessReport]) -> SourceResult:
     started = time.perf_counter()
 
     def result(outcome: Outcome, **fields: Any) -> SourceResult:
@@ -203,7 +206,7 @@ def preprocess_many(collection: str | os.PathLike[str], out_dir: str | os.PathLi
     if out.exists() and not out.is_dir():
         raise OutputError("the output directory is a file", path=out)
 
-    def build(source: Path, output: Path) -> Any:
+    def build(source: Path, output: Path) -> PreprocessReport:
         return preprocess(source, output, **preprocess_options)
 
     if on_start is not None:
