@@ -180,6 +180,7 @@ class ModelConfig:
     out_dim: int    # 1 (numeric, boolean, timestamp) or the number of classes
     stype: int      # the task's target type
     block: int = 32  # attention window block of the row and column relations
+    numeric_encoding: str = "shared"  # or "column": a value direction per column too
 
     @property
     def heads(self) -> int:
@@ -205,6 +206,8 @@ def init_params(key: jax.Array, cfg: ModelConfig) -> dict[str, Any]:
                 "categorical": dense(cfg.table_dim, d), "text": dense(cfg.text_dim, d),
                 "column": dense(cfg.table_dim, d), "stype": small(NUM_STYPES, d),
                 "null": small(d), "target": small(d)}
+    if cfg.numeric_encoding == "column":  # value x a direction from the column's embedding
+        encoders["numeric_column"] = dense(cfg.table_dim, d)
     layers = [{"attn_norm": jnp.ones(d), "qkv": dense(d, 3 * d), "proj": dense(d, d, residual),
                "mlp_norm": jnp.ones(d), "up": dense(d, 4 * d), "up_b": jnp.zeros(4 * d),
                "down": dense(4 * d, d, residual), "down_b": jnp.zeros(d)}
@@ -235,15 +238,19 @@ def encode_cells(params: dict[str, Any], batch: dict[str, jax.Array],
         texts = batch["text_batch_embeddings"][batch["text_embed_ids"]]
     else:
         texts = jnp.zeros(stype.shape + batch["text_batch_embeddings"].shape[1:])
+    columns = tables["column_embeddings"][batch["column_ids"]].astype(jnp.float32)
+    numeric = batch["numeric_values"][..., None] * p["numeric"]
+    if "numeric_column" in p:
+        numeric = numeric + batch["numeric_values"][..., None] * (columns @ p["numeric_column"])
     values = jnp.stack([
-        batch["numeric_values"][..., None] * p["numeric"],
+        numeric,
         (2.0 * batch["bool_values"].astype(jnp.float32) - 1.0)[..., None] * p["boolean"],
         batch["timestamp_values"] @ p["timestamp"],
         categories.astype(jnp.float32) @ p["categorical"],
         texts.astype(jnp.float32) @ p["text"],
     ], axis=-2)  # [B, S, 5, d]
     which = jax.nn.one_hot(stype, NUM_STYPES) * present[..., None]
-    columns = tables["column_embeddings"][batch["column_ids"]].astype(jnp.float32) @ p["column"]
+    columns = columns @ p["column"]
     return (jnp.einsum("bsk,bskd->bsd", which, values) + columns + p["stype"][stype]
             + is_null[..., None] * p["null"] + is_target[..., None] * p["target"])
 
@@ -580,7 +587,8 @@ def train(args: common.TrainArgs, procs: Processes,
                       table_dim=int(tables["column_embeddings"].shape[1]),
                       text_dim=int(sampler.database_metadata()["embeddings"]["text_dim"]),
                       out_dim=info.num_classes if info.stype == CATEGORICAL else 1,
-                      stype=info.stype, block=args.attention_block)
+                      stype=info.stype, block=args.attention_block,
+                      numeric_encoding=args.numeric_encoding)
     optimizer = make_optimizer(args)
     # Every process computes the same initial values (same key, same program).
     params = jax.jit(lambda key: init_params(key, cfg),
