@@ -1,4 +1,4 @@
-"""The examples' ``--numeric-encoding``: a numeric cell's value token, torch and JAX alike,
+"""The examples' ``--numeric-encoding`` and ``--column-gain``: a numeric cell's value token, torch and JAX alike,
 against a plain numpy reference on hand-built cells."""
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ def _columns() -> np.ndarray:
     return np.random.default_rng(3).normal(size=(2, TABLE_DIM)).astype(np.float32)
 
 
-def _torch_tokens(encoding: str) -> tuple[np.ndarray, train_torch.RelationalTransformer]:
+def _torch_tokens(encoding: str, gain: float = 1.0
+                  ) -> tuple[np.ndarray, train_torch.RelationalTransformer]:
     torch.manual_seed(0)
     cfg = train_torch.ModelConfig(d_model=D, layers=1, heads=4, table_dim=TABLE_DIM,
-                                  text_dim=TEXT_DIM, num_classes=0, numeric_encoding=encoding)
+                                  text_dim=TEXT_DIM, num_classes=0, numeric_encoding=encoding,
+                                  column_gain=gain)
     model = train_torch.RelationalTransformer(cfg)
     batch = {k: torch.as_tensor(v) for k, v in _batch().items()}
     tables = {"column": torch.from_numpy(_columns()), "categorical": torch.zeros(1, TABLE_DIM)}
@@ -50,18 +52,18 @@ def _torch_tokens(encoding: str) -> tuple[np.ndarray, train_torch.RelationalTran
         return model.encode(batch, tables).numpy(), model
 
 
-def _jax_tokens(encoding: str) -> tuple[np.ndarray, dict]:
+def _jax_tokens(encoding: str, gain: float = 1.0) -> tuple[np.ndarray, dict]:
     import jax
     import jax.numpy as jnp
 
     cfg = train_jax.ModelConfig(d_model=D, heads_per_relation=1, layers=1, table_dim=TABLE_DIM,
                                 text_dim=TEXT_DIM, out_dim=1, stype=0,
-                                numeric_encoding=encoding)
+                                numeric_encoding=encoding, column_gain=gain)
     params = train_jax.init_params(jax.random.PRNGKey(0), cfg)
     batch = {k: jnp.asarray(v) for k, v in _batch().items()}
     tables = {"column_embeddings": jnp.asarray(_columns()),
               "categorical_embeddings": jnp.zeros((1, TABLE_DIM))}
-    return np.asarray(train_jax.encode_cells(params, batch, tables)), params
+    return np.asarray(train_jax.encode_cells(params, batch, tables, gain)), params
 
 
 def _value_parts(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,6 +98,27 @@ def test_column_encoding_adds_value_times_the_projected_column_embedding():
                                    rtol=1e-4, atol=1e-5)
 
 
+def test_column_gain_scales_exactly_the_terms_made_from_the_column_embedding():
+    """Gain g against gain 1: each token moves by (g - 1) x (the column's token + its value x
+    its value direction), computed in numpy from the model's own weights."""
+    columns = _columns().astype(np.float64)
+    one, model = _torch_tokens("column")
+    three, _ = _torch_tokens("column", 3.0)
+    token = model.column.weight.detach().numpy().astype(np.float64)
+    bias = model.column.bias.detach().numpy().astype(np.float64)
+    direction = model.numeric_column.weight.detach().numpy().astype(np.float64)
+    for i, (c, v) in enumerate(CELLS):
+        term = columns[c] @ token.T + bias + v * (columns[c] @ direction.T)
+        np.testing.assert_allclose(three[0, i] - one[0, i], 2.0 * term, rtol=1e-4, atol=1e-5)
+    jax_one, params = _jax_tokens("column")
+    jax_three, _ = _jax_tokens("column", 3.0)
+    enc = {k: np.asarray(w, np.float64) for k, w in params["enc"].items()}
+    for i, (c, v) in enumerate(CELLS):
+        term = columns[c] @ enc["column"] + v * (columns[c] @ enc["numeric_column"])
+        np.testing.assert_allclose(jax_three[0, i] - jax_one[0, i], 2.0 * term,
+                                   rtol=1e-4, atol=1e-5)
+
+
 def test_shared_encoding_keeps_the_model_it_had():
     """The default builds no extra parameter, so its initial weights (drawn in order from
     the seed) and a checkpoint's parameters are those of the model before the flag."""
@@ -113,5 +136,9 @@ def test_the_flag_parses_and_is_part_of_the_fingerprint():
     assert (shared.numeric_encoding, column.numeric_encoding) == ("shared", "column")
     mine, theirs = common.fingerprint(shared, "torch"), common.fingerprint(column, "torch")
     assert {k for k in mine if mine[k] != theirs[k]} == {"numeric_encoding"}
-    with pytest.raises(SystemExit):
-        common.parse_args("torch", base + ["--numeric-encoding", "log"])
+    gained = common.fingerprint(common.parse_args("torch", base + ["--column-gain", "8"]),
+                                "torch")
+    assert {k for k in mine if mine[k] != gained[k]} == {"column_gain"}
+    for bad in (["--numeric-encoding", "log"], ["--column-gain", "0"]):
+        with pytest.raises(SystemExit):
+            common.parse_args("torch", base + bad)
