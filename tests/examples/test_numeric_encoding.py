@@ -104,6 +104,7 @@ def test_column_gain_scales_exactly_the_terms_made_from_the_column_embedding():
     columns = _columns().astype(np.float64)
     one, model = _torch_tokens("column")
     three, _ = _torch_tokens("column", 3.0)
+    assert model.numeric_column is not None
     token = model.column.weight.detach().numpy().astype(np.float64)
     bias = model.column.bias.detach().numpy().astype(np.float64)
     direction = model.numeric_column.weight.detach().numpy().astype(np.float64)
