@@ -32,7 +32,8 @@ parent whose time is after ``T`` contributes no columns.
 
 ``--json`` prints one JSON object: per arm the metric per seed, its median and the train
 seconds per seed (a GBDT's fit; the example's whole run, start-up and validation pass
-included, with its mean ``step_ms`` beside); the split sizes; and the goal check of issue 32
+included, with its mean ``step_ms`` and its train and validation losses beside); the split
+sizes; and the goal check of issue 32
 (the example with aggregates, or with full context when the database has none, reaches
 ``gbdt_aggregates``: AUC at most 0.02 below it, MAE at most 1.15 times it; and whether that
 GBDT beats the constant at all). Needs the ``bench`` extra (scikit-learn) and torch.
@@ -74,6 +75,9 @@ MAE_RATIO = 1.15
 # (more threads than free cores made a 4,000-row fit take minutes on a busy machine)
 GBDT_THREADS = 1
 MIN_VALUES = 20  # train seeds a GBDT feature must have a value for
+# the example's losses kept beside its metric: did it learn on the train split, and beat the
+# constant on the validation split
+RT_LOSSES = ("train_loss_first", "train_loss_last", "val_loss", "baseline_val_loss")
 
 
 def log(message: str) -> None:
@@ -603,7 +607,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 raise SystemExit(f"error: {arm} scored {result['val_count']} val seeds, "
                                  f"the split has {split_sizes['val']}")
             record(arm, float(result["val_metric"]), float(result["seconds"]),
-                   step_ms=float(result["step_ms"]))
+                   step_ms=float(result["step_ms"]),
+                   **{key: float(result[key]) for key in RT_LOSSES})
     for entry in arms.values():
         entry["median"] = summarize(entry["metric"])
         entry["median_train_seconds"] = summarize(entry["train_seconds"])

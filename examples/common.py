@@ -40,6 +40,7 @@ METRIC_NAMES = {NUMERIC: "mae", BOOLEAN: "auc", TIMESTAMP: "mae", CATEGORICAL: "
 CONTEXTS = ("full", "anchor-only")
 CHILD_POLICIES = ("uniform", "recent", "quota")
 SCHEDULES = ("constant", "cosine", "linear")
+NUMERIC_ENCODINGS = ("shared", "column")
 
 
 class UsageError(Exception):
@@ -177,6 +178,8 @@ class TrainArgs:
     schedule: str = "cosine"
     decay_steps: int = 1000
     min_lr_ratio: float = 0.1
+    numeric_encoding: str = "shared"
+    column_gain: float = 1.0
 
     @property
     def rows(self) -> int:
@@ -243,6 +246,14 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
                              "takes the steps of an uninterrupted one)")
     parser.add_argument("--min-lr-ratio", type=_unit_float, default=0.1,
                         help="the decay's floor as a fraction of --lr (default 0.1)")
+    parser.add_argument("--numeric-encoding", choices=NUMERIC_ENCODINGS, default="shared",
+                        help="a numeric cell's value token: shared (value x one learned "
+                             "vector, default) or column (plus value x a vector projected from "
+                             "the column's embedding, so a row's mean keeps its columns apart)")
+    parser.add_argument("--column-gain", type=_positive_float, default=1.0,
+                        help="factor on the terms made from the column's embedding (its "
+                             "token and, with --numeric-encoding column, its value direction; "
+                             "default 1)")
     ns = parser.parse_args(argv)
     if ns.resume and not ns.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
@@ -255,7 +266,8 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
                      max_rows=ns.max_rows, bfs_child_width=ns.bfs_child_width,
                      bfs_child_policy=ns.bfs_child_policy, attention_block=ns.attention_block,
                      schedule=ns.schedule, decay_steps=ns.decay_steps,
-                     min_lr_ratio=ns.min_lr_ratio)
+                     min_lr_ratio=ns.min_lr_ratio, numeric_encoding=ns.numeric_encoding,
+                     column_gain=ns.column_gain)
 
 
 def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
@@ -268,7 +280,8 @@ def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
             "max_rows": args.rows, "bfs_child_width": args.bfs_child_width,
             "bfs_child_policy": args.bfs_child_policy, "attention_block": args.attention_block,
             "schedule": args.schedule, "decay_steps": args.decay_steps,
-            "min_lr_ratio": args.min_lr_ratio}
+            "min_lr_ratio": args.min_lr_ratio, "numeric_encoding": args.numeric_encoding,
+            "column_gain": args.column_gain}
 
 
 def learning_rate(args: TrainArgs, step: int) -> float:

@@ -180,6 +180,8 @@ class ModelConfig:
     out_dim: int    # 1 (numeric, boolean, timestamp) or the number of classes
     stype: int      # the task's target type
     block: int = 32  # attention window block of the row and column relations
+    numeric_encoding: str = "shared"  # or "column": a value direction per column too
+    column_gain: float = 1.0  # factor on the terms made from the column's embedding
 
     @property
     def heads(self) -> int:
@@ -205,6 +207,8 @@ def init_params(key: jax.Array, cfg: ModelConfig) -> dict[str, Any]:
                 "categorical": dense(cfg.table_dim, d), "text": dense(cfg.text_dim, d),
                 "column": dense(cfg.table_dim, d), "stype": small(NUM_STYPES, d),
                 "null": small(d), "target": small(d)}
+    if cfg.numeric_encoding == "column":  # value x a direction from the column's embedding
+        encoders["numeric_column"] = dense(cfg.table_dim, d)
     layers = [{"attn_norm": jnp.ones(d), "qkv": dense(d, 3 * d), "proj": dense(d, d, residual),
                "mlp_norm": jnp.ones(d), "up": dense(d, 4 * d), "up_b": jnp.zeros(4 * d),
                "down": dense(4 * d, d, residual), "down_b": jnp.zeros(d)}
@@ -219,9 +223,10 @@ def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
 
 
 def encode_cells(params: dict[str, Any], batch: dict[str, jax.Array],
-                 tables: dict[str, jax.Array]) -> jax.Array:
+                 tables: dict[str, jax.Array], column_gain: float = 1.0) -> jax.Array:
     """``[B, S, d]`` cell tokens: the value's encoder for its type (zero for null, target and
-    padding cells, whose values are 0 anyway) plus the column, type and flag embeddings."""
+    padding cells, whose values are 0 anyway) plus the column, type and flag embeddings; the
+    terms made from the column embedding times ``column_gain``."""
     p = params["enc"]
     stype = batch["semantic_types"].astype(jnp.int32)
     is_null = batch["is_null"].astype(jnp.float32)
@@ -235,15 +240,22 @@ def encode_cells(params: dict[str, Any], batch: dict[str, jax.Array],
         texts = batch["text_batch_embeddings"][batch["text_embed_ids"]]
     else:
         texts = jnp.zeros(stype.shape + batch["text_batch_embeddings"].shape[1:])
+    columns = tables["column_embeddings"][batch["column_ids"]].astype(jnp.float32)
+    numeric = batch["numeric_values"][..., None] * p["numeric"]
+    if "numeric_column" in p:
+        numeric = numeric + batch["numeric_values"][..., None] * (
+            columns @ p["numeric_column"] * column_gain)
     values = jnp.stack([
-        batch["numeric_values"][..., None] * p["numeric"],
+        numeric,
         (2.0 * batch["bool_values"].astype(jnp.float32) - 1.0)[..., None] * p["boolean"],
         batch["timestamp_values"] @ p["timestamp"],
         categories.astype(jnp.float32) @ p["categorical"],
         texts.astype(jnp.float32) @ p["text"],
     ], axis=-2)  # [B, S, 5, d]
     which = jax.nn.one_hot(stype, NUM_STYPES) * present[..., None]
-    columns = tables["column_embeddings"][batch["column_ids"]].astype(jnp.float32) @ p["column"]
+    columns = columns @ p["column"]
+    if column_gain != 1.0:
+        columns = columns * column_gain
     return (jnp.einsum("bsk,bskd->bsd", which, values) + columns + p["stype"][stype]
             + is_null[..., None] * p["null"] + is_target[..., None] * p["target"])
 
@@ -381,7 +393,7 @@ def _attention(p: dict[str, Any], x: jax.Array, structure: dict[str, jax.Array],
 def forward(params: dict[str, Any], batch: dict[str, jax.Array], tables: dict[str, jax.Array],
             cfg: ModelConfig) -> jax.Array:
     """``[B, out_dim]`` raw outputs for each sequence's target cell."""
-    x = encode_cells(params, batch, tables)
+    x = encode_cells(params, batch, tables, cfg.column_gain)
     structure = batch_structure(batch)
     for layer in params["layers"]:
         x = x + _attention(layer, _rms_norm(x, layer["attn_norm"]), structure, cfg)
@@ -580,7 +592,8 @@ def train(args: common.TrainArgs, procs: Processes,
                       table_dim=int(tables["column_embeddings"].shape[1]),
                       text_dim=sampler.database_metadata().embeddings.text_dim,
                       out_dim=info.num_classes if info.stype == CATEGORICAL else 1,
-                      stype=info.stype, block=args.attention_block)
+                      stype=info.stype, block=args.attention_block,
+                      numeric_encoding=args.numeric_encoding, column_gain=args.column_gain)
     optimizer = make_optimizer(args)
     # Every process computes the same initial values (same key, same program).
     params = jax.jit(lambda key: init_params(key, cfg),

@@ -74,6 +74,8 @@ class ModelConfig:
     text_dim: int     # width of text_batch_embeddings
     num_classes: int  # classes of a categorical target (0 for other targets)
     block: int = 32   # attention window block of the row and column relations
+    numeric_encoding: str = "shared"  # or "column": a value direction per column too
+    column_gain: float = 1.0  # factor on the terms made from the column's embedding
 
 
 # --- model ----------------------------------------------------------------------------------
@@ -257,6 +259,11 @@ class RelationalTransformer(nn.Module):
         # class-name embeddings learned far slower, as "segment is books" and "segment is
         # toys" embed close together.
         self.classes = nn.Linear(d, cfg.num_classes) if cfg.num_classes else None
+        # --numeric-encoding column: value x (a direction projected from the column's
+        # embedding) beside value x the shared one. Made last, only then, so the shared
+        # model's initial weights do not move.
+        self.numeric_column = nn.Linear(cfg.table_dim, d, bias=False) \
+            if cfg.numeric_encoding == "column" else None
 
     def encode(self, batch: dict[str, torch.Tensor],
                tables: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -265,8 +272,13 @@ class RelationalTransformer(nn.Module):
         if text_table.shape[0] == 0:  # no text in this batch: every text id is 0 anyway
             text_table = torch.zeros(1, self.cfg.text_dim)
         # Project the (small) tables once, then look rows up: cheaper than projecting cells.
+        numeric = self.numeric(batch["numeric_values"][..., None])
+        if self.numeric_column is not None:
+            direction = self.numeric_column(tables["column"])[batch["column_ids"].long()]
+            direction = direction * self.cfg.column_gain
+            numeric = numeric + batch["numeric_values"][..., None] * direction
         values = torch.stack([
-            self.numeric(batch["numeric_values"][..., None]),
+            numeric,
             self.boolean(batch["bool_values"].float()[..., None]),
             self.timestamp(batch["timestamp_values"]),
             self.categorical(tables["categorical"])[batch["categorical_embed_ids"].long()],
@@ -277,6 +289,8 @@ class RelationalTransformer(nn.Module):
         value = torch.where(batch["is_null"].bool()[..., None], self.null_embedding(stypes), value)
         value = torch.where(batch["is_target"].bool()[..., None], self.target_embedding, value)
         column = self.column(tables["column"])[batch["column_ids"].long()]
+        if self.cfg.column_gain != 1.0:
+            column = column * self.cfg.column_gain
         # Padding is not zeroed: exact-zero states give NaN gradients through the norms, and
         # the masks already keep padding out of every real cell's attention.
         return value + column + self.type_embedding(stypes)
@@ -449,7 +463,8 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
     cfg = ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
                       table_dim=tables["column"].shape[1], text_dim=text_dim,
                       num_classes=info.num_classes if info.stype == common.CATEGORICAL else 0,
-                      block=args.attention_block)
+                      block=args.attention_block, numeric_encoding=args.numeric_encoding,
+                      column_gain=args.column_gain)
     model = RelationalTransformer(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     fingerprint = {**common.fingerprint(args, "torch"), "model": asdict(cfg)}

@@ -258,6 +258,8 @@ def test_json_report_on_a_tiny_planted_database(planted_db, tmp_path):
         assert entry["median"] == pytest.approx(float(np.median(entry["metric"])))
     assert report["arms"]["constant"]["metric"] == [0.5, 0.5]
     assert report["arms"]["rt_full"]["step_ms"][0] > 0
+    for key in rd.RT_LOSSES:  # the example's own losses, one per run, beside its metric
+        assert len(report["arms"]["rt_full"][key]) == 1 and report["arms"]["rt_full"][key][0] > 0
     split = report["split"]
     seeds = rd.task_seeds(db, task, 0)
     assert split == {"train": int((seeds.split == 0).sum()), "val": int((seeds.split == 1).sum()),
