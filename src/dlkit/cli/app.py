@@ -75,17 +75,27 @@ def _command_name(ctx) -> str:
     return " ".join(["dlkit", *filter(None, [ctx.invoked_subcommand])])
 
 
+try:  # typer 0.2x: values converted without Pydantic where plain (dlkit.cli.coercion)
+    from dlkit.cli.coercion import install as _install_coercion
+except ImportError:  # pragma: no cover - a typer without that seam converts as it always did
+    _install_coercion = None  # type: ignore[assignment]
+
+
 def _tidy_options(command) -> None:
     """Two fixes to typer's options, for ``command`` and every command under it.
 
     A flag (``--overwrite``, ``--json``) shows no value type in help: typer prints ``<bool>``
-    beside it, which reads as ``--overwrite true``, a usage error. And a group's ``--help``
+    beside it, which reads as ``--overwrite true``, a usage error. Every value is converted
+    by :mod:`dlkit.cli.coercion` first (Pydantic only where typer must decide). And a
+    group's ``--help``
     reads "not given" (``None``) as ``False`` itself: typer would coerce that ``None``
     through Pydantic, whose import alone costs more than the rest of `dlkit sample --help`.
     """
     for param in command.params:
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
+        if _install_coercion is not None:
+            _install_coercion(param)
     get_help_option = command.get_help_option  # made on demand, the same object each time
 
     def help_option(ctx):
