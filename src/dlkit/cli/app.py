@@ -221,7 +221,7 @@ COMMAND_MODULES: dict[str, str] = {
     "preprocess-many": "dlkit.cli.db",
     "verify": "dlkit.cli.db",
     "schema": "dlkit.cli.db",
-    "import": "dlkit.cli.db",
+    "import": "dlkit.cli.imports",
     "manifest": "dlkit.cli.relational",
     "mixture": "dlkit.cli.mixture",
     "batches": "dlkit.cli.relational",

@@ -68,6 +68,11 @@ def print_error(error: DlkitError) -> None:
                       highlight=False, soft_wrap=True)
 
 
+def print_warning(text: object) -> None:
+    """One line on stderr for a warning: not a summary, so ``--quiet`` and ``--json`` keep it."""
+    err_console.print(f"[yellow]warning[/]: {plain(text)}", highlight=False)
+
+
 def print_note(text: str) -> None:
     """One line on stderr for something the user should know that is not an error."""
     err_console.print(f"[yellow]note[/]: {plain(text)}", highlight=False, soft_wrap=True)

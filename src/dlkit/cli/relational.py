@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json, progress
+from dlkit.cli.console import console, err_console, plain, print_json, print_warning, progress
 from dlkit.cli.params import (
     MAX_BATCH,
     MAX_STEPS,
@@ -100,7 +100,7 @@ def _printing_warnings() -> Iterator[None]:
             yield
         finally:
             for warning in caught:
-                err_console.print(f"[yellow]warning[/]: {plain(warning.message)}", highlight=False)
+                print_warning(warning.message)
 
 
 def sampling_mode_name(mode: str) -> str:
