@@ -5,6 +5,7 @@ own module. Every check runs the real entry point in a fresh interpreter and rea
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,11 @@ runpy.run_module("dlkit", run_name="__main__")
 
 
 def modules_of(*args: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    # the help cache off: a help printed from it would load no command module at all, and
+    # what is checked here is what rendering loads (test_help_cache.py checks a hit)
+    env = {**os.environ, "DLKIT_HELP_CACHE": "0"}
     result = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True,
-                            text=True, timeout=300, cwd=REPO)
+                            text=True, timeout=300, cwd=REPO, env=env)
     last = result.stderr.rstrip().rsplit("\n", 1)[-1]
     assert last.startswith("MODULES "), result.stderr
     return result, json.loads(last.removeprefix("MODULES "))

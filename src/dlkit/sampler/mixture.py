@@ -28,6 +28,7 @@ and maps stay bounded however many it names. The order of the training component
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import tomllib
 from dataclasses import dataclass
@@ -206,12 +207,13 @@ class MixtureCheck:
                 "components": [c.to_json() for c in self.components]}
 
 
-def _seeds_per_split(db: SamplerDatabase, task: str, split_seed: int) -> dict[str, int]:
+def _seeds_per_split(db: SamplerDatabase, split_seed: int) -> dict[str, dict[str, int]]:
+    """Seeds per split of every task of ``db``: one run manifest, one hash split per task."""
     from dlkit.sampler.run_manifest import make_run_manifest
 
     manifest = make_run_manifest(db, seed=0, global_batch_size=1, split_seed=split_seed)
-    return {split: manifest.datasets[f"{db.database_id}/{task}/{split}"].cardinality
-            for split in SPLITS}
+    return {task.name: {split: manifest.datasets[f"{db.database_id}/{task.name}/{split}"]
+                        .cardinality for split in SPLITS} for task in db.tasks}
 
 
 def check_mixture(spec: MixtureSpec) -> MixtureCheck:
@@ -246,6 +248,7 @@ def check_mixture(spec: MixtureSpec) -> MixtureCheck:
                 raise _fail(spec.source, f"two databases have the id {db.database_id!r}: "
                                          f"{str(other)!r} and {str(path)!r}")
             names = [t.name for t in db.tasks]
+            seeds_of: dict[str, dict[str, int]] | None = None  # split once, when first needed
             for component in specs:
                 if component.task not in names:
                     raise _fail(spec.source, unknown_name("task", component.task, names,
@@ -253,7 +256,9 @@ def check_mixture(spec: MixtureSpec) -> MixtureCheck:
                 if (path, component.task) in checked:
                     raise _fail(spec.source, f"component {db.database_id}/{component.task} "
                                              "is named twice")
-                seeds = _seeds_per_split(db, component.task, spec.split_seed)
+                if seeds_of is None:
+                    seeds_of = _seeds_per_split(db, spec.split_seed)
+                seeds = seeds_of[component.task]
                 if component.train and seeds["train"] == 0:
                     raise _fail(spec.source, f"{db.database_id}/{component.task} has no train "
                                              "seeds: hold it out (train = false) or drop it")
@@ -267,8 +272,7 @@ def check_mixture(spec: MixtureSpec) -> MixtureCheck:
     weights = _weights(spec.weighting, training, spec.total_weight)
     weight_of = dict(zip([c.name for c in training], weights, strict=True))
     components = tuple(
-        ComponentCheck(c.name, c.database, c.database_hash, c.task, c.train, c.seeds,
-                       weight_of.get(c.name, 0)) for c in found)
+        dataclasses.replace(c, weight=weight_of.get(c.name, 0)) for c in found)
     assert model is not None
     return MixtureCheck(spec.source, spec.weighting, spec.split_seed, model[0], components)
 
