@@ -11,16 +11,26 @@ import pytest
 from tests.examples.launch import REPO
 
 
-def _planted_module():
-    """fixtures/make_planted_db.py, imported by path (fixtures/ is not a package)."""
-    name = "dlkit_fixture_make_planted_db"
+def _fixture_module(file: str):
+    """fixtures/``file``, imported by path (fixtures/ is not a package) under the name
+    fixtures/make_planted_mixture.py gives make_planted_db.py, so both share one module."""
+    name = f"dlkit_fixture_{file.removesuffix('.py')}"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "fixtures" /
-                                                      "make_planted_db.py")
+        spec = importlib.util.spec_from_file_location(name, REPO / "fixtures" / file)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def _planted_module():
+    """fixtures/make_planted_db.py."""
+    return _fixture_module("make_planted_db.py")
+
+
+def _mixture_module():
+    """fixtures/make_planted_mixture.py."""
+    return _fixture_module("make_planted_mixture.py")
 
 
 @pytest.fixture(scope="session")
