@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,22 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
     parser.add_argument("--db", required=True, help="database directory (dlkit preprocess)")
     parser.add_argument("--task", required=True, help="task to train and validate")
     parser.add_argument("--steps", required=True, type=_positive_int, help="train steps")
+    add_training_flags(parser)
+    ns = parser.parse_args(argv)
+    if ns.resume and not ns.checkpoint_dir:
+        parser.error("--resume needs --checkpoint-dir")
+    return train_args(ns, db=ns.db, task=ns.task, steps=ns.steps)
+
+
+def train_args(ns: argparse.Namespace, *, db: str, task: str, steps: int) -> TrainArgs:
+    """The ``TrainArgs`` of the flags :func:`add_training_flags` parsed into ``ns``."""
+    given = {f.name: getattr(ns, f.name) for f in fields(TrainArgs)
+             if f.name not in ("db", "task", "steps")}
+    return TrainArgs(db=db, task=task, steps=steps, **given)
+
+
+def add_training_flags(parser: argparse.ArgumentParser) -> None:
+    """Every flag of ``TrainArgs`` but the database, the task and the steps."""
     parser.add_argument("--seed", type=_non_negative_int, default=0,
                         help="sampling seed and model initialisation (default 0)")
     parser.add_argument("--batch-size", type=_positive_int, default=32,
@@ -254,20 +270,6 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
                         help="factor on the terms made from the column's embedding (its "
                              "token and, with --numeric-encoding column, its value direction; "
                              "default 1)")
-    ns = parser.parse_args(argv)
-    if ns.resume and not ns.checkpoint_dir:
-        parser.error("--resume needs --checkpoint-dir")
-    return TrainArgs(db=ns.db, task=ns.task, steps=ns.steps, seed=ns.seed,
-                     batch_size=ns.batch_size, sequence_length=ns.sequence_length,
-                     context=ns.context, checkpoint_dir=ns.checkpoint_dir, resume=ns.resume,
-                     record=ns.record, lr=ns.lr, warmup=ns.warmup, d_model=ns.d_model,
-                     layers=ns.layers, checkpoint_every=ns.checkpoint_every,
-                     num_threads=ns.num_threads, split_seed=ns.split_seed,
-                     max_rows=ns.max_rows, bfs_child_width=ns.bfs_child_width,
-                     bfs_child_policy=ns.bfs_child_policy, attention_block=ns.attention_block,
-                     schedule=ns.schedule, decay_steps=ns.decay_steps,
-                     min_lr_ratio=ns.min_lr_ratio, numeric_encoding=ns.numeric_encoding,
-                     column_gain=ns.column_gain)
 
 
 def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:

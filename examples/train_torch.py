@@ -304,8 +304,8 @@ class RelationalTransformer(nn.Module):
         h = self.final_norm(h)
         target = (h * batch["is_target"].float()[..., None]).sum(1)  # one target cell per row
         scalar = self.heads(target)
-        return {"numeric": scalar[:, 0], "boolean": scalar[:, 1], "timestamp": scalar[:, 2],
-                "null": scalar[:, 3],
+        return {"state": target, "numeric": scalar[:, 0], "boolean": scalar[:, 1],
+                "timestamp": scalar[:, 2], "null": scalar[:, 3],
                 "categorical": self.classes(target) if self.classes is not None
                 else target.new_zeros(target.shape[0], 0)}
 
@@ -434,11 +434,16 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
-def train(args: common.TrainArgs, world: World) -> int:
+def set_threads(args: common.TrainArgs, world: World) -> None:
+    """Torch's threads: the cores of this machine, shared by its ranks, less one per rank
+    for each of dlkit's producer threads."""
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or world.size)
-    # the cores of this machine, shared by its ranks, less one per rank for dlkit's producer
     cores = (os.cpu_count() or 1) // local_world
     torch.set_num_threads(max(1, cores - args.num_threads))
+
+
+def train(args: common.TrainArgs, world: World) -> int:
+    set_threads(args, world)
     torch.manual_seed(args.seed)
     batch_size = common.local_batch_size(args, world.size)
     sampler = dlkit.Sampler(args.db, rank=world.rank, world_size=world.size,
@@ -452,42 +457,47 @@ def train(args: common.TrainArgs, world: World) -> int:
         return run_training(args, world, sampler)
 
 
-def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -> int:
-    info = sampler.label_info(args.task)
-    resident = upload_tables(sampler)  # frozen lookup tables, uploaded once (not parameters)
+def lookup_tables(sampler: dlkit.Sampler) -> dict[str, torch.Tensor]:
+    """The frozen column and categorical embedding tables the batches' ids index, uploaded
+    once (not parameters)."""
+    resident = upload_tables(sampler)
     tables = {"column": resident["column_embeddings"].float(),
               "categorical": resident["categorical_embeddings"].float()}
     if tables["categorical"].shape[0] == 0:  # no categorical column: one unused row
         tables["categorical"] = torch.zeros(1, tables["column"].shape[1])
-    text_dim = sampler.database_metadata().embeddings.text_dim
-    cfg = ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
-                      table_dim=tables["column"].shape[1], text_dim=text_dim,
-                      num_classes=info.num_classes if info.stype == common.CATEGORICAL else 0,
-                      block=args.attention_block, numeric_encoding=args.numeric_encoding,
-                      column_gain=args.column_gain)
-    model = RelationalTransformer(cfg)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    fingerprint = {**common.fingerprint(args, "torch"), "model": asdict(cfg)}
-    checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
-    step = 0
-    if args.resume:
-        assert checkpoint is not None  # parse_args refuses --resume without a directory
-        state = load_checkpoint(checkpoint, fingerprint)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        sampler.load_state_dict(state["sampler"])
-        step = int(state["step"])
-        common.log(f"resumed at step {step} from {checkpoint}")
-    net = nn.parallel.DistributedDataParallel(model) if world.distributed else model
+    return tables
 
-    recorder = common.Recorder(args.record) if args.record and world.rank == 0 else None
-    waits: list[float] = []
-    step_times: list[float] = []
-    losses: list[float] = []
-    first_step = step
-    log_every = max(1, args.steps // 10)
+
+def model_config(args: common.TrainArgs, tables: dict[str, torch.Tensor], text_dim: int,
+                 num_classes: int) -> ModelConfig:
+    return ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
+                       table_dim=tables["column"].shape[1], text_dim=text_dim,
+                       num_classes=num_classes, block=args.attention_block,
+                       numeric_encoding=args.numeric_encoding, column_gain=args.column_gain)
+
+
+@dataclass
+class Progress:
+    """What the train steps of one run measured (rank 0 logs and reports them)."""
+
+    losses: list[float]
+    waits: list[float]       # seconds blocked for a batch, the first step left out
+    step_times: list[float]  # seconds per step, the first step left out
+
+
+def train_steps(args: common.TrainArgs, world: World, sampler: dlkit.Sampler, model: nn.Module,
+                net: nn.Module, optimizer: torch.optim.Optimizer,
+                tables: dict[str, torch.Tensor], start: int, stop: int, *,
+                checkpoint: Path | None = None, fingerprint: dict[str, Any] | None = None,
+                recorder: common.Recorder | None = None, label: str = "step") -> Progress:
+    """Train steps ``start .. stop - 1`` on ``sampler``'s train stream (``net``: ``model``,
+    or its DDP wrapper), the learning rate of each a function of its step; with
+    ``checkpoint``, write one every ``--checkpoint-every`` steps and at ``stop``."""
+    progress = Progress([], [], [])
+    log_every = max(1, stop // 10)
     model.train()
-    while step < args.steps:
+    step = start
+    while step < stop:
         started = time.perf_counter()
         arrays = sampler.next_train_batch()
         waited = time.perf_counter() - started
@@ -500,25 +510,50 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         loss_value = world.mean(float(loss.detach()))
-        if step > first_step:  # the first step warms caches up
-            waits.append(waited)
-            step_times.append(time.perf_counter() - started)
-        losses.append(loss_value)
+        if step > start:  # the first step warms caches up
+            progress.waits.append(waited)
+            progress.step_times.append(time.perf_counter() - started)
+        progress.losses.append(loss_value)
         if args.record:
             anchors = world.gather(batch["anchor_rows"].long())
             digests = world.gather(parameter_digest(model)[None])
             if recorder is not None:
                 recorder.write({"step": step, "task_idx": int(batch["task_idx"][0]),
+                                **({"database_idx": int(batch["database_idx"][0])}
+                                   if "database_idx" in batch else {}),
                                 "anchors": anchors.tolist(),
                                 "params": [bytes(d.tolist()).hex() for d in digests],
                                 "loss": loss_value})
         step += 1
-        if world.rank == 0 and (step % log_every == 0 or step == args.steps):
-            common.log(f"step {step}/{args.steps} loss {loss_value:.4f}")
-        if checkpoint is not None and (step % args.checkpoint_every == 0 or step == args.steps):
+        if world.rank == 0 and (step % log_every == 0 or step == stop):
+            common.log(f"{label} {step}/{stop} loss {loss_value:.4f}")
+        if checkpoint is not None and (step % args.checkpoint_every == 0 or step == stop):
+            assert fingerprint is not None
             sampler_state = sampler.state_dict()
             if world.rank == 0:
                 save_checkpoint(checkpoint, step, model, optimizer, sampler_state, fingerprint)
+    return progress
+
+
+def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -> int:
+    info = sampler.label_info(args.task)
+    tables = lookup_tables(sampler)
+    cfg = model_config(args, tables, sampler.database_metadata().embeddings.text_dim,
+                       info.num_classes if info.stype == common.CATEGORICAL else 0)
+    model = RelationalTransformer(cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    fingerprint = {**common.fingerprint(args, "torch"), "model": asdict(cfg)}
+    checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
+    step = 0
+    if args.resume:
+        assert checkpoint is not None  # parse_args refuses --resume without a directory
+        step = resume(checkpoint, fingerprint, model, optimizer, sampler)
+    net = nn.parallel.DistributedDataParallel(model) if world.distributed else model
+
+    recorder = common.Recorder(args.record) if args.record and world.rank == 0 else None
+    progress = train_steps(args, world, sampler, model, net, optimizer, tables, step,
+                           args.steps, checkpoint=checkpoint, fingerprint=fingerprint,
+                           recorder=recorder)
     if recorder is not None:
         recorder.close()
 
@@ -528,20 +563,35 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
             framework="torch", world_size=world.size, steps=args.steps, info=info,
             predictions=predictions, labels=labels,
             baseline=common.baseline_predictions(sampler, args.task, len(labels)),
-            waits=waits, step_times=step_times, losses=losses, context=args.context,
-            seed=args.seed, resumed_from=first_step if args.resume else None))
+            waits=progress.waits, step_times=progress.step_times, losses=progress.losses,
+            context=args.context, seed=args.seed, resumed_from=step if args.resume else None))
     if world.distributed:
         dist.barrier()
     return 0
 
 
+def resume(checkpoint: Path, fingerprint: dict[str, Any], model: nn.Module,
+           optimizer: torch.optim.Optimizer, sampler: dlkit.Sampler) -> int:
+    """Load ``checkpoint`` (taken with ``fingerprint``) into the model, the optimizer and the
+    sampler: the step it was taken after."""
+    state = load_checkpoint(checkpoint, fingerprint)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    sampler.load_state_dict(state["sampler"])
+    step = int(state["step"])
+    common.log(f"resumed at step {step} from {checkpoint}")
+    return step
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, tables: dict[str, torch.Tensor], sampler: dlkit.Sampler,
-             args: common.TrainArgs, world: World, stype: int) -> tuple[np.ndarray, np.ndarray]:
-    """Outputs and labels of every val seed (each once across the ranks), on every rank."""
+             args: common.TrainArgs, world: World, stype: int, task: str | None = None,
+             **where: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs and labels of every val seed of ``task`` (default ``--task``; ``where``: the
+    sampler's ``database=`` of a mixture), each once across the ranks, on every rank."""
     model.eval()
     outputs, labels = [], []
-    for arrays in sampler.iter_eval("val", task=args.task):
+    for arrays in sampler.iter_eval("val", task=task or args.task, **where):
         batch = to_torch(common.prepare(arrays, args))
         out = outputs_for_metrics(model(batch, tables), stype)
         keep = world.gather(batch["sequence_mask"].bool())
