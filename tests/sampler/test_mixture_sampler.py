@@ -288,3 +288,41 @@ def test_real_databases_of_two_text_spaces_are_refused_by_path(shops):
     a, _, c = shops
     with pytest.raises(InvalidArgumentError, match=f"{a}.*{c}.*same words"):
         Sampler([a, c], batch_size=4, **SHAPE)
+
+
+def test_a_mixture_file_is_a_sampler_of_its_components(shops):
+    from dlkit.sampler.mixture import check_mixture, load_mixture
+
+    a, b, _ = shops
+    path = a.parent / "dlkit-mixture.toml"
+    path.write_text(f'''[mixture]
+weights = "given"
+split_seed = 17
+
+[[component]]
+database = "{a.name}"
+tasks = ["review_rating", "order_status"]
+weight = 3
+
+[[component]]
+database = "{b.name}"
+task = "review_rating"
+train = false
+''')
+    check = check_mixture(load_mixture(path))
+    with Sampler(path, batch_size=4, seed=3, num_prefetch=0, **SHAPE) as mix:
+        assert mix.config.split_seed == 17
+        weights = {c.name: c.weight for c in mix.components}
+        assert weights == {"shop-a/review_rating": 3, "shop-a/order_status": 3,
+                           "shop-a/user_premium": 0, "shop-b/review_rating": 0,
+                           "shop-b/order_status": 0, "shop-b/user_premium": 0}
+        assert {c.name: c.weight for c in check.components if c.train} == \
+            {name: w for name, w in weights.items() if w}
+        served = set()
+        for _ in range(24):
+            built = mix.next_built_batch()
+            served.add((int(built.arrays["database_idx"][0]), built.task))
+        assert served == {(0, "review_rating"), (0, "order_status")}
+        assert mix.eval_steps("val", "review_rating", database="shop-b") > 0
+    with pytest.raises(InvalidArgumentError, match="gives its own weights"):
+        Sampler(path, database_weights=[1, 1])

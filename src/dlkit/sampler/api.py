@@ -10,10 +10,12 @@ configuration and its step number, so it is the same whatever ``num_threads`` an
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +48,9 @@ from dlkit.sampler.schedule import MixtureSchedule, SplitStream, TrainSchedule, 
 from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, Split, SplitRatios, TaskSplits
 from dlkit.sampler.state import ChannelState
 from dlkit.text import unknown_name
+
+if TYPE_CHECKING:
+    from dlkit.sampler.mixture import MixtureCheck
 
 STATE_FORMAT = "dlkit-sampler-state-v1"
 # the entries of a state from before its checksum (still loaded)
@@ -92,7 +97,8 @@ class Sampler:
     default by train seeds), every batch carries ``database_idx``, and its ids index the
     mixture's shared tables. ``databases``, ``components``, ``builders`` and ``manifests``
     describe it; ``label_info``, ``iter_eval``, ``eval_steps`` and ``database_metadata``
-    take a ``database`` (index or id).
+    take a ``database`` (index or id). A ``dlkit-mixture.toml`` path is a mixture as the
+    file declares it (its tasks, weights, held-out components and ``split_seed``).
     """
 
     def __init__(self, db_path: DatabaseSource | Sequence[DatabaseSource],
@@ -109,6 +115,16 @@ class Sampler:
                  bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM,
                  database_weights: Sequence[float] | None = None):
         sources, self.is_mixture = _sources(db_path)
+        named_weights: dict[str, int] | None = None
+        mixture_file = _mixture_file(db_path)
+        if mixture_file is not None:
+            if database_weights is not None:
+                raise InvalidArgumentError(f"{mixture_file.source}: a mixture file gives its "
+                                           "own weights (leave database_weights out)")
+            sources = list(dict.fromkeys(c.database for c in mixture_file.components))
+            split_seed = mixture_file.split_seed
+            named_weights = {c.name: c.weight for c in mixture_file.components}
+            self.is_mixture = True
         if not self.is_mixture and database_weights is not None:
             raise InvalidArgumentError("database_weights needs a list of databases")
         if self.is_mixture and task_weights is not None:
@@ -131,12 +147,14 @@ class Sampler:
                 split_ratios=split_ratios, split_seed=split_seed, seed=seed,
                 batch_size=batch_size, sequence_length=sequence_length, max_rows=max_rows,
                 bfs_child_width=bfs_child_width, sampling_mode=sampling_mode,
-                huge_pages=huge_pages, bfs_child_policy=bfs_child_policy), database_weights)
+                huge_pages=huge_pages, bfs_child_policy=bfs_child_policy), database_weights,
+                named_weights)
         except BaseException:
             self._release()
             raise
 
-    def _setup(self, cfg: SamplerConfig, database_weights: Sequence[float] | None) -> None:
+    def _setup(self, cfg: SamplerConfig, database_weights: Sequence[float] | None,
+               named_weights: dict[str, int] | None = None) -> None:
         dbs = self._dbs
         labels = [str(getattr(db, "path", db.database_id)) for db in dbs]
         weights_of_databases = None
@@ -161,7 +179,7 @@ class Sampler:
         self.train_streams: tuple[SplitStream, ...]
         self.mixture_order: MixtureOrder | None = None
         if self.is_mixture:
-            self._setup_mixture(weights_of_databases)
+            self._setup_mixture(weights_of_databases, named_weights)
         else:
             task_weights = dict(zip(self.tasks, self.config.task_weights or ()))
             self.train_streams = plans[0].streams(Split.TRAIN, self.builders[0].tasks,
@@ -181,15 +199,25 @@ class Sampler:
         self._lookup_lock = threading.Lock()
         self._shut = False
 
-    def _setup_mixture(self, database_weights: tuple[float, ...] | None) -> None:
-        """The components, their weights and order, and the trained components' streams."""
+    def _setup_mixture(self, database_weights: tuple[float, ...] | None,
+                       named_weights: dict[str, int] | None) -> None:
+        """The components, their weights and order, and the trained components' streams;
+        ``named_weights`` (a mixture file's, by component name) are taken as they are."""
         trainable = [{s.task.name: s for s in plan.streams(Split.TRAIN, builder.tasks,
                                                            database=d)}
                      for d, (plan, builder) in enumerate(zip(self._plans, self.builders))]
         seeds = [[int(trainable[d][view.name].positions.shape[0])
                   if view.name in trainable[d] else 0 for view in builder.tasks]
                  for d, builder in enumerate(self.builders)]
-        weights = component_weights(seeds, database_weights)
+        if named_weights is None:
+            weights = component_weights(seeds, database_weights)
+        else:
+            weights = [[named_weights.get(f"{self.databases[d].name}/{view.name}", 0)
+                        if seeds[d][t] else 0 for t, view in enumerate(builder.tasks)]
+                       for d, builder in enumerate(self.builders)]
+            if not any(map(any, weights)):
+                raise InvalidArgumentError("no component of the mixture file has a full global "
+                                           "batch of train seeds: nothing to train on")
         self.components = tuple(
             Component(d, self.databases[d].name, view.name, view.index, weights[d][t])
             for d, builder in enumerate(self.builders) for t, view in enumerate(builder.tasks))
@@ -563,6 +591,15 @@ class Sampler:
             cfg["database_weights"] = [c.weight for c in self.components]
         return f"Sampler({where}, " + ", ".join(f"{k}={v!r}" for k, v in cfg.items()) + ")"
 
+
+
+def _mixture_file(db_path: Any) -> MixtureCheck | None:
+    """The checked mixture of a ``dlkit-mixture.toml`` path (None for anything else)."""
+    if not isinstance(db_path, (str, os.PathLike)) or Path(db_path).suffix != ".toml":
+        return None
+    from dlkit.sampler.mixture import check_mixture, load_mixture
+
+    return check_mixture(load_mixture(Path(db_path)))
 
 
 def _sources(db_path: Any) -> tuple[list[DatabaseSource], bool]:
