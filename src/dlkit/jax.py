@@ -99,9 +99,10 @@ def rank_and_world() -> tuple[int, int]:
     return int(jax.process_index()), int(jax.process_count())
 
 
-def make_sampler(db: DatabaseSource, *, batch_size: int | None = None,
+def make_sampler(db: DatabaseSource | Sequence[DatabaseSource], *, batch_size: int | None = None,
                  global_batch_size: int | None = None, **kwargs: Any) -> Sampler:
-    """A :class:`dlkit.Sampler` over ``db`` for this JAX process: rank and world size from
+    """A :class:`dlkit.Sampler` over ``db`` (a database, or a list of them: a mixture) for
+    this JAX process: rank and world size from
     :func:`rank_and_world`. Give either ``batch_size`` (this process's share) or
     ``global_batch_size`` (divided by the process count); other keywords go to ``Sampler``."""
     from dlkit.sampler import Sampler

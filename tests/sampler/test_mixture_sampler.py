@@ -19,6 +19,7 @@ from dlkit.errors import CheckpointError, InvalidArgumentError
 from dlkit.nextbatch.mixture import weights_from_counts
 from dlkit.sampler import BATCH_KEYS, BATCH_SCALAR_KEYS, Sampler
 from dlkit.sampler.mixture_run import component_weights
+from tests.example_copies import example_named
 from tests.nextbatch.test_mixture import naive_step
 from tests.sampler.fakedb import D_TEXT, random_database
 
@@ -243,27 +244,13 @@ def test_bad_mixtures_are_refused_by_name(dbs):
 
 # --- real databases on disk -----------------------------------------------------------------
 
-def _shop(root, name: str, **embedder):
-    """The bundled example preprocessed as database ``name`` (its ``dlkit.toml`` renamed)."""
-    import shutil
-    from pathlib import Path
-
-    from dlkit.db import preprocess
-    from dlkit.db.write.embed import HashedNgramEmbedder
-
-    source = root / f"{name}-source"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "example_db", source)
-    toml = source / "dlkit.toml"
-    toml.write_text(toml.read_text().replace('name = "example-shop"', f'name = "{name}"'))
-    preprocess(source, root / name, fsync=False,
-               embedder=HashedNgramEmbedder(**embedder) if embedder else None)
-    return root / name
-
-
 @pytest.fixture(scope="module")
 def shops(tmp_path_factory):
+    from dlkit.db.write.embed import HashedNgramEmbedder
+
     root = tmp_path_factory.mktemp("shops")
-    return _shop(root, "shop-a"), _shop(root, "shop-b"), _shop(root, "shop-c", seed=1)
+    return (example_named(root, "shop-a"), example_named(root, "shop-b"),
+            example_named(root, "shop-c", HashedNgramEmbedder(seed=1)))
 
 
 def test_real_databases_share_one_text_space(shops):
