@@ -19,6 +19,7 @@ import dlkit.jax as dlj
 from dlkit.db import preprocess
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import Sampler
+from tests.example_copies import example_named
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example_db"
 SHAPE = {"batch_size": 8, "sequence_length": 256, "max_rows": 64, "num_threads": 1}
@@ -129,6 +130,25 @@ def test_upload_tables_replicates_the_samplers_tables(db_path):
                               sampler.categorical_embeddings())
         assert all(t.sharding.spec == PartitionSpec() and t.dtype == np.float16
                    for t in tables.values())
+
+
+def test_a_mixture_uploads_its_shared_tables_and_replicates_database_idx(tmp_path, db_path):
+    other = example_named(tmp_path, "other-shop")
+    with dlj.make_sampler([db_path, other], global_batch_size=8,
+                          sequence_length=256, max_rows=64, seed=2) as mix, \
+            Sampler(db_path, 0, 1, **SHAPE) as alone:
+        tables = dlj.upload_tables(mix)
+        own = alone.column_embeddings()
+        assert np.array_equal(np.asarray(tables["column_embeddings"]),
+                              np.concatenate([own, own]))
+        assert "database_idx" in dlj.REPLICATED_KEYS
+        seen = set()
+        for batch in itertools.islice(mix, 12):
+            out = dlj.global_batch(batch)
+            assert out["database_idx"].sharding.spec == PartitionSpec()
+            assert int(np.asarray(out["database_idx"])[0]) == int(batch["database_idx"][0])
+            seen.add(int(batch["database_idx"][0]))
+        assert seen == {0, 1}
 
 
 def test_make_sampler_takes_rank_and_world_from_jax(db_path):

@@ -18,8 +18,8 @@ Three steps, each a function:
 
 Keys that are not per sequence:
 
-- ``target_stype``, ``task_idx``, ``cat_emb_start``, ``cat_emb_count`` (``[1]``) are the same
-  on every process (every rank samples the same task at the same step) and are *replicated*.
+- ``target_stype``, ``task_idx``, ``database_idx``, ``cat_emb_start``, ``cat_emb_count``
+  (``[1]``) are the same on every process (every rank samples the same task at the same step) and are *replicated*.
 - ``text_batch_embeddings`` ``[U, D]`` holds the distinct texts of this process's sequences
   only, and ``U`` changes from batch to batch. It is *gathered*: each process pads its table
   to ``text_capacity`` rows (zeros) and the global table ``[P * text_capacity, D]`` is their
@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dlkit.errors import InvalidArgumentError, MissingExtraError
+from dlkit.sampler.batch import BATCH_SCALAR_KEYS
 
 try:
     import jax
@@ -71,7 +72,7 @@ __all__ = ["BATCH_AXIS", "HOST_ONLY_WITHOUT_X64", "REPLICATED_KEYS", "batch_mesh
 
 BATCH_AXIS = "batch"
 # [1]-shaped, identical on every process at a step: replicated, not sharded
-REPLICATED_KEYS = frozenset({"target_stype", "task_idx", "cat_emb_start", "cat_emb_count"})
+REPLICATED_KEYS = BATCH_SCALAR_KEYS
 TEXT_TABLE = "text_batch_embeddings"
 TEXT_IDS = "text_embed_ids"
 TEXT_STYPE = 4  # semantic_types of a text cell (docs/batch_format.md §5)
@@ -98,9 +99,10 @@ def rank_and_world() -> tuple[int, int]:
     return int(jax.process_index()), int(jax.process_count())
 
 
-def make_sampler(db: DatabaseSource, *, batch_size: int | None = None,
+def make_sampler(db: DatabaseSource | Sequence[DatabaseSource], *, batch_size: int | None = None,
                  global_batch_size: int | None = None, **kwargs: Any) -> Sampler:
-    """A :class:`dlkit.Sampler` over ``db`` for this JAX process: rank and world size from
+    """A :class:`dlkit.Sampler` over ``db`` (a database, or a list of them: a mixture) for
+    this JAX process: rank and world size from
     :func:`rank_and_world`. Give either ``batch_size`` (this process's share) or
     ``global_batch_size`` (divided by the process count); other keywords go to ``Sampler``."""
     from dlkit.sampler import Sampler

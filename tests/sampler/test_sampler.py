@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
-from dlkit.sampler import BATCH_KEYS, Sampler, SamplerWarning
+from dlkit.sampler import BATCH_KEYS, BATCH_SCALAR_KEYS, Sampler, SamplerWarning
 from tests import naive_feistel, naive_nextbatch
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
@@ -111,7 +111,7 @@ def test_rank_slices_are_disjoint_and_make_the_world_size_1_batch(db, world_size
         for key in BATCH_KEYS:
             if key in ("text_embed_ids", "text_batch_embeddings"):
                 continue
-            if key in ("target_stype", "task_idx", "cat_emb_start", "cat_emb_count"):
+            if key in BATCH_SCALAR_KEYS:
                 assert all(np.array_equal(r.arrays[key], ref.arrays[key]) for r in ranks)
             else:
                 joined = np.concatenate([r.arrays[key] for r in ranks])

@@ -230,6 +230,12 @@ class SamplingPlan:
                                          record=self._failure_record(cursor))
         return Cursor(cursor.epoch + 1, 0)
 
+    def cursor_at(self, step: int) -> Cursor:
+        """The cursor after ``step`` calls from the start (epoch 0, position 0): every call
+        of an epoch but its last moves one global batch on, the last starts the next epoch."""
+        epoch, call = divmod(step, self.steps_per_epoch)
+        return Cursor(epoch, call * self.global_batch_size)
+
     def slice_of(self, cursor: Cursor) -> tuple[int, int]:
         """(first position, count) of this rank's micro-batch at ``cursor``."""
         start = cursor.global_index + self.rank_start

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from dlkit.sampler.batch import (
         BATCH_KEYS,
         BATCH_LAYOUT,
+        BATCH_SCALAR_KEYS,
         BatchBuilder,
         BatchConfig,
         BuiltBatch,
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 # imported on first use: the sampler's kernels load numba (see dlkit._lazy)
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
     "dlkit.sampler.api": ("STATE_FORMAT", "Sampler"),
-    "dlkit.sampler.batch": ("BATCH_KEYS", "BATCH_LAYOUT", "BatchBuilder", "BatchConfig",
-                            "BuiltBatch", "ChildPolicy"),
+    "dlkit.sampler.batch": ("BATCH_KEYS", "BATCH_LAYOUT", "BATCH_SCALAR_KEYS", "BatchBuilder",
+                            "BatchConfig", "BuiltBatch", "ChildPolicy"),
     "dlkit.sampler.config": ("SamplerConfig",),
     "dlkit.sampler.database": ("SamplerDatabase",),
     "dlkit.sampler.schedule": ("SamplerWarning",),

@@ -10,10 +10,12 @@ configuration and its step number, so it is the same whatever ``num_threads`` an
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.encoding import check_state_checksum, with_checksum
 from dlkit.errors import CheckpointError, InvalidArgumentError, SamplerShutdown
 from dlkit.nextbatch import RunManifest
+from dlkit.nextbatch.mixture import MixtureOrder
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
 from dlkit.sampler import knobs
@@ -29,13 +32,25 @@ from dlkit.sampler.arguments import integer
 from dlkit.sampler.batch import BatchBuilder, BuiltBatch, ChildPolicy
 from dlkit.sampler.channel import BatchChannel, build_job
 from dlkit.sampler.config import SamplerConfig
-from dlkit.sampler.database import DatabaseSource, open_db
+from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
 from dlkit.sampler.evaluation import EvalPass, EvalTask
 from dlkit.sampler.labels import LabelInfo
+from dlkit.sampler.mixture_run import (
+    Component,
+    DatabaseEntry,
+    SharedTables,
+    check_mixable,
+    component_weights,
+    database_weights_for,
+)
 from dlkit.sampler.run_plan import RunPlan, initial_state
-from dlkit.sampler.schedule import SplitStream, TrainSchedule, ValSchedule
+from dlkit.sampler.schedule import MixtureSchedule, SplitStream, TrainSchedule, ValSchedule
 from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, Split, SplitRatios, TaskSplits
 from dlkit.sampler.state import ChannelState
+from dlkit.text import unknown_name
+
+if TYPE_CHECKING:
+    from dlkit.sampler.mixture import MixtureCheck
 
 STATE_FORMAT = "dlkit-sampler-state-v1"
 # the entries of a state from before its checksum (still loaded)
@@ -75,10 +90,19 @@ class Sampler:
     one copy per machine (``dlkit.sampler.shared``; automatically only where shared memory
     gets huge pages too, else they share the memory map's page cache);
     ``sampler.builder.memory_path`` says which path this rank took.
+
+    A list of databases is a mixture for pretraining (docs/mixture.md §4): every task of
+    every database is a component, each train step serves one component (a stratified,
+    keyed draw by weight: ``database_weights``, one per database, 0 holds a database out,
+    default by train seeds), every batch carries ``database_idx``, and its ids index the
+    mixture's shared tables. ``databases``, ``components``, ``builders`` and ``manifests``
+    describe it; ``label_info``, ``iter_eval``, ``eval_steps`` and ``database_metadata``
+    take a ``database`` (index or id). A ``dlkit-mixture.toml`` path is a mixture as the
+    file declares it (its tasks, weights, held-out components and ``split_seed``).
     """
 
-    def __init__(self, db_path: DatabaseSource, rank: int | None = None,
-                 world_size: int | None = None,
+    def __init__(self, db_path: DatabaseSource | Sequence[DatabaseSource],
+                 rank: int | None = None, world_size: int | None = None,
                  split_ratios: SplitRatios | Sequence[float] | str = knobs.SPLIT_RATIOS,
                  split_seed: int = knobs.SPLIT_SEED, seed: int = knobs.SEED,
                  num_prefetch: int = knobs.NUM_PREFETCH, batch_size: int = knobs.BATCH_SIZE,
@@ -88,52 +112,128 @@ class Sampler:
                  num_threads: int = knobs.NUM_THREADS, *, max_rows: int = knobs.MAX_ROWS,
                  sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER, huge_pages: bool | None = None,
                  local_rank: int | None = None, local_world_size: int | None = None,
-                 bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM):
-        self._db, self._owns_db = open_db(db_path)
+                 bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM,
+                 database_weights: Sequence[float] | None = None):
+        sources, self.is_mixture = _sources(db_path)
+        named_weights: dict[str, int] | None = None
+        mixture_file = _mixture_file(db_path)
+        if mixture_file is not None:
+            if database_weights is not None:
+                raise InvalidArgumentError(f"{mixture_file.source}: a mixture file gives its "
+                                           "own weights (leave database_weights out)")
+            sources = list(dict.fromkeys(c.database for c in mixture_file.components))
+            split_seed = mixture_file.split_seed
+            named_weights = {c.name: c.weight for c in mixture_file.components}
+            self.is_mixture = True
+        if not self.is_mixture and database_weights is not None:
+            raise InvalidArgumentError("database_weights needs a list of databases")
+        if self.is_mixture and task_weights is not None:
+            raise InvalidArgumentError("task_weights is for one database; a mixture weighs "
+                                       "its databases (database_weights)")
+        self._dbs: list[SamplerDatabase] = []
+        self._owned: list[SamplerDatabase] = []
+        self._shut = True  # until set up: shutdown() then only closes what was opened
         try:
+            for source in sources:
+                db, owns = open_db(source)
+                self._dbs.append(db)
+                if owns:
+                    self._owned.append(db)
+            tasks = [] if self.is_mixture else [task.name for task in self._dbs[0].tasks]
             self._setup(SamplerConfig.create(
-                [task.name for task in self._db.tasks], rank=rank, world_size=world_size,
+                tasks, rank=rank, world_size=world_size,
                 local_rank=local_rank, local_world_size=local_world_size,
                 task_weights=task_weights, num_prefetch=num_prefetch, num_threads=num_threads,
                 split_ratios=split_ratios, split_seed=split_seed, seed=seed,
                 batch_size=batch_size, sequence_length=sequence_length, max_rows=max_rows,
                 bfs_child_width=bfs_child_width, sampling_mode=sampling_mode,
-                huge_pages=huge_pages, bfs_child_policy=bfs_child_policy))
+                huge_pages=huge_pages, bfs_child_policy=bfs_child_policy), database_weights,
+                named_weights)
         except BaseException:
-            if self._owns_db:
-                self._db.close()
+            self._release()
             raise
 
-    def _setup(self, cfg: SamplerConfig) -> None:
-        plan = RunPlan(self._db, cfg.run)  # a bad split fails before any copy is made
-        self.builder = BatchBuilder(self._db, cfg.batch_config, cfg.seed,
-                                    local_copies=cfg.local_world_size)
+    def _setup(self, cfg: SamplerConfig, database_weights: Sequence[float] | None,
+               named_weights: dict[str, int] | None = None) -> None:
+        dbs = self._dbs
+        labels = [str(getattr(db, "path", db.database_id)) for db in dbs]
+        weights_of_databases = None
+        if self.is_mixture:
+            check_mixable(dbs, labels)
+            weights_of_databases = database_weights_for(labels, database_weights)
+        plans = tuple(RunPlan(db, cfg.run) for db in dbs)  # a bad split fails before any copy
+        self._tables = SharedTables.of(dbs) if self.is_mixture else None
+        self.builders: tuple[BatchBuilder, ...] = ()
+        for d, db in enumerate(dbs):
+            member = self._tables.member(d) if self._tables is not None else None
+            self.builders += (BatchBuilder(db, cfg.batch_config, cfg.seed,
+                                           local_copies=cfg.local_world_size, member=member),)
         # the settings as built: huge_pages resolved (None, automatic, becomes True or False)
-        batch = replace(cfg.batch_config, huge_pages=self.builder.huge_pages)
+        batch = replace(cfg.batch_config, huge_pages=self.builders[0].huge_pages)
         self.config = replace(cfg, settings=replace(cfg.settings, batch=batch))
-        self._plan = plan
-        self.splits: tuple[TaskSplits, ...] = plan.splits
-        self.manifest: RunManifest = plan.manifest
-        weights = dict(zip(self.tasks, self.config.task_weights or ()))
-        self.train_streams: tuple[SplitStream, ...] = plan.streams(Split.TRAIN,
-                                                                   self.builder.tasks, weights)
-        self._train_weights = [weights[s.task.name] for s in self.train_streams]
+        self._plans = plans
+        self.manifests: tuple[RunManifest, ...] = tuple(plan.manifest for plan in plans)
+        self.databases: tuple[DatabaseEntry, ...] = tuple(
+            DatabaseEntry(db.database_id, db.database_hash.hex()) for db in dbs)
+        self.components: tuple[Component, ...]
+        self.train_streams: tuple[SplitStream, ...]
+        self.mixture_order: MixtureOrder | None = None
+        if self.is_mixture:
+            self._setup_mixture(weights_of_databases, named_weights)
+        else:
+            task_weights = dict(zip(self.tasks, self.config.task_weights or ()))
+            self.train_streams = plans[0].streams(Split.TRAIN, self.builders[0].tasks,
+                                                  task_weights)
+            trained = {s.task.name for s in self.train_streams}
+            self.components = tuple(
+                Component(0, self.databases[0].name, view.name, view.index,
+                          int(view.name in trained)) for view in self.builders[0].tasks)
+            self._train_weights = [task_weights[s.task.name] for s in self.train_streams]
         self._eval_streams: dict[Split, tuple[SplitStream, ...]] = {}
         self._channels = {Split.TRAIN: BatchChannel(
-            Split.TRAIN.value, self.builder, self._train_schedule,
+            Split.TRAIN.value, self.builders, self._train_schedule,
             initial_state(Split.TRAIN, self.train_streams),
             self.config.num_prefetch, self.config.num_threads)}
         self._open_eval_channel(Split.VAL)  # test opens on first use: most runs never pull it
-        self._lookup: TrainSchedule | None = None  # train_batch's schedule
+        self._lookup: TrainSchedule | MixtureSchedule | None = None  # train_batch's schedule
         self._lookup_lock = threading.Lock()
         self._shut = False
+
+    def _setup_mixture(self, database_weights: tuple[float, ...] | None,
+                       named_weights: dict[str, int] | None) -> None:
+        """The components, their weights and order, and the trained components' streams;
+        ``named_weights`` (a mixture file's, by component name) are taken as they are."""
+        trainable = [{s.task.name: s for s in plan.streams(Split.TRAIN, builder.tasks,
+                                                           database=d)}
+                     for d, (plan, builder) in enumerate(zip(self._plans, self.builders))]
+        seeds = [[int(trainable[d][view.name].positions.shape[0])
+                  if view.name in trainable[d] else 0 for view in builder.tasks]
+                 for d, builder in enumerate(self.builders)]
+        if named_weights is None:
+            weights = component_weights(seeds, database_weights)
+        else:
+            weights = [[named_weights.get(f"{self.databases[d].name}/{view.name}", 0)
+                        if seeds[d][t] else 0 for t, view in enumerate(builder.tasks)]
+                       for d, builder in enumerate(self.builders)]
+            if not any(map(any, weights)):
+                raise InvalidArgumentError("no component of the mixture file has a full global "
+                                           "batch of train seeds: nothing to train on")
+        self.components = tuple(
+            Component(d, self.databases[d].name, view.name, view.index, weights[d][t])
+            for d, builder in enumerate(self.builders) for t, view in enumerate(builder.tasks))
+        trained = [c for c in self.components if c.weight]
+        self.train_streams = tuple(trainable[c.database_idx][c.task] for c in trained)
+        self.mixture_order = MixtureOrder.from_seed(
+            [c.name for c in trained], [c.weight for c in trained], self.config.seed)
 
     def _open_eval_channel(self, split: Split) -> BatchChannel:
         """The val or test channel (skipped datasets warn now, as train's do at start)."""
         if split not in self._channels:
-            streams = self._eval_streams[split] = self._plan.streams(split, self.builder.tasks)
+            streams = self._eval_streams[split] = tuple(
+                stream for d, (plan, builder) in enumerate(zip(self._plans, self.builders))
+                for stream in plan.streams(split, builder.tasks, database=d))
             self._channels[split] = BatchChannel(
-                split.value, self.builder, lambda state: self._eval_schedule(split, state),
+                split.value, self.builders, lambda state: self._eval_schedule(split, state),
                 initial_state(split, streams),
                 self.config.num_prefetch, self.config.num_threads)
         return self._channels[split]
@@ -144,26 +244,80 @@ class Sampler:
 
     @property
     def tasks(self) -> tuple[str, ...]:
-        """Task names in task-index order (``task_idx`` of a batch indexes this)."""
-        return tuple(view.name for view in self.builder.tasks)
+        """Task names in task-index order (``task_idx`` of a batch indexes this); of a
+        mixture, every component's ``DATABASE/TASK`` in list order (``components``)."""
+        if self.is_mixture:
+            return tuple(c.name for c in self.components)
+        return tuple(view.name for view in self.builders[0].tasks)
+
+    @property
+    def builder(self) -> BatchBuilder:
+        """The batch builder of the database (a mixture has one per database: ``builders``)."""
+        if self.is_mixture:
+            raise InvalidArgumentError("a mixture has one builder per database: use builders")
+        return self.builders[0]
+
+    @property
+    def manifest(self) -> RunManifest:
+        """The run manifest of the database (a mixture has one per database: ``manifests``)."""
+        if self.is_mixture:
+            raise InvalidArgumentError("a mixture has one run manifest per database: use "
+                                       "manifests")
+        return self.manifests[0]
+
+    @property
+    def splits(self) -> tuple[TaskSplits, ...]:
+        """The hash splits of the database's tasks, in task order (of a mixture: ``plans``)."""
+        if self.is_mixture:
+            raise InvalidArgumentError("a mixture has splits per database: use "
+                                       "database_splits(database)")
+        return self._plans[0].splits
+
+    def database_splits(self, database: int | str | None = None) -> tuple[TaskSplits, ...]:
+        """The hash splits of ``database``'s tasks (an index or name; may be left out with
+        one database)."""
+        return self._plans[self._database(database)].splits
+
+    def _database(self, database: int | str | None) -> int:
+        """The position of ``database`` (an index or an id) in the list."""
+        names = [entry.name for entry in self.databases]
+        if database is None:
+            if len(names) != 1:
+                raise InvalidArgumentError(f"the mixture has {len(names)} databases: name one "
+                                           "(database=index or id)")
+            return 0
+        if isinstance(database, str):
+            if database not in names:
+                raise InvalidArgumentError(unknown_name("database", database, names,
+                                                        "the mixture"))
+            return names.index(database)
+        index = integer(database, "database", 0)
+        if index >= len(names):
+            raise InvalidArgumentError(f"database {index} is out of range: the sampler has "
+                                       f"{len(names)}")
+        return index
 
     @property
     def local_rank(self) -> int:
         return self.config.local_rank
 
-    def _train_schedule(self, state: ChannelState | None = None) -> TrainSchedule:
+    def _train_schedule(self, state: ChannelState | None = None
+                        ) -> TrainSchedule | MixtureSchedule:
         if not self.train_streams:
             raise InvalidArgumentError(
                 f"no task has a full global batch ({self.config.global_batch_size}) of train "
                 "seeds on this rank: lower batch_size or use a larger database")
-        return self._plan.train_schedule(self.train_streams, self._train_weights,
-                                        state or initial_state(Split.TRAIN, self.train_streams))
+        state = state or initial_state(Split.TRAIN, self.train_streams)
+        if self.mixture_order is not None:
+            return MixtureSchedule(self.train_streams, self.mixture_order, state.step,
+                                   state.cursors)
+        return self._plans[0].train_schedule(self.train_streams, self._train_weights, state)
 
     def _eval_schedule(self, split: Split, state: ChannelState | None = None) -> ValSchedule:
         streams = self._eval_streams[split]
         if not streams:
             raise InvalidArgumentError(f"no task has {split} seeds on this rank")
-        return self._plan.eval_schedule(streams, state or initial_state(split, streams))
+        return RunPlan.eval_schedule(streams, state or initial_state(split, streams))
 
     # --- batches ----------------------------------------------------------------------------
 
@@ -205,7 +359,7 @@ class Sampler:
                 schedule = self._lookup = self._train_schedule()
             job = schedule.job(step)
             schedule.forget_before(step)
-        return build_job(self.builder, job).arrays
+        return build_job(self.builders, job).arrays
 
     def _channel(self, name: Split) -> BatchChannel:
         if self._shut:
@@ -228,27 +382,43 @@ class Sampler:
 
     # --- evaluation -----------------------------------------------------------------------------
 
-    def _eval_pass(self, split: Split | str, task: str | int | None) -> EvalPass:
+    def _eval_pass(self, split: Split | str, task: str | int | None,
+                   database: int | str | None) -> EvalPass:
         self._check_open()
         index = Split.parse(split).code
-        views = self.builder.tasks if task is None else (self.builder.task(task),)
-        tasks = [EvalTask(view, self.splits[view.index].positions[index]) for view in views]
+        if database is None and self.is_mixture:
+            if task is not None:
+                raise InvalidArgumentError("name the task's database (database=index or id): "
+                                           "tasks are per database in a mixture")
+            databases = range(len(self.builders))
+        else:
+            databases = range(self._database(database), self._database(database) + 1)
+        tasks = []
+        for d in databases:
+            builder = self.builders[d]
+            views = builder.tasks if task is None else (builder.task(task),)
+            tasks += [EvalTask(view, self._plans[d].splits[view.index].positions[index], d)
+                      for view in views]
         cfg = self.config
-        return EvalPass(self.builder, tasks, cfg.batch_size, cfg.world)
+        return EvalPass(self.builders, tasks, cfg.batch_size, cfg.world)
 
-    def eval_steps(self, split: Split | str = Split.VAL, task: str | int | None = None) -> int:
-        """How many batches ``iter_eval(split, task)`` yields (the same on every rank)."""
-        return len(self._eval_pass(split, task))
+    def eval_steps(self, split: Split | str = Split.VAL, task: str | int | None = None,
+                   database: int | str | None = None) -> int:
+        """How many batches ``iter_eval(split, task, database)`` yields (the same on every
+        rank)."""
+        return len(self._eval_pass(split, task, database))
 
-    def iter_eval(self, split: Split | str = Split.VAL,
-                  task: str | int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    def iter_eval(self, split: Split | str = Split.VAL, task: str | int | None = None,
+                  database: int | str | None = None) -> Iterator[dict[str, np.ndarray]]:
         """One pass over every seed of ``split`` ("val", "test" or "train") of every task (or
-        of ``task``): each seed exactly once across all ranks, in ``eval_steps`` batches of
+        of ``task``) of every database (or of ``database``, an index or id; a mixture's
+        task needs its database), database after database, task after task: each seed
+        exactly once across all ranks, in ``eval_steps`` batches of
         exactly ``batch_size`` sequences on every rank (a short tail is padded with copies of
         a real seed whose ``sequence_mask`` is 0), so per-batch collectives never wait for a
         rank and shapes never change. Independent of the pulled channels and their state;
         prefetched like them (``num_threads`` producers, ``num_prefetch`` ahead)."""
-        eval_pass = self._eval_pass(split, task)  # bad arguments fail here, not at first use
+        eval_pass = self._eval_pass(split, task, database)  # bad arguments fail here
         return self._run_eval(eval_pass, Split.parse(split))
 
     def _run_eval(self, eval_pass: EvalPass, split: Split) -> Iterator[dict[str, np.ndarray]]:
@@ -268,43 +438,61 @@ class Sampler:
         finally:
             prefetcher.close()
 
-    def label_info(self, task: str | int | None = None) -> LabelInfo:
+    def label_info(self, task: str | int | None = None,
+                   database: int | str | None = None) -> LabelInfo:
         """What ``task``'s labels are (type, z-score statistics, category names); ``task`` may
-        be left out when the database has one task."""
+        be left out when the database has one task, ``database`` when there is one."""
         self._check_open()
+        builder = self.builders[self._database(database)]
         if task is None:
-            if len(self.builder.tasks) != 1:
-                raise InvalidArgumentError(f"the database has {len(self.builder.tasks)} tasks "
-                                           f"({', '.join(self.tasks)}): name one")
-            view = self.builder.tasks[0]
+            if len(builder.tasks) != 1:
+                names = ", ".join(view.name for view in builder.tasks)
+                raise InvalidArgumentError(f"the database has {len(builder.tasks)} tasks "
+                                           f"({names}): name one")
+            view = builder.tasks[0]
         else:
-            view = self.builder.task(task)
-        return self.builder.label_info(view)
+            view = builder.task(task)
+        return builder.label_info(view)
 
     # --- tables and metadata ------------------------------------------------------------------
 
     def column_embeddings(self) -> np.ndarray:
         """``[C, D]`` float16 column-name embeddings (a copy, to upload once); with as-of
-        aggregate cells, their embeddings follow the columns' (rows ``num_columns ..``)."""
+        aggregate cells, their embeddings follow the columns' (rows ``num_columns ..``). A
+        mixture's are its databases' one after another (docs/mixture.md §4)."""
         self._check_open()
-        return column_embeddings(self._db)
+        if self._tables is not None:
+            return self._tables.column_embeddings()
+        return column_embeddings(self._dbs[0])
 
     def categorical_embeddings(self) -> np.ndarray:
-        """``[Vc, D]`` float16 category embeddings (a copy, to upload once)."""
+        """``[Vc, D]`` float16 category embeddings (a copy, to upload once); a mixture's
+        are its databases' one after another."""
         self._check_open()
-        return np.array(self._db.categorical_embeddings(), dtype=np.float16)
+        if self._tables is not None:
+            return self._tables.categorical_embeddings()
+        return np.array(self._dbs[0].categorical_embeddings(), dtype=np.float16)
 
-    def database_metadata(self) -> DatabaseMetadata:
+    def database_metadata(self, database: int | str | None = None) -> DatabaseMetadata:
         """The database's ``metadata.json`` as its frozen records
-        (``.embeddings.text_dim``, ``.tables``, ...; ``.to_json()`` gives the JSON object)."""
+        (``.embeddings.text_dim``, ``.tables``, ...; ``.to_json()`` gives the JSON object);
+        ``database`` (an index or id) may be left out with one database."""
         self._check_open()
-        return self._db.metadata
+        return self._dbs[self._database(database)].metadata
 
     # --- checkpointing ------------------------------------------------------------------------
 
     def _fingerprint(self) -> dict[str, Any]:
         cfg = self.config
-        return {"manifest_hash": self.manifest.manifest_hash.hex(),
+        if self.is_mixture:
+            assert self.mixture_order is not None
+            source: dict[str, Any] = {
+                "databases": [list(entry) for entry in self.databases],
+                "manifest_hashes": [m.manifest_hash.hex() for m in self.manifests],
+                "mixture_hash": self.mixture_order.mixture_hash.hex()}
+        else:
+            source = {"manifest_hash": self.manifests[0].manifest_hash.hex()}
+        return {**source,
                 "global_batch_size": cfg.global_batch_size,
                 "sequence_length": cfg.sequence_length, "max_rows": cfg.max_rows,
                 "bfs_child_width": cfg.bfs_child_width,
@@ -374,9 +562,17 @@ class Sampler:
             for channel in self._channels.values():
                 channel.close()
         finally:
-            self.builder.release()
-            if self._owns_db:
-                self._db.close()
+            self._release()
+
+    def _release(self) -> None:
+        """Release the builders' copies and close the databases we opened."""
+        try:
+            for builder in getattr(self, "builders", ()):
+                builder.release()
+        finally:
+            for db in self._owned:
+                db.close()
+            self._owned = []
 
     def __enter__(self) -> Sampler:
         return self
@@ -389,6 +585,28 @@ class Sampler:
         cfg = {name: getattr(config, name) for name in _REPR_FIELDS}
         cfg["split_ratios"] = str(config.split_ratios)
         cfg["sampling_mode"] = config.sampling_mode.short
-        return f"Sampler({self._db.path!s}, " + ", ".join(f"{k}={v!r}" for k, v in
-                                                         cfg.items()) + ")"
+        paths = [str(getattr(db, "path", db.database_id)) for db in self._dbs]
+        where = f"[{', '.join(paths)}]" if self.is_mixture else paths[0]
+        if self.is_mixture:
+            cfg["database_weights"] = [c.weight for c in self.components]
+        return f"Sampler({where}, " + ", ".join(f"{k}={v!r}" for k, v in cfg.items()) + ")"
 
+
+
+def _mixture_file(db_path: Any) -> MixtureCheck | None:
+    """The checked mixture of a ``dlkit-mixture.toml`` path (None for anything else)."""
+    if not isinstance(db_path, (str, os.PathLike)) or Path(db_path).suffix != ".toml":
+        return None
+    from dlkit.sampler.mixture import check_mixture, load_mixture
+
+    return check_mixture(load_mixture(Path(db_path)))
+
+
+def _sources(db_path: Any) -> tuple[list[DatabaseSource], bool]:
+    """The databases a ``Sampler`` was given and whether they are a mixture (a list)."""
+    if isinstance(db_path, str) or not isinstance(db_path, Sequence):
+        return [db_path], False
+    sources = list(db_path)
+    if not sources:
+        raise InvalidArgumentError("a mixture needs at least one database")
+    return sources, True

@@ -50,6 +50,7 @@ BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
     "text_batch_embeddings": (np.dtype(np.float16), "U,D"),
     "target_stype": (np.dtype(np.uint8), "1"),
     "task_idx": (np.dtype(np.uint32), "1"),
+    "database_idx": (np.dtype(np.uint32), "1"),
     "cat_emb_start": (np.dtype(np.uint32), "1"),
     "cat_emb_count": (np.dtype(np.uint32), "1"),
     # What the seed is and what the model must predict (never an input: the target cell stays
@@ -60,6 +61,8 @@ BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
     "sequence_mask": (np.dtype(np.uint8), "B"),
 }
 BATCH_KEYS = tuple(BATCH_LAYOUT)
+# The batch's own facts (shape [1]): the same on every rank of a step, never sliced.
+BATCH_SCALAR_KEYS = frozenset(key for key, (_, spec) in BATCH_LAYOUT.items() if spec == "1")
 
 
 def batch_dtype(key: str, target_stype: int) -> np.dtype:
@@ -225,12 +228,16 @@ class BatchBuilder:
     and placed as ``config.huge_pages`` says, ``build`` a ``build_batch`` of it.
 
     ``local_copies`` is how many processes on this machine build batches from the same
-    database (the local ranks): the automatic huge-page choice counts a copy for each."""
+    database (the local ranks): the automatic huge-page choice counts a copy for each.
+    ``member`` places the database in a mixture: its batches carry its position as
+    ``database_idx`` and their column and category ids index the mixture's shared tables."""
 
-    def __init__(self, db: SamplerDatabase, config: BatchConfig, seed: int, local_copies: int = 1):
+    def __init__(self, db: SamplerDatabase, config: BatchConfig, seed: int, local_copies: int = 1,
+                 member: MixtureMember | None = None):
         self.db = db
         self.config = config
         self.seed = int(seed)
+        self.member = member
         self.path = getattr(db, "path", None)
         self.walk = config.walk
         resident = read_resident(db)
@@ -270,9 +277,32 @@ class BatchBuilder:
 
     def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int,
               num_real: int | None = None) -> BuiltBatch:
-        """The batch of ``task``'s seeds ``seed_indices`` (``build_batch``)."""
-        return build_batch(self.resident, self.walk, self.seed, task, seed_indices, epoch,
-                           num_real)
+        """The batch of ``task``'s seeds ``seed_indices`` (``build_batch``), placed in the
+        mixture when the builder is a member of one."""
+        built = build_batch(self.resident, self.walk, self.seed, task, seed_indices, epoch,
+                            num_real)
+        if self.member is not None:
+            self.member.place(built.arrays)
+        return built
+
+
+@dataclass(frozen=True)
+class MixtureMember:
+    """Where one database sits in a mixture (docs/mixture.md §4): its position in the list
+    and the first rows of its column and category embeddings in the mixture's shared
+    tables. Placing a batch sets ``database_idx`` and offsets its ids into those tables."""
+
+    database_idx: int
+    column_offset: int
+    category_offset: int
+
+    def place(self, arrays: dict[str, np.ndarray]) -> None:
+        arrays["database_idx"][0] = self.database_idx
+        if self.column_offset:
+            arrays["column_ids"] += np.int32(self.column_offset)
+        if self.category_offset:
+            for key in ("categorical_embed_ids", "cat_emb_start"):
+                arrays[key] += np.uint32(self.category_offset)
 
 
 def _shape(spec: str, B: int, S: int, R: int) -> tuple[int, ...]:

@@ -112,7 +112,7 @@ def open_batch_stream(db: SamplerDatabase, request: BatchRequest
     def batches() -> Iterator[tuple[Job, BuiltBatch]]:
         for step in range(request.steps):
             job = schedule.job(step)
-            yield job, build_job(builder, job)
+            yield job, build_job((builder,), job)
 
     return builder.label_info(view), batches()
 

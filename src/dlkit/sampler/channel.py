@@ -11,7 +11,7 @@ is what ``state()`` reports: prefetched but unconsumed batches are rebuilt after
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from dlkit.errors import SamplerShutdown
 from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConfig
@@ -21,16 +21,17 @@ from dlkit.sampler.state import ChannelState
 
 
 class BatchChannel:
-    """Batches of one schedule, prefetched by ``num_threads`` producers ``num_prefetch`` deep.
+    """Batches of one schedule, prefetched by ``num_threads`` producers ``num_prefetch`` deep,
+    built by ``builders[stream.database]`` (one builder per database of the sampler).
 
     ``num_prefetch == 0`` builds each batch in the consumer's thread when it is asked for.
     """
 
-    def __init__(self, name: str, builder: BatchBuilder,
+    def __init__(self, name: str, builders: Sequence[BatchBuilder],
                  make_schedule: Callable[[ChannelState], Schedule],
                  initial: ChannelState, num_prefetch: int, num_threads: int):
         self.name = name
-        self.builder = builder
+        self.builders = tuple(builders)
         self.make_schedule = make_schedule
         self.num_prefetch = num_prefetch
         self.num_threads = num_threads
@@ -49,7 +50,7 @@ class BatchChannel:
     def produce(self, step: int) -> tuple[Job, BuiltBatch]:
         """Build step ``step`` (runs in a producer thread; kernels release the GIL)."""
         job = self._job(step)
-        return job, build_job(self.builder, job)
+        return job, build_job(self.builders, job)
 
     def next_built(self) -> BuiltBatch:
         if self._closed:
@@ -107,6 +108,9 @@ class BatchChannel:
         self._stop()
 
 
-def build_job(builder: BatchBuilder, job: Job) -> BuiltBatch:
-    """The batch of ``job``: its stream's micro-batch at its cursor, built at its epoch."""
-    return builder.build(job.stream.task, job.stream.seed_indices(job.cursor), job.cursor.epoch)
+def build_job(builders: Sequence[BatchBuilder], job: Job) -> BuiltBatch:
+    """The batch of ``job``: its stream's micro-batch at its cursor, built at its epoch by the
+    builder of the stream's database."""
+    stream = job.stream
+    return builders[stream.database].build(stream.task, stream.seed_indices(job.cursor),
+                                           job.cursor.epoch)

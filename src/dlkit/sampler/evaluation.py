@@ -27,21 +27,24 @@ EVAL_EPOCH = 0
 
 @dataclass(frozen=True)
 class EvalTask:
-    """One task's seeds (positions in its seed list) of the split being evaluated."""
+    """One task's seeds (positions in its seed list) of the split being evaluated, and the
+    position of its database in the sampler's list."""
 
     view: TaskView
     positions: np.ndarray
+    database: int = 0
 
     def num_steps(self, global_batch_size: int) -> int:
         return -(-int(self.positions.shape[0]) // global_batch_size)
 
 
 class EvalPass:
-    """Steps ``0 .. len(self) - 1`` of one pass, as seen by ``rank`` of ``world_size``."""
+    """Steps ``0 .. len(self) - 1`` of one pass, as seen by ``rank`` of ``world_size``; a
+    task is built by ``builders[task.database]``."""
 
-    def __init__(self, builder: BatchBuilder, tasks: Sequence[EvalTask], batch_size: int,
-                 world: World):
-        self.builder = builder
+    def __init__(self, builders: Sequence[BatchBuilder], tasks: Sequence[EvalTask],
+                 batch_size: int, world: World):
+        self.builders = tuple(builders)
         self.tasks = tuple(t for t in tasks if t.positions.shape[0] > 0)
         self.batch_size = batch_size
         self.global_batch_size = batch_size * world.world_size
@@ -52,7 +55,7 @@ class EvalPass:
     def __len__(self) -> int:
         return int(self.first_step[-1])
 
-    def seeds(self, step: int) -> tuple[TaskView, np.ndarray, int]:
+    def seeds(self, step: int) -> tuple[EvalTask, np.ndarray, int]:
         """The task of ``step``, this rank's seed positions (padded to ``batch_size``) and
         how many of them are real."""
         if not 0 <= step < len(self):
@@ -65,8 +68,9 @@ class EvalPass:
         real = task.positions[min(start, n):min(start + self.batch_size, n)]
         padded = np.full(self.batch_size, task.positions[0], dtype=np.int64)
         padded[:real.shape[0]] = real
-        return task.view, padded, int(real.shape[0])
+        return task, padded, int(real.shape[0])
 
     def build(self, step: int) -> BuiltBatch:
-        view, positions, num_real = self.seeds(step)
-        return self.builder.build(view, positions, EVAL_EPOCH, num_real=num_real)
+        task, positions, num_real = self.seeds(step)
+        return self.builders[task.database].build(task.view, positions, EVAL_EPOCH,
+                                                  num_real=num_real)

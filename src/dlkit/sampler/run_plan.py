@@ -107,16 +107,18 @@ class RunPlan:
             sampling_mode=config.sampling_mode)
 
     def streams(self, split: Split, views: Sequence[TaskView],
-                weights: Mapping[str, float] | None = None) -> tuple[SplitStream, ...]:
+                weights: Mapping[str, float] | None = None, database: int = 0
+                ) -> tuple[SplitStream, ...]:
         """This rank's streams of ``split`` of the tasks ``views`` (weight 0: the user left
-        the task out of training); datasets without seeds here are skipped with a warning."""
+        the task out of training) of the database at position ``database`` of the sampler's
+        list; datasets without seeds here are skipped with a warning."""
         index = split.code
         keys = [(dataset_key(self.database_id, view.name, split.value), view,
                  self.splits[view.index].positions[index])
                 for view in views if weights is None or weights[view.name] != 0]
         stage = Stage.TRAIN if split is Split.TRAIN else Stage.EVAL
         return tuple(open_streams(self.manifest, keys, self.config.world_size,
-                                  self.config.rank, stage))
+                                  self.config.rank, stage, database))
 
     def train_schedule(self, streams: Sequence[SplitStream], weights: Sequence[float],
                        state: ChannelState) -> TrainSchedule:

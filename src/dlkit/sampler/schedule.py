@@ -23,6 +23,7 @@ import numpy as np
 from dlkit.core.streams import pick_tasks, task_draws
 from dlkit.errors import CheckpointError
 from dlkit.nextbatch import Cursor, RunManifest, SamplingPlan, Stage
+from dlkit.nextbatch.mixture import MixtureOrder
 from dlkit.sampler.tasks import TaskView
 
 
@@ -32,12 +33,14 @@ class SamplerWarning(UserWarning):
 
 @dataclass(frozen=True)
 class SplitStream:
-    """One rank's view of a (task, split) dataset."""
+    """One rank's view of a (task, split) dataset; ``database`` is the position of the task's
+    database in the sampler's list (0 for a single database)."""
 
     key: str
     task: TaskView
     positions: np.ndarray
     plan: SamplingPlan
+    database: int = 0
 
     def seed_indices(self, cursor: Cursor) -> np.ndarray:
         """Positions in the task's seed list of this rank's micro-batch at ``cursor``."""
@@ -61,7 +64,8 @@ class Job:
 
 
 def open_streams(manifest: RunManifest, keys: Sequence[tuple[str, TaskView, np.ndarray]],
-                 world_size: int, rank: int, stage: Stage) -> list[SplitStream]:
+                 world_size: int, rank: int, stage: Stage, database: int = 0
+                 ) -> list[SplitStream]:
     """Streams of the datasets that give this rank seeds; the others are skipped with a
     ``SamplerWarning`` saying why."""
     streams = []
@@ -82,7 +86,7 @@ def open_streams(manifest: RunManifest, keys: Sequence[tuple[str, TaskView, np.n
             warnings.warn(f"task {task.name!r} is skipped on rank {rank}: dataset {key!r} "
                           f"{reason}", SamplerWarning, stacklevel=5)
             continue
-        streams.append(SplitStream(key, task, positions, plan))
+        streams.append(SplitStream(key, task, positions, plan, database))
     return streams
 
 
@@ -137,6 +141,44 @@ class TrainSchedule:
                 del self._pending[earlier]
 
 
+class MixtureSchedule:
+    """Train steps of a mixture of databases from ``step`` on (docs/mixture.md): step ``k``
+    serves the component ``order`` names (train stream ``c`` is component ``c``) at that
+    component's own step ``j``, whose cursor is ``j`` calls from the start (O(1): nothing
+    before ``k`` is replayed, so the state is the step; the cursors a state carries are
+    checked against it)."""
+
+    def __init__(self, streams: Sequence[SplitStream], order: MixtureOrder, step: int = 0,
+                 cursors: Mapping[str, Cursor] | None = None):
+        self.streams = tuple(streams)
+        self.order = order
+        self._lock = threading.Lock()
+        self._next_step = step
+        if cursors is not None:
+            keys = {s.key for s in self.streams}
+            if set(cursors) != keys:
+                raise CheckpointError(f"train state names datasets {sorted(cursors)}, the "
+                                      f"sampler has {sorted(keys)}")
+            for stream in self.streams:
+                stream.plan.check_cursor(cursors[stream.key])
+
+    @property
+    def next_step(self) -> int:
+        return self._next_step
+
+    def job(self, step: int) -> Job:
+        """The job of ``step`` (a pure function of it)."""
+        component, own_step = self.order.resolve(step, 1)
+        stream = self.streams[int(component[0])]
+        cursor = stream.plan.cursor_at(int(own_step[0]))
+        with self._lock:
+            self._next_step = max(self._next_step, step + 1)
+        return Job(step, stream, cursor, stream.plan.advance(cursor))
+
+    def forget_before(self, step: int) -> None:
+        """Nothing is kept between steps."""
+
+
 class ValSchedule:
     """Val steps from ``step`` on: the stream keyed ``current`` at its cursor, then onwards.
 
@@ -181,4 +223,4 @@ class ValSchedule:
             return self._pending.pop(step)
 
 
-Schedule = TrainSchedule | ValSchedule
+Schedule = TrainSchedule | MixtureSchedule | ValSchedule

@@ -1,0 +1,157 @@
+"""A mixture of databases in one ``Sampler``: its databases, components and weights, and the
+tables its batches index (docs/mixture.md §4).
+
+A *component* is one task of one database. Every task of every database listed is a
+component; the components trained on are those whose database has a positive weight and
+whose train split fills a global batch. Their integer weights, in list order, make the
+mixture order of docs/mixture.md §2 (``dlkit.nextbatch.mixture``): with ``database_weights``
+left out, each component weighs its train seeds; given, database ``d``'s share ``w_d / sum(w)``
+is split among its components by their train seeds. A database of weight 0 is held out of
+training (its splits are still evaluated: zero-shot).
+
+The mixture's column and category embeddings are the databases' tables one after another
+(``SharedTables``); a batch's ids are its database's ids plus the database's first row
+there, so one table uploaded once serves every batch of the mixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dlkit.errors import InvalidArgumentError
+from dlkit.nextbatch.mixture import DEFAULT_TOTAL_WEIGHT, weights_from_counts
+from dlkit.sampler.aggregates import column_embeddings
+from dlkit.sampler.arguments import is_number
+from dlkit.sampler.batch import MixtureMember
+from dlkit.sampler.database import SamplerDatabase
+
+# Given database weights are turned into integer counts at this resolution before the
+# largest-remainder rounding of weights_from_counts (float products are exact enough here
+# and the same on every rank: the same IEEE operations on the same inputs).
+_WEIGHT_RESOLUTION = 1 << 30
+
+
+class DatabaseEntry(NamedTuple):
+    """One database of a sampler, in list order: its id and its ``database_hash`` (hex)."""
+
+    name: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class Component:
+    """One task of one database: ``weight`` its integer weight in the mixture order (0: not
+    trained on), ``database_idx`` and ``task_idx`` what its batches carry."""
+
+    database_idx: int
+    database: str
+    task: str
+    task_idx: int
+    weight: int
+
+    @property
+    def name(self) -> str:
+        """``DATABASE/TASK``, as the run manifest names the task's datasets."""
+        return f"{self.database}/{self.task}"
+
+
+def check_mixable(databases: Sequence[SamplerDatabase], labels: Sequence[str]) -> None:
+    """The databases can share one mixture: distinct ids (their datasets are keyed by id) and
+    one text space (the same embedder with the same settings: the same words must be the
+    same vectors). ``labels`` name the databases in messages (their paths)."""
+    first: dict[str, Any] | None = None
+    ids: dict[str, str] = {}
+    for db, label in zip(databases, labels, strict=True):
+        other = ids.setdefault(db.database_id, label)
+        if other != label:
+            raise InvalidArgumentError(f"two databases of the mixture have the id "
+                                       f"{db.database_id!r}: {other} and {label}")
+        embeddings = db.metadata.embeddings
+        model = {"embedder": embeddings.embedder, "config": embeddings.config,
+                 "text_dim": embeddings.text_dim, "label": label}
+        if first is None:
+            first = model
+        elif any(model[k] != first[k] for k in ("embedder", "config", "text_dim")):
+            raise InvalidArgumentError(
+                f"databases embedded by different models cannot be mixed: {first['label']} by "
+                f"{first['embedder']} {first['config']}, {label} by {model['embedder']} "
+                f"{model['config']} (the same words must be the same vectors)")
+
+
+def database_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...] | None:
+    """One finite weight >= 0 per database (None: weigh components by their seeds)."""
+    if weights is None:
+        return None
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise InvalidArgumentError(f"database_weights must be a list of numbers, one per "
+                                   f"database, got {weights!r}")
+    values = list(weights)
+    if len(values) != len(names):
+        raise InvalidArgumentError(f"database_weights has {len(values)} values for "
+                                   f"{len(names)} databases")
+    for name, value in zip(names, values):
+        if not is_number(value, 0):
+            raise InvalidArgumentError(f"database weight of {name!r} must be a finite number "
+                                       f">= 0, got {value!r}")
+    if not any(values):
+        raise InvalidArgumentError("database_weights are all zero: nothing to train on")
+    return tuple(float(v) for v in values)
+
+
+def component_weights(train_seeds: Sequence[Sequence[int]],
+                      database_weights: Sequence[float] | None,
+                      total: int = DEFAULT_TOTAL_WEIGHT) -> list[list[int]]:
+    """Integer weights of every component, per database (``train_seeds[d][t]``: task ``t`` of
+    database ``d``'s train seeds, 0 where it cannot be trained on); 0 for a component not
+    trained on. See the module doc for the rule."""
+    counts: list[int] = []
+    for d, seeds in enumerate(train_seeds):
+        if database_weights is None:
+            counts.extend(seeds)
+            continue
+        whole = sum(seeds)
+        for n in seeds:
+            share = database_weights[d] * n / whole if whole else 0.0
+            counts.append(int(share * _WEIGHT_RESOLUTION))
+    trained = [i for i, count in enumerate(counts) if count > 0]
+    if not trained:
+        raise InvalidArgumentError("no task of the mixture has a full global batch of train "
+                                   "seeds in a database of positive weight: nothing to train on")
+    weights = [0] * len(counts)
+    for i, weight in zip(trained, weights_from_counts([counts[i] for i in trained], total)):
+        weights[i] = weight
+    out, at = [], 0
+    for seeds in train_seeds:
+        out.append(weights[at:at + len(seeds)])
+        at += len(seeds)
+    return out
+
+
+@dataclass(frozen=True)
+class SharedTables:
+    """The mixture's column and category embeddings: each database's rows one after
+    another (``docs/mixture.md`` §4), and each database's first row in each."""
+
+    columns: tuple[np.ndarray, ...]
+    categories: tuple[np.ndarray, ...]
+
+    @classmethod
+    def of(cls, databases: Sequence[SamplerDatabase]) -> SharedTables:
+        return cls(tuple(column_embeddings(db) for db in databases),
+                   tuple(np.asarray(db.categorical_embeddings()) for db in databases))
+
+    def member(self, database_idx: int) -> MixtureMember:
+        return MixtureMember(
+            database_idx,
+            sum(int(t.shape[0]) for t in self.columns[:database_idx]),
+            sum(int(t.shape[0]) for t in self.categories[:database_idx]))
+
+    def column_embeddings(self) -> np.ndarray:
+        return np.concatenate(self.columns).astype(np.float16)
+
+    def categorical_embeddings(self) -> np.ndarray:
+        return np.concatenate(self.categories).astype(np.float16)
