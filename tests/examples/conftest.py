@@ -57,3 +57,24 @@ def planted_db_factory(tmp_path_factory):
 def planted_db(planted_db_factory) -> tuple[Path, str]:
     """The tiny churn database (240 users; boolean target) and its task name."""
     return planted_db_factory("churn", 0, 0.1)
+
+
+# The databases examples/pretrain.py is tested on: three pretrained on (two of the churn
+# signal, one of the grand one), the last held out.
+MIXTURE_MEMBERS = (("churn", "shop"), ("churn", "bank"), ("grand", "retail"), ("churn", "club"))
+
+
+@pytest.fixture(scope="session")
+def mixture_dbs(tmp_path_factory) -> list[Path]:
+    """``MIXTURE_MEMBERS`` at scale 0.1, seed 2, preprocessed: their database directories."""
+    from dlkit.db import preprocess
+
+    gen = _mixture_module()
+    root = tmp_path_factory.mktemp("mixture")
+    out = []
+    for family, variant in MIXTURE_MEMBERS:
+        name = gen.member_name(family, variant)
+        gen.make_member(root / "source" / name, family, variant, seed=2, scale=0.1)
+        preprocess(root / "source" / name, root / "db" / name, fsync=False)
+        out.append(root / "db" / name)
+    return out

@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.examples.conftest import _mixture_module
 from tests.examples.launch import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
@@ -20,8 +18,6 @@ import pretrain  # noqa: E402
 
 import dlkit  # noqa: E402
 
-# Three databases pretrained on (two of the churn signal, one of the grand one), one held out
-MEMBERS = (("churn", "shop"), ("churn", "bank"), ("grand", "retail"), ("churn", "club"))
 HELD_OUT = "churn-club"
 TINY = ["--batch-size", "8", "--sequence-length", "64", "--d-model", "32",
         "--finetune-steps", "3"]
@@ -37,21 +33,6 @@ def _single_process(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(scope="module")
-def databases(tmp_path_factory) -> list[Path]:
-    from dlkit.db import preprocess
-
-    gen = _mixture_module()
-    root = tmp_path_factory.mktemp("pretrain")
-    out = []
-    for family, variant in MEMBERS:
-        name = gen.member_name(family, variant)
-        gen.make_member(root / "src" / name, family, variant, seed=2, scale=0.1)
-        preprocess(root / "src" / name, root / "db" / name, fsync=False)
-        out.append(root / "db" / name)
-    return out
-
-
 def _run(capsys, databases, *flags: str) -> tuple[str, dict]:
     argv = ["--db", *map(str, databases), "--held-out", HELD_OUT, *TINY, *flags]
     assert pretrain.main(argv) == 0
@@ -59,8 +40,8 @@ def _run(capsys, databases, *flags: str) -> tuple[str, dict]:
     return line, json.loads(line)
 
 
-def test_result_line_reports_the_three_metrics_on_the_held_out_database(capsys, databases):
-    _, result = _run(capsys, databases, "--pretrain-steps", "4")
+def test_result_line_reports_the_three_metrics_on_the_held_out_database(capsys, mixture_dbs):
+    _, result = _run(capsys, mixture_dbs, "--pretrain-steps", "4")
     assert set(KEYS) <= set(result)
     assert (result["held_out"], result["task"], result["metric"]) == \
         ("planted-churn-club", "lapse", "auc")
@@ -71,7 +52,7 @@ def test_result_line_reports_the_three_metrics_on_the_held_out_database(capsys, 
                 "pretrain_loss_last"):
         assert isinstance(result[key], float) and math.isfinite(result[key]), key
     # every val seed of the held-out task once
-    with dlkit.Sampler(databases[-1], batch_size=8, sequence_length=64) as sampler:
+    with dlkit.Sampler(mixture_dbs[-1], batch_size=8, sequence_length=64) as sampler:
         assert result["val_count"] == len(sampler.splits[0].of("val"))
     # the components pretrained on, each scored; the held-out one is not among them
     assert sorted(result["pretrained"]) == ["planted-churn-bank/dormancy",
@@ -80,30 +61,30 @@ def test_result_line_reports_the_three_metrics_on_the_held_out_database(capsys, 
     assert all(math.isfinite(v) for v in result["pretrained"].values())
 
 
-def test_the_held_out_database_is_never_trained_on(capsys, databases, tmp_path):
+def test_the_held_out_database_is_never_trained_on(capsys, mixture_dbs, tmp_path):
     record = tmp_path / "steps.jsonl"
-    _run(capsys, databases, "--pretrain-steps", "12", "--record", str(record))
+    _run(capsys, mixture_dbs, "--pretrain-steps", "12", "--record", str(record))
     steps = [json.loads(line) for line in record.read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(12))
     served = {s["database_idx"] for s in steps}
     assert 3 not in served and len(served) >= 2  # the held-out one is last in --db
 
 
-def test_a_rerun_prints_the_same_line(capsys, databases):
-    first, _ = _run(capsys, databases, "--pretrain-steps", "3")
-    second, _ = _run(capsys, databases, "--pretrain-steps", "3")
+def test_a_rerun_prints_the_same_line(capsys, mixture_dbs):
+    first, _ = _run(capsys, mixture_dbs, "--pretrain-steps", "3")
+    second, _ = _run(capsys, mixture_dbs, "--pretrain-steps", "3")
     assert first == second
-    other, _ = _run(capsys, databases, "--pretrain-steps", "3", "--seed", "1")
+    other, _ = _run(capsys, mixture_dbs, "--pretrain-steps", "3", "--seed", "1")
     assert other != first
 
 
-def test_resumed_pretraining_ends_where_an_uninterrupted_one_does(capsys, databases, tmp_path):
+def test_resumed_pretraining_ends_where_an_uninterrupted_one_does(capsys, mixture_dbs, tmp_path):
     whole, first, rest = (tmp_path / f"{n}.jsonl" for n in ("whole", "first", "rest"))
-    _, uninterrupted = _run(capsys, databases, "--pretrain-steps", "5", "--record", str(whole))
+    _, uninterrupted = _run(capsys, mixture_dbs, "--pretrain-steps", "5", "--record", str(whole))
     ckpt = tmp_path / "ckpt"
-    _run(capsys, databases, "--pretrain-steps", "2", "--checkpoint-dir", str(ckpt),
+    _run(capsys, mixture_dbs, "--pretrain-steps", "2", "--checkpoint-dir", str(ckpt),
          "--record", str(first))
-    _, resumed = _run(capsys, databases, "--pretrain-steps", "5", "--checkpoint-dir",
+    _, resumed = _run(capsys, mixture_dbs, "--pretrain-steps", "5", "--checkpoint-dir",
                       str(ckpt), "--resume", "--record", str(rest))
     assert resumed.pop("resumed_from") == 2
     uninterrupted.pop("resumed_from")
@@ -116,10 +97,10 @@ def test_resumed_pretraining_ends_where_an_uninterrupted_one_does(capsys, databa
     assert pieced == steps  # the same batches, parameters and losses, step by step
 
 
-def test_resume_refuses_another_held_out_database(capsys, databases, tmp_path):
+def test_resume_refuses_another_held_out_database(capsys, mixture_dbs, tmp_path):
     ckpt = tmp_path / "ckpt"
-    _run(capsys, databases, "--pretrain-steps", "1", "--checkpoint-dir", str(ckpt))
-    argv = ["--db", *map(str, databases), "--held-out", "churn-shop", *TINY,
+    _run(capsys, mixture_dbs, "--pretrain-steps", "1", "--checkpoint-dir", str(ckpt))
+    argv = ["--db", *map(str, mixture_dbs), "--held-out", "churn-shop", *TINY,
             "--pretrain-steps", "2", "--checkpoint-dir", str(ckpt), "--resume"]
     with pytest.raises(common.UsageError, match="held_out: checkpoint 'planted-churn-club', "
                                                 "now 'planted-churn-shop'"):
@@ -130,9 +111,9 @@ def test_resume_refuses_another_held_out_database(capsys, databases, tmp_path):
     (["--held-out", "nowhere"], "--held-out 'nowhere' is not one of --db"),
     (["--held-out", HELD_OUT, "--context", "anchor-only"], "ablation"),
 ])
-def test_bad_flags_are_one_line(capsys, databases, flags, message):
+def test_bad_flags_are_one_line(capsys, mixture_dbs, flags, message):
     with pytest.raises(SystemExit) as exit_info:
-        pretrain.parse_args(["--db", *map(str, databases), "--pretrain-steps", "1",
+        pretrain.parse_args(["--db", *map(str, mixture_dbs), "--pretrain-steps", "1",
                              "--finetune-steps", "1", *flags])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
