@@ -199,17 +199,20 @@ Commands = Callable[[int, list[str]], list[tuple[list[str], dict[str, str]]]]
 class Runs:
     """Named training runs of one example, each a chain of launches that append to one
     ``--record`` file and share one ``--checkpoint-dir``. ``commands(processes, flags)`` gives
-    the commands (argv, environment) that make one launch on ``processes`` processes."""
+    the commands (argv, environment) that make one launch on ``processes`` processes;
+    ``steps_flag`` is the example's flag for the steps to train to."""
 
-    def __init__(self, root: Path, flags: list[str], commands: Commands, timeout: float):
+    def __init__(self, root: Path, flags: list[str], commands: Commands, timeout: float,
+                 steps_flag: str = "--steps"):
         self.root = root
         self.flags = flags
         self.commands = commands
         self.timeout = timeout
+        self.steps_flag = steps_flag
         self.outcomes: dict[str, list[Outcome]] = {}
 
     def launch(self, name: str, processes: int, steps: int, resume: bool = False) -> Outcome:
-        flags = [*self.flags, "--steps", str(steps), "--record", str(self.record_path(name)),
+        flags = [*self.flags, self.steps_flag, str(steps), "--record", str(self.record_path(name)),
                  "--checkpoint-dir", str(self.root / f"{name}-ckpt"),
                  *(["--resume"] if resume else [])]
         index = len(self.outcomes.get(name, []))
