@@ -117,3 +117,23 @@ def test_bad_flags_are_one_line(capsys, mixture_dbs, flags, message):
                              "--finetune-steps", "1", *flags])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_categorical_task_gets_a_class_head_of_its_own(capsys, mixture_dbs,
+                                                         planted_db_factory):
+    """Pretrained on, the majority database's segment task trains its own class head (an
+    accuracy among the pretrained components); held out, its head is untrained and the
+    example still reports every metric."""
+    majority, _ = planted_db_factory("majority", 0, 0.1)
+    shop, club = mixture_dbs[0], mixture_dbs[-1]
+    _, result = _run(capsys, [shop, majority, club], "--pretrain-steps", "4")
+    assert set(result["pretrained"]) == {"planted-churn-shop/churn", "planted-majority/segment"}
+    assert 0 <= result["pretrained"]["planted-majority/segment"] <= 1
+    argv = ["--db", str(shop), str(majority), "--held-out", majority.name, *TINY,
+            "--pretrain-steps", "2"]
+    assert pretrain.main(argv) == 0
+    held = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (held["task"], held["metric"]) == ("segment", "accuracy")
+    for key in ("zero_shot", "fine_tuned", "scratch", "baseline"):
+        assert 0 <= held[key] <= 1, key
+    assert math.isfinite(held["zero_shot_loss"])
