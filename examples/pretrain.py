@@ -58,6 +58,8 @@ import train_torch as tt  # noqa: E402
 from torch import nn  # noqa: E402
 
 import dlkit  # noqa: E402
+from dlkit.errors import InvalidArgumentError  # noqa: E402
+from dlkit.text import unknown_name  # noqa: E402
 
 CHECKPOINT_FILE = "pretrain.pt"
 
@@ -181,10 +183,13 @@ def pretrain(p: PretrainArgs, world: tt.World) -> int:
         names = [entry.name for entry in mixture.databases]
         held = names[p.held_out]
         tasks = [c.task for c in mixture.components if c.database_idx == p.held_out]
-        task = args.task or (tasks[0] if len(tasks) == 1 else "")
-        if task not in tasks:
-            raise common.UsageError(f"--task: the held-out database {held} has the tasks "
-                                    f"{', '.join(tasks)}" + ("" if args.task else "; name one"))
+        if not args.task and len(tasks) != 1:
+            raise common.UsageError(f"the held-out database {held} has {len(tasks)} tasks "
+                                    f"({', '.join(tasks)}): name one with --task")
+        task = args.task or tasks[0]
+        if task not in tasks:  # the wording and exit code of every dlkit command
+            raise InvalidArgumentError(unknown_name("task", task, tasks,
+                                                    f"the held-out database {held}"))
         info = mixture.label_info(task, database=p.held_out)
         class_heads = {}
         for c in mixture.components:

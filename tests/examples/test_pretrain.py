@@ -137,3 +137,12 @@ def test_a_categorical_task_gets_a_class_head_of_its_own(capsys, mixture_dbs,
     for key in ("zero_shot", "fine_tuned", "scratch", "baseline"):
         assert 0 <= held[key] <= 1, key
     assert math.isfinite(held["zero_shot_loss"])
+
+
+def test_an_unknown_task_is_the_words_of_every_command(capsys, mixture_dbs):
+    argv = ["--db", *map(str, mixture_dbs), "--held-out", HELD_OUT, *TINY,
+            "--pretrain-steps", "1", "--task", "laps"]
+    assert common.run(lambda: pretrain.main(argv)) == 2
+    assert capsys.readouterr().err == (
+        "error INVALID_ARGUMENT: no task 'laps' in the held-out database planted-churn-club "
+        "(tasks: lapse); did you mean 'lapse'?\n")
