@@ -180,3 +180,15 @@ def test_the_family_preprocesses_into_a_valid_mixture_with_one_held_out(tmp_path
     assert len(check.components) == 7 and len(check.training) == 6
     held = [c for c in check.components if not c.train]
     assert [c.task for c in held] == ["lapse"] and held[0].weight == 0
+
+
+def test_the_command_line_writes_the_variants_asked_for_and_refuses_unknown_ones(tmp_path,
+                                                                                 capsys):
+    assert gen.main([str(tmp_path / "a"), "--family", "grand", "--variant", "farm",
+                     "--variant", "travel", "--scale", "0.05"]) == 0
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["grand-farm", "grand-travel"]
+    assert gen.main([str(tmp_path / "b"), "--family", "grand", "--variant", "shop"]) == 2
+    assert "no variant ['shop'] in the families grand" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(ValueError, match="family churn has no variant 'farm'"):
+        gen.make_member(tmp_path / "c", "churn", "farm")
