@@ -9,6 +9,7 @@ bound rather than overflowing a float.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -47,3 +48,20 @@ def is_number(value: Any, minimum: float = -math.inf, maximum: float = math.inf)
 def is_probability(value: Any) -> bool:
     """A number from 0 to 1 (a share of the seeds)."""
     return is_number(value, 0, 1)
+
+
+def weights(kind: str, names: Sequence[str], values: Sequence[Any], listed: str,
+            all_zero: str) -> tuple[float, ...]:
+    """One finite weight >= 0 per name (``kind`` says of what: "task", "database"), not all
+    zero, as floats; ``listed`` names the things counted and ``all_zero`` says what zeros
+    would mean, in the messages."""
+    if len(values) != len(names):
+        raise InvalidArgumentError(f"{kind}_weights has {len(values)} values for "
+                                   f"{len(names)} {listed}")
+    for name, value in zip(names, values):
+        if not is_number(value, 0):
+            raise InvalidArgumentError(f"{kind} weight of {name!r} must be a finite number "
+                                       f">= 0, got {value!r}")
+    if not any(values):
+        raise InvalidArgumentError(f"{kind}_weights are all zero: {all_zero}")
+    return tuple(float(v) for v in values)

@@ -21,7 +21,8 @@ from typing import Any
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler import knobs
-from dlkit.sampler.arguments import integer, is_number
+from dlkit.sampler.arguments import integer
+from dlkit.sampler.arguments import weights as checked_weights
 from dlkit.sampler.batch import BatchConfig, ChildPolicy
 from dlkit.sampler.run_plan import RunConfig
 from dlkit.sampler.splits import SplitRatios
@@ -41,16 +42,8 @@ def task_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...]:
         values = [weights.get(name, 0.0) for name in names]
     else:
         values = list(weights)
-        if len(values) != len(names):
-            raise InvalidArgumentError(f"task_weights has {len(values)} values for "
-                                       f"{len(names)} tasks ({', '.join(names)})")
-    for name, v in zip(names, values):
-        if not is_number(v, 0):
-            raise InvalidArgumentError(f"task weight of {name!r} must be a finite number >= 0, "
-                                       f"got {v!r}")
-    if not any(values):
-        raise InvalidArgumentError("task_weights are all zero: no task could be sampled")
-    return tuple(float(v) for v in values)
+    return checked_weights("task", names, values, f"tasks ({', '.join(names)})",
+                           "no task could be sampled")
 
 
 @dataclass(frozen=True)

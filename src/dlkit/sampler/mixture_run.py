@@ -25,7 +25,7 @@ import numpy as np
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.mixture import DEFAULT_TOTAL_WEIGHT, weights_from_counts
 from dlkit.sampler.aggregates import column_embeddings
-from dlkit.sampler.arguments import is_number
+from dlkit.sampler.arguments import weights as checked_weights
 from dlkit.sampler.batch import MixtureMember
 from dlkit.sampler.database import SamplerDatabase
 
@@ -89,17 +89,8 @@ def database_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise InvalidArgumentError(f"database_weights must be a list of numbers, one per "
                                    f"database, got {weights!r}")
-    values = list(weights)
-    if len(values) != len(names):
-        raise InvalidArgumentError(f"database_weights has {len(values)} values for "
-                                   f"{len(names)} databases")
-    for name, value in zip(names, values):
-        if not is_number(value, 0):
-            raise InvalidArgumentError(f"database weight of {name!r} must be a finite number "
-                                       f">= 0, got {value!r}")
-    if not any(values):
-        raise InvalidArgumentError("database_weights are all zero: nothing to train on")
-    return tuple(float(v) for v in values)
+    return checked_weights("database", names, list(weights), "databases",
+                           "nothing to train on")
 
 
 def component_weights(train_seeds: Sequence[Sequence[int]],
