@@ -216,15 +216,17 @@ def bfs(db, seed_row: int, obs_time: int, width: int, max_cells: int, max_rows: 
 
 # --- context examples ---------------------------------------------------------------------
 
-EXAMPLES_RECENT, EXAMPLES_RANDOM = range(2)
+EXAMPLES_RECENT, EXAMPLES_RANDOM, EXAMPLES_PARENT = range(3)
 VIA_EXAMPLE = 3
 
 
 def context_examples(task, seed_index: int, cutoff: int, count: int, policy: int, *,
-                     seed: int, epoch: int) -> list[int]:
-    """Seed indices of the context examples of seed ``seed_index``, latest first: the other
-    seeds observed at a visible time, in (time, anchor row) order, the last ``count`` of them
-    or ``count`` chosen by Floyd's algorithm from the example stream."""
+                     seed: int, epoch: int, db=None, max_scan: int = 0) -> list[int]:
+    """Seed indices of the context examples of seed ``seed_index``: the other seeds observed
+    at a visible time, in (time, anchor row) order, the last ``count`` of them (latest first)
+    or ``count`` chosen by Floyd's algorithm from the example stream (latest first), or
+    (EXAMPLES_PARENT, ``db`` given) the seeds among the latest ``max_scan`` visible children
+    of each foreign-key parent of the seed's row, then the latest others."""
     times = [int(t) for t in task.obs_time]
     anchors = [int(a) for a in task.anchor_row]
     order = sorted(range(len(times)), key=lambda i: (times[i], anchors[i]))
@@ -232,6 +234,26 @@ def context_examples(task, seed_index: int, cutoff: int, count: int, policy: int
     count = min(count, len(candidates))
     if policy == EXAMPLES_RECENT:
         return candidates[::-1][:count]
+    if policy == EXAMPLES_PARENT:
+        g = db.graph
+        table = db.table(task.table)
+        offset = int(table.row_offset)
+        seed_of = {a: i for i, a in enumerate(anchors)}
+        row = offset + anchors[seed_index]
+        chosen: list[int] = []
+        for parent in g.parent_ids[g.parent_offsets[row]:g.parent_offsets[row + 1]]:
+            lo, hi = int(g.child_offsets[parent]), int(g.child_offsets[parent + 1])
+            k = bisect.bisect_right([int(t) for t in g.child_times[lo:hi]], cutoff)
+            for q in range(k - 1, max(0, k - max_scan) - 1, -1):
+                child = int(g.child_ids[lo + q])
+                if int(g.row_table[child]) != table.index:
+                    continue
+                i = seed_of.get(child - offset)
+                if i is None or i == seed_index or not visible(times[i], cutoff):
+                    continue
+                if i not in chosen and len(chosen) < count:
+                    chosen.append(i)
+        return chosen + [i for i in candidates[::-1] if i not in chosen][:count - len(chosen)]
     stream = Stream.of_examples(seed, epoch, task.index, anchors[seed_index])
     return [candidates[p] for p in reversed(floyd(stream, len(candidates), count))]
 
@@ -252,7 +274,7 @@ def with_examples(db, task, seed_index: int, visits, *, seed: int, epoch: int, w
     if count == 0 or cells >= S or len(visits) >= R:
         return visits
     chosen = context_examples(task, seed_index, cutoff, count, example_policy, seed=seed,
-                              epoch=epoch)
+                              epoch=epoch, db=db, max_scan=S)
     index = {row: i for i, (row, _, _, _) in enumerate(visits)}
     row_offset = int(db.table(task.table).row_offset)
     for j, example in enumerate(chosen):

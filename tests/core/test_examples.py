@@ -34,7 +34,8 @@ def test_choice_matches_reference(times, count, policy, seed, epoch, task_idx, s
     order = np.argsort(obs, kind="stable")
     ranks = np.empty(n, dtype=np.int64)
     ranks[order] = np.arange(n)
-    examples = Examples(count, policy, task.anchor_row[order], obs[order], 0, ranks)
+    examples = Examples(count, policy, task.anchor_row[order], obs[order], 0, task.anchor_row,
+                        ranks, np.asarray([me]))
     k0, k1 = example_key(np.uint64(seed), np.uint64(epoch), task_idx)
     out = np.empty(count, dtype=np.int64)
     picks = np.empty(count, dtype=np.uint64)

@@ -27,7 +27,8 @@ NAIVE_POLICY = {ChildPolicy.UNIFORM: naive.UNIFORM, ChildPolicy.RECENT: naive.RE
 
 
 NAIVE_EXAMPLES = {ContextExamplePolicy.RECENT: naive.EXAMPLES_RECENT,
-                  ContextExamplePolicy.RANDOM: naive.EXAMPLES_RANDOM}
+                  ContextExamplePolicy.RANDOM: naive.EXAMPLES_RANDOM,
+                  ContextExamplePolicy.PARENT: naive.EXAMPLES_PARENT}
 POLICIES = st.sampled_from(list(ChildPolicy))
 
 

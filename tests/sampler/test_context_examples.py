@@ -7,9 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlkit.core.examples import parent_examples
 from dlkit.errors import CheckpointError, InvalidArgumentError
 from dlkit.sampler import Sampler
-from dlkit.sampler.batch import BATCH_KEYS, BatchConfig, ContextExamplePolicy
+from dlkit.sampler.batch import (
+    BATCH_KEYS,
+    BatchBuilder,
+    BatchConfig,
+    ContextExamplePolicy,
+    ContextExamples,
+)
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
 from tests.sampler.test_batch import POLICIES, SEED_DB, assert_matches_reference, build
@@ -38,6 +45,34 @@ def test_batches_with_examples_match_reference(db_seed, S, R, width, seed, epoch
         assert_matches_reference(db, built, task, S=S, R=R, width=width, seed=seed,
                                  epoch=epoch, policy=policy, examples=examples,
                                  example_policy=example_policy)
+
+
+@settings(max_examples=40)
+@given(db_seed=SEED_DB, count=st.integers(1, 6), max_scan=st.integers(1, 6),
+       span=st.sampled_from([12, 10**9]), data=st.data())
+def test_parent_choice_matches_reference(db_seed, count, max_scan, span, data):
+    """Siblings first (each parent's latest ``max_scan`` visible children that are seeds),
+    then the latest others: the kernel against the reference, the scan cap included."""
+    db = random_database(db_seed, num_tables=3, fk_prob=0.6, num_tasks=2, time_rules=True,
+                         time_span=span)
+    builder = BatchBuilder(db, BatchConfig(sequence_length=64), seed=0)
+    resident = builder.resident
+    for view, task in zip(builder.tasks, db.tasks):
+        if task.num_seeds == 0:
+            continue
+        me = data.draw(st.integers(0, task.num_seeds - 1))
+        obs = int(task.obs_time[me])
+        cutoff = naive.INT64_MAX if obs == naive.NO_TIME else obs - int(task.rules.strict)
+        examples = ContextExamples(count, ContextExamplePolicy.PARENT).kernel_examples(
+            view, np.asarray([me]))
+        out = np.empty(count, dtype=np.int64)
+        k = parent_examples(resident.graph, resident.tables, examples,
+                            int(view.anchor_row[me]) + view.row_offset,
+                            int(examples.ranks[me]), cutoff, max_scan, out)
+        order = np.argsort(task.obs_time, kind="stable")
+        want = naive.context_examples(task, me, cutoff, count, naive.EXAMPLES_PARENT, seed=0,
+                                      epoch=0, db=db, max_scan=max_scan)
+        assert [int(order[p]) for p in out[:k]] == want
 
 
 def _lags(db):
@@ -154,7 +189,7 @@ def test_context_examples_are_validated_and_named():
         with pytest.raises(InvalidArgumentError, match="context_examples must be an integer"):
             BatchConfig(context_examples=bad)
     for bad in ("latest", 0, None):
-        with pytest.raises(InvalidArgumentError, match="recent, random"):
+        with pytest.raises(InvalidArgumentError, match="recent, random, parent"):
             BatchConfig(context_example_policy=bad)
 
 
@@ -162,7 +197,7 @@ SMALL = dict(sequence_length=64, max_rows=16, bfs_child_width=2, split_seed=5, s
              batch_size=4)
 
 
-@pytest.mark.parametrize("policy", ["recent", "random"])
+@pytest.mark.parametrize("policy", ["recent", "random", "parent"])
 def test_sampler_batches_are_the_same_for_any_thread_count(policy):
     db = random_database(7, num_tables=4, max_rows=160, fk_prob=0.4, num_tasks=2,
                          time_rules=True)

@@ -54,8 +54,10 @@ POLICY_HELP = ("Which children a row with more than the width keeps: uniform (dr
 CONTEXT_EXAMPLES_HELP = ("Fill a sequence whose walk stops short with the walks of up to this "
                          "many other seeds of the task observed no later than it (0: off, the "
                          "default); their cells have is_context_example = 1.")
-CONTEXT_POLICY_HELP = ("Which seeds are the context examples: recent (the latest, the default) "
-                       "or random (drawn from the seed, the epoch and the sequence's seed).")
+CONTEXT_POLICY_HELP = ("Which seeds are the context examples: recent (the latest, the default), "
+                       "random (drawn from the seed, the epoch and the sequence's seed) or "
+                       "parent (those sharing a foreign-key parent with the seed's row first, "
+                       "then the latest).")
 
 
 # Each sampler knob's option, declared once (defaults: dlkit.sampler.knobs, as the Sampler's).
@@ -210,7 +212,7 @@ def batches(
         knobs.CONTEXT_EXAMPLES, "--context-examples", min=0, max=knobs.MAX_CONTEXT_EXAMPLES,
         help=CONTEXT_EXAMPLES_HELP),
     context_example_policy: str = typer.Option(
-        knobs.CONTEXT_EXAMPLE_POLICY, "--context-example-policy", metavar="<recent|random>",
+        knobs.CONTEXT_EXAMPLE_POLICY, "--context-example-policy", metavar="<recent|random|parent>",
         help=CONTEXT_POLICY_HELP),
     sampling_mode: str = _sampling_mode_option(BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),

@@ -8,7 +8,9 @@ the walks of up to ``Examples.limit`` other seeds of the same task observed no l
    visible at the sequence's cutoff (``NO_TIME`` or ``<= T``), in (observation time, anchor
    row) order. ``EXAMPLES_RECENT`` takes the latest ``limit``; ``EXAMPLES_RANDOM`` chooses
    ``limit`` of them by Floyd's algorithm from the example stream (``streams.example_key``,
-   the sequence's own anchor). Either way they are used latest first.
+   the sequence's own anchor); either way they are used latest first. ``EXAMPLES_PARENT``
+   takes the seed row's siblings (seeds among its foreign-key parents' visible children)
+   first, then the latest others.
 2. Example ``j`` of ``k`` chosen gets ``ceil(room / (k - j))`` of the cells and of the rows
    still free. It is walked like a sequence of its own (its anchor's stream) but with the
    *current* sequence's cutoff, so nothing later than the current observation time enters;
@@ -28,17 +30,20 @@ from dlkit.core.bfs import (
     choose_without_replacement,
     row_set_capacity,
     row_set_find,
+    row_set_insert,
     row_set_put,
     table_of,
     temporal_bfs,
     visible_prefix,
 )
+from dlkit.core.codes import NO_TIME
 from dlkit.core.jit import kernel
 from dlkit.core.records import Stream, Walk
 from dlkit.core.streams import new_stream
 
 EXAMPLES_RECENT = 0
 EXAMPLES_RANDOM = 1
+EXAMPLES_PARENT = 2
 
 
 @kernel
@@ -71,6 +76,61 @@ def choose_examples(examples, rank, cutoff, k0, k1, anchor, out, picks):
 
 
 @kernel
+def parent_examples(graph, tables, examples, seed_row, rank, cutoff, max_scan, out):
+    """``EXAMPLES_PARENT``: positions in ``examples.anchors`` of the context examples of the
+    seed at position ``rank`` (global row ``seed_row``) in ``out``; returns how many.
+
+    First its siblings: for each foreign-key parent of the seed row in edge order, its
+    visible children latest first (at most the last ``max_scan`` of them), each one a seed of
+    the task observed at a visible time, other than the seed itself and not taken yet; then,
+    while fewer than ``examples.limit``, the latest visible seeds not taken yet."""
+    parent_offsets = graph.parent_offsets
+    parent_ids = graph.parent_ids
+    child_offsets = graph.child_offsets
+    child_ids = graph.child_ids
+    child_times = graph.child_times
+    times = examples.times
+    seed_rows = examples.seed_rows
+    ranks = examples.ranks
+    limit = examples.limit
+    t = table_of(tables.offsets, seed_row)
+    first_row = tables.offsets[t]
+    end_row = tables.offsets[t + 1]
+    taken = np.full(row_set_capacity(limit), -1, dtype=np.int64)
+    count = 0
+    for e in range(parent_offsets[seed_row], parent_offsets[seed_row + 1]):
+        if count == limit:
+            break
+        parent = parent_ids[e]
+        lo = child_offsets[parent]
+        top = lo + visible_prefix(child_times, lo, child_offsets[parent + 1], cutoff)
+        for c in range(top - 1, max(lo, top - max_scan) - 1, -1):
+            child = child_ids[c]
+            if child < first_row or child >= end_row:
+                continue
+            local = child - first_row
+            i = np.searchsorted(seed_rows, local)
+            if i == seed_rows.shape[0] or seed_rows[i] != local:
+                continue
+            position = ranks[i]
+            when = times[position]
+            if position == rank or (when != NO_TIME and when > cutoff):
+                continue
+            if row_set_insert(taken, position):
+                out[count] = position
+                count += 1
+                if count == limit:
+                    break
+    at = visible_prefix(times, 0, times.shape[0], cutoff) - 1
+    while count < limit and at >= 0:
+        if at != rank and row_set_insert(taken, at):
+            out[count] = at
+            count += 1
+        at -= 1
+    return count
+
+
+@kernel
 def add_examples(graph, tables, walk, examples, b, cutoff, sequence_stream, example_stream,
                  visit, count, parents, used, scratch):
     """Append the context examples of sequence ``b`` (its first ``count`` visits in
@@ -93,8 +153,11 @@ def add_examples(graph, tables, walk, examples, b, cutoff, sequence_stream, exam
     chosen = np.empty(examples.limit, dtype=np.int64)
     picks = np.empty(examples.limit, dtype=np.uint64)
     e0, e1, own_anchor = example_stream
-    k = choose_examples(examples, examples.ranks[b], cutoff, e0, e1, own_anchor, chosen,
-                        picks)
+    rank = examples.ranks[examples.batch[b]]
+    if examples.policy == EXAMPLES_PARENT:
+        k = parent_examples(graph, tables, examples, rows[0], rank, cutoff, max_cells, chosen)
+    else:
+        k = choose_examples(examples, rank, cutoff, e0, e1, own_anchor, chosen, picks)
     if k == 0:
         return count, parents, used
     k0, k1, _ = sequence_stream

@@ -130,15 +130,17 @@ class Seeds(NamedTuple):
 class Examples(NamedTuple):
     """Which other seeds of the batch's task may fill a sequence as context examples
     (``dlkit.core.examples``): at most ``limit`` per sequence (0: none), chosen by ``policy``
-    (``examples.EXAMPLES_RECENT`` or ``EXAMPLES_RANDOM``) among the task's seeds in time
-    order. With ``limit`` 0 the arrays may be empty."""
+    (``examples.EXAMPLES_RECENT``, ``EXAMPLES_RANDOM`` or ``EXAMPLES_PARENT``) among the
+    task's ``n`` seeds in time order. With ``limit`` 0 the arrays may be empty."""
 
     limit: int
     policy: int
     anchors: np.ndarray  # int64[n]: the task's anchor rows in (obs_time, anchor row) order
     times: np.ndarray  # int64[n]: their observation times (ascending; NO_TIME first)
     row_offset: int  # global row of the task table's local row 0
-    ranks: np.ndarray  # int64[B]: each sequence's own seed's position in ``anchors``
+    seed_rows: np.ndarray  # int64[n]: the task's anchor rows in seed order (ascending)
+    ranks: np.ndarray  # int64[n]: each seed's position in ``anchors``
+    batch: np.ndarray  # int64[B]: the seed (index in seed order) of each sequence
 
 
 class Stream(NamedTuple):

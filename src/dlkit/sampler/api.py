@@ -66,8 +66,8 @@ class Sampler:
     (docs/batch_format.md); it is part of the state's fingerprint when not the default.
     ``context_examples`` (keyword, default 0: off) fills a sequence whose walk stops short
     with the neighbourhoods of up to that many other seeds of its task observed no later
-    than it, chosen by ``context_example_policy`` (``"recent"``, the default, or
-    ``"random"``); their cells have ``is_context_example = 1`` (docs/batch_format.md,
+    than it, chosen by ``context_example_policy`` (``"recent"``, the default, ``"random"``
+    or ``"parent"``: the seed row's siblings first); their cells have ``is_context_example = 1`` (docs/batch_format.md,
     "Context examples"). Both are part of the fingerprint when not the default.
     ``sampling_mode`` (keyword) is
     the train order, a ``dlkit.nextbatch.tokens.TrainOrder`` or its name: ``"v3"`` (default;

@@ -17,7 +17,7 @@ import numpy as np
 
 from dlkit.core.bfs import CHILD_QUOTA, CHILD_RECENT, CHILD_UNIFORM
 from dlkit.core.collate import build_sequences
-from dlkit.core.examples import EXAMPLES_RANDOM, EXAMPLES_RECENT
+from dlkit.core.examples import EXAMPLES_PARENT, EXAMPLES_RANDOM, EXAMPLES_RECENT
 from dlkit.core.gather import gather_rows
 from dlkit.core.records import BatchOutput, Examples, Seeds, Visits, Walk
 from dlkit.errors import InvalidArgumentError, SamplerShutdown
@@ -111,10 +111,13 @@ class ContextExamplePolicy(str, Enum):
     """Which other seeds of the task fill a sequence whose walk stops short, when
     ``context_examples`` is not 0 (docs/batch_format.md, "Context examples"): among the seeds
     observed no later than the sequence's own, ``recent`` (the default) takes the latest,
-    ``random`` chooses uniformly (a draw of the sampling seed, the epoch and the seed)."""
+    ``random`` chooses uniformly (a draw of the sampling seed, the epoch and the seed),
+    ``parent`` first those sharing a foreign-key parent with the seed's row (its siblings:
+    the same customer's earlier orders), latest first, then the latest others."""
 
     RECENT = "recent"
     RANDOM = "random"
+    PARENT = "parent"
 
     @classmethod
     def parse(cls, value: Any) -> ContextExamplePolicy:
@@ -131,7 +134,9 @@ class ContextExamplePolicy(str, Enum):
     @property
     def code(self) -> int:
         """The kernels' code of the policy (``dlkit.core.examples.EXAMPLES_*``)."""
-        return EXAMPLES_RANDOM if self is ContextExamplePolicy.RANDOM else EXAMPLES_RECENT
+        return {ContextExamplePolicy.RECENT: EXAMPLES_RECENT,
+                ContextExamplePolicy.RANDOM: EXAMPLES_RANDOM,
+                ContextExamplePolicy.PARENT: EXAMPLES_PARENT}[self]
 
 
 @dataclass(frozen=True)
@@ -153,10 +158,11 @@ class ContextExamples:
         """The kernels' record of the batch of ``task``'s seeds ``seed_indices``."""
         if self.count == 0:
             empty = np.zeros(0, dtype=np.int64)
-            return Examples(0, self.policy.code, empty, empty, task.row_offset, empty)
+            return Examples(0, self.policy.code, empty, empty, task.row_offset, empty, empty,
+                            empty)
         anchors, times, ranks = task.time_order
         return Examples(self.count, self.policy.code, anchors, times, task.row_offset,
-                        ranks[seed_indices])
+                        task.anchor_row, ranks, seed_indices)
 
 
 NO_CONTEXT_EXAMPLES = ContextExamples()
