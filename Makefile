@@ -110,7 +110,8 @@ test: $(STAMP) system-deps  ## run the whole test suite (installs system-deps fi
 # collate kernels run within seconds here through test_batch; the rest measures threads and
 # processes around them). Integer overflow warnings are muted: wrapping is the kernels'
 # intended uint arithmetic, which numpy scalars warn about and Numba does not.
-NOJIT_TESTS ?= tests/core tests/nextbatch tests/sampler/test_splits.py tests/sampler/test_batch.py
+NOJIT_TESTS ?= tests/core tests/nextbatch tests/sampler/test_splits.py tests/sampler/test_batch.py \
+  tests/sampler/test_context_examples.py
 NOJIT_SKIP  := tests/core/test_jit.py tests/nextbatch/test_golden.py \
   tests/nextbatch/test_golden_package.py tests/nextbatch/test_v3_golden.py
 test-nojit: $(STAMP)  ## run the kernel tests with the JIT disabled (plain Python, < 5 min)

@@ -329,7 +329,7 @@ def local_batch_size(args: TrainArgs, world_size: int) -> int:
 # Keys whose every cell of a padding position is 0 (docs/batch_format.md §5).
 _CELL_VALUE_KEYS = ("semantic_types", "column_ids", "seq_row_ids", "numeric_values",
                     "timestamp_values", "bool_values", "categorical_embed_ids", "text_embed_ids",
-                    "is_null", "is_target")
+                    "is_null", "is_target", "is_context_example")
 
 
 def anchor_only(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ M32 = 0xFFFFFFFF
 M64 = (1 << 64) - 1
 SEQUENCE_TAG = 0x53455131
 TASK_TAG = 0x5441534B
+EXAMPLE_TAG = 0x43545831
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
 
 
@@ -58,6 +59,15 @@ class Stream:
         self.key = (r[0], r[1])
         self.anchor = anchor
         self.draw = 0
+
+    @classmethod
+    def of_examples(cls, seed: int, epoch: int, task: int, anchor: int) -> Stream:
+        """The stream of the random choice of a sequence's context examples: its own key
+        (tag EXAMPLE_TAG), the sequence's anchor."""
+        stream = cls(seed, epoch, task, anchor)
+        r = philox(epoch & M32, epoch >> 32, task, EXAMPLE_TAG, seed & M32, seed >> 32)
+        stream.key = (r[0], r[1])
+        return stream
 
     def next_u64(self) -> int:
         j, a = self.draw // 2, self.anchor
@@ -204,6 +214,95 @@ def bfs(db, seed_row: int, obs_time: int, width: int, max_cells: int, max_rows: 
     return out
 
 
+# --- context examples ---------------------------------------------------------------------
+
+EXAMPLES_RECENT, EXAMPLES_RANDOM, EXAMPLES_PARENT = range(3)
+VIA_EXAMPLE = 3
+
+
+def context_examples(task, seed_index: int, cutoff: int, count: int, policy: int, *,
+                     seed: int, epoch: int, db=None, max_scan: int = 0) -> list[int]:
+    """Seed indices of the context examples of seed ``seed_index``: the other seeds observed
+    at a visible time, in (time, anchor row) order, the last ``count`` of them (latest first)
+    or ``count`` chosen by Floyd's algorithm from the example stream (latest first), or
+    (EXAMPLES_PARENT, ``db`` given) the seeds among the latest ``max_scan`` visible children
+    of each foreign-key parent of the seed's row, then the latest others."""
+    times = [int(t) for t in task.obs_time]
+    anchors = [int(a) for a in task.anchor_row]
+    order = sorted(range(len(times)), key=lambda i: (times[i], anchors[i]))
+    candidates = [i for i in order if visible(times[i], cutoff) and i != seed_index]
+    count = min(count, len(candidates))
+    if policy == EXAMPLES_RECENT:
+        return candidates[::-1][:count]
+    if policy == EXAMPLES_PARENT:
+        g = db.graph
+        table = db.table(task.table)
+        offset = int(table.row_offset)
+        seed_of = {a: i for i, a in enumerate(anchors)}
+        row = offset + anchors[seed_index]
+        chosen: list[int] = []
+        for parent in g.parent_ids[g.parent_offsets[row]:g.parent_offsets[row + 1]]:
+            lo, hi = int(g.child_offsets[parent]), int(g.child_offsets[parent + 1])
+            k = bisect.bisect_right([int(t) for t in g.child_times[lo:hi]], cutoff)
+            for q in range(k - 1, max(0, k - max_scan) - 1, -1):
+                child = int(g.child_ids[lo + q])
+                if int(g.row_table[child]) != table.index:
+                    continue
+                i = seed_of.get(child - offset)
+                if i is None or i == seed_index or not visible(times[i], cutoff):
+                    continue
+                if i not in chosen and len(chosen) < count:
+                    chosen.append(i)
+        return chosen + [i for i in candidates[::-1] if i not in chosen][:count - len(chosen)]
+    stream = Stream.of_examples(seed, epoch, task.index, anchors[seed_index])
+    return [candidates[p] for p in reversed(floyd(stream, len(candidates), count))]
+
+
+def with_examples(db, task, seed_index: int, visits, *, seed: int, epoch: int, width: int,
+                  S: int, R: int, policy: int, count: int, example_policy: int):
+    """``visits`` (the seed's own walk) followed by the rows of its context examples: example
+    ``j`` of ``k`` walked like its own sequence with the seed's cutoff, its new rows appended
+    until it has a ``ceil`` share of the cells or the rows still free."""
+    g = db.graph
+    ncells = {t.index: len(t.columns) for t in db.tables}
+    rules = getattr(task, "rules", None)
+    strict = bool(rules is not None and rules.strict)
+    obs_time = int(task.obs_time[seed_index])
+    cutoff = INT64_MAX if obs_time == NO_TIME else obs_time - int(strict)
+    visits = list(visits)
+    cells = sum(ncells[int(g.row_table[row])] for row, _, _, _ in visits)
+    if count == 0 or cells >= S or len(visits) >= R:
+        return visits
+    chosen = context_examples(task, seed_index, cutoff, count, example_policy, seed=seed,
+                              epoch=epoch, db=db, max_scan=S)
+    index = {row: i for i, (row, _, _, _) in enumerate(visits)}
+    row_offset = int(db.table(task.table).row_offset)
+    for j, example in enumerate(chosen):
+        if cells >= S or len(visits) >= R:
+            break
+        left = len(chosen) - j
+        share_cells = -(-(S - cells) // left)
+        share_rows = -(-(R - len(visits)) // left)
+        anchor = int(task.anchor_row[example])
+        walk = bfs(db, row_offset + anchor, obs_time, width, 1 << 62, R,
+                   Stream(seed, epoch, task.index, anchor), strict=strict, policy=policy)
+        placed: dict[int, int] = {}
+        added_cells = added_rows = 0
+        for i, (row, depth, source, via) in enumerate(walk):
+            if row in index:
+                placed[i] = index[row]
+                continue
+            placed[i] = index[row] = len(visits)
+            visits.append((row, depth, -1 if source < 0 else placed[source],
+                           VIA_EXAMPLE if source < 0 else via))
+            cells += ncells[int(g.row_table[row])]
+            added_cells += ncells[int(g.row_table[row])]
+            added_rows += 1
+            if added_cells >= share_cells or added_rows >= share_rows:
+                break
+    return visits
+
+
 # --- linearisation and collation ----------------------------------------------------------
 
 
@@ -219,8 +318,9 @@ def time_features(t: int, mean: float, std: float) -> list[float]:
 
 
 def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S: int, R: int,
-             policy: int = UNIFORM):
-    """One sequence: (visited rows, cells), each cell a dict of the values of every key."""
+             policy: int = UNIFORM, examples: int = 0, example_policy: int = EXAMPLES_RECENT):
+    """One sequence: (visited rows, cells), each cell a dict of the values of every key;
+    ``examples`` context examples (chosen by ``example_policy``) fill a short walk."""
     table = db.table(task.table)
     anchor = int(task.anchor_row[seed_index])
     seed_row = int(table.row_offset) + anchor
@@ -229,6 +329,10 @@ def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S:
     rules = getattr(task, "rules", None)
     visits = bfs(db, seed_row, obs_time, width, S, R, stream,
                  strict=bool(rules is not None and rules.strict), policy=policy)
+    own = len(visits)
+    visits = with_examples(db, task, seed_index, visits, seed=seed, epoch=epoch, width=width,
+                           S=S, R=R, policy=policy, count=examples,
+                           example_policy=example_policy)
     known_until = INT64_MAX if obs_time == NO_TIME else obs_time
     # A column is lagged by the largest of its own known_after lag and the label lags of the
     # tasks that predict it.
@@ -251,7 +355,7 @@ def sequence(db, task, seed_index: int, *, seed: int, epoch: int, width: int, S:
                 break
             cell = {"stype": column.stype, "column_id": column.column_id, "row": i,
                     "numeric": 0.0, "ts": [0.0] * 15, "bool": 0, "cat": 0, "text": None,
-                    "null": 0, "target": 0, "hidden": 0}
+                    "null": 0, "target": 0, "hidden": 0, "context": int(i >= own)}
             lag = lags.get((t.name, column.name), 0)
             row_time = int(db.graph.row_times[row])
             if i == 0 and t.name == task.table and column.name == task.target_column:

@@ -105,6 +105,8 @@ def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path, pol
     index = json.loads((out / "index.json").read_text())
     # The index records a policy other than the default (and nothing for the default).
     assert index["request"].get("bfs_child_policy") == policy
+    assert "context_examples" not in index["request"]
+    assert "context_example_policy" not in index["request"]
     # The multi-task Sampler yields the same batches for this task, in the same order.
     knobs = dict(bfs_child_width=1, bfs_child_policy=policy) if policy else {}
     with Sampler(db_path, 0, 1, seed=7, batch_size=4, sequence_length=128, max_rows=16,
@@ -121,6 +123,32 @@ def test_batches_writes_the_sampler_batches_as_npz(dlkit, db_path, tmp_path, pol
                 assert np.array_equal(npz[key], built.arrays[key])
                 assert npz[key].dtype == built.arrays[key].dtype
         assert entry["anchor_rows"] == built.anchor_rows.tolist()
+
+
+def test_batches_with_context_examples_are_the_sampler_batches(dlkit, db_path, tmp_path):
+    out = tmp_path / "batches"
+    result = dlkit("batches", db_path, "--task", "order_status", "--split", "train", "--steps",
+                   2, "--out", out, "--seed", 7, "-b", 4, "-S", 256, "-R", 32, "--json",
+                   "--bfs-child-width", 1, "--context-examples", 3,
+                   "--context-example-policy", "random")
+    assert result.returncode == 0, result.stderr
+    index = json.loads((out / "index.json").read_text())
+    assert index["request"]["context_examples"] == 3
+    assert index["request"]["context_example_policy"] == "random"
+    with Sampler(db_path, 0, 1, seed=7, batch_size=4, sequence_length=256, max_rows=32,
+                 bfs_child_width=1, context_examples=3, context_example_policy="random",
+                 num_prefetch=0) as s:
+        ours = []
+        while len(ours) < 2:
+            built = s.next_built_batch("train")
+            if built.task == "order_status":
+                ours.append(built)
+    files = sorted(out.glob("step_*.npz"))
+    assert sum(int(b.arrays["is_context_example"].sum()) for b in ours) > 0
+    for path, built in zip(files, ours, strict=True):
+        with np.load(path) as npz:
+            for key in BATCH_KEYS:
+                assert np.array_equal(npz[key], built.arrays[key]), key
 
 
 def _batches(dlkit, db_path, out, steps, *extra):
@@ -293,6 +321,9 @@ def test_show_counts_in_the_singular(dlkit, db_path):
       "{tmp}/b"), 2, "bfs_child_width must be an integer in"),
     (("show", "{db}", "--task", "review_rating", "--anchor", 3, "--bfs-child-policy", "old"),
      2, "bfs_child_policy must be one of uniform, recent, quota"),
+    (("batches", "{db}", "--task", "review_rating", "--context-examples", 2,
+      "--context-example-policy", "latest", "--out", "{tmp}/b"), 2,
+     "context_example_policy must be one of recent, random"),
 ])
 def test_errors_are_one_line_with_an_exit_code(dlkit, db_path, tmp_path, args, code, needle):
     argv = [str(a).format(db=db_path, tmp=tmp_path) for a in args]

@@ -193,10 +193,13 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
                 children_of[u].append((None if t is None else t * SECOND, offset + i, row,
                                        table))
     _check_stats(meta, users, children_of)
-    builder = BatchBuilder(db, BatchConfig(sequence_length=64, max_rows=32,
-                                           bfs_child_width=width), seed=3)
+    # Context examples' rows get their aggregate cells by the same rule, as of the sequence's
+    # own observation time.
+    builders = [BatchBuilder(db, BatchConfig(sequence_length=64, max_rows=32,
+                                             bfs_child_width=width, context_examples=examples),
+                             seed=3) for examples in (0, 3)]
     seen = 0
-    for task in builder.tasks:
+    for builder, task in [(b, task) for b in builders for task in b.tasks]:
         if task.num_seeds == 0:
             continue
         built = builder.build(task, np.arange(task.num_seeds), epoch=0)

@@ -15,6 +15,7 @@ from dlkit.sampler.batch import (
     BatchBuilder,
     BatchConfig,
     ChildPolicy,
+    ContextExamplePolicy,
     batch_dtype,
 )
 from tests import naive_sampler as naive
@@ -25,12 +26,17 @@ NAIVE_POLICY = {ChildPolicy.UNIFORM: naive.UNIFORM, ChildPolicy.RECENT: naive.RE
                 ChildPolicy.QUOTA: naive.QUOTA}
 
 
+NAIVE_EXAMPLES = {ContextExamplePolicy.RECENT: naive.EXAMPLES_RECENT,
+                  ContextExamplePolicy.RANDOM: naive.EXAMPLES_RANDOM,
+                  ContextExamplePolicy.PARENT: naive.EXAMPLES_PARENT}
 POLICIES = st.sampled_from(list(ChildPolicy))
 
 
-def build(db, *, S, R, width, seed, epoch, task=0, indices=None, policy=ChildPolicy.UNIFORM):
+def build(db, *, S, R, width, seed, epoch, task=0, indices=None, policy=ChildPolicy.UNIFORM,
+          examples=0, example_policy=ContextExamplePolicy.RECENT):
     builder = BatchBuilder(db, BatchConfig(sequence_length=S, max_rows=R, bfs_child_width=width,
-                                           bfs_child_policy=policy),
+                                           bfs_child_policy=policy, context_examples=examples,
+                                           context_example_policy=example_policy),
                            seed=seed)
     view = builder.tasks[task]
     idx = np.arange(view.num_seeds) if indices is None else np.asarray(indices)
@@ -43,7 +49,8 @@ def expected_shape(key, B, S, R, U, D):
 
 
 def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch,
-                             policy=ChildPolicy.UNIFORM):
+                             policy=ChildPolicy.UNIFORM, examples=0,
+                             example_policy=ContextExamplePolicy.RECENT):
     a = built.arrays
     assert tuple(a) == BATCH_KEYS
     B = built.seed_indices.shape[0]
@@ -59,7 +66,9 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch,
         assert a["sequence_mask"][b] == 1
         visits, cells = naive.sequence(db, task, int(seed_index), seed=seed, epoch=epoch,
                                        width=width, S=S, R=R,
-                                       policy=NAIVE_POLICY[ChildPolicy(policy)])
+                                       policy=NAIVE_POLICY[ChildPolicy(policy)],
+                                       examples=examples,
+                                       example_policy=NAIVE_EXAMPLES[example_policy])
         n = len(cells)
         k = built.visited_counts[b]
         assert list(zip(built.visited_rows[b, :k].tolist(), built.visited_depth[b, :k].tolist(),
@@ -77,6 +86,7 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch,
             assert a["is_null"][b, p] == cell["null"]
             assert a["is_target"][b, p] == cell["target"]
             assert a["is_hidden"][b, p] == cell["hidden"]
+            assert a["is_context_example"][b, p] == cell["context"]
             if cell["text"] is None:
                 assert a["text_embed_ids"][b, p] == 0
             else:
@@ -85,7 +95,8 @@ def assert_matches_reference(db, built, task, *, S, R, width, seed, epoch,
                 assert np.array_equal(a["text_batch_embeddings"][local], text[cell["text"]])
         for key in ("semantic_types", "column_ids", "seq_row_ids", "numeric_values",
                     "timestamp_values", "bool_values", "categorical_embed_ids",
-                    "text_embed_ids", "is_null", "is_target", "is_hidden"):
+                    "text_embed_ids", "is_null", "is_target", "is_hidden",
+                    "is_context_example"):
             assert not a[key][b, n:].any(), f"padding of {key} is not zero"
         pairs = naive.fk_adjacency(db, visits)
         assert {tuple(map(int, ij)) for ij in np.argwhere(a["fk_adj"][b])} == pairs

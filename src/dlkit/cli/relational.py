@@ -51,6 +51,13 @@ WIDTH_HELP = "Children kept per visited row (which ones: --bfs-child-policy)."
 POLICY_HELP = ("Which children a row with more than the width keeps: uniform (drawn uniformly, "
                "the default), recent (the latest visible ones), quota (each child table its "
                "share of the width, the unused share passed on; uniform within a table).")
+CONTEXT_EXAMPLES_HELP = ("Fill a sequence whose walk stops short with the walks of up to this "
+                         "many other seeds of the task observed no later than it (0: off, the "
+                         "default); their cells have is_context_example = 1.")
+CONTEXT_POLICY_HELP = ("Which seeds are the context examples: recent (the latest, the default), "
+                       "random (drawn from the seed, the epoch and the sequence's seed) or "
+                       "parent (those sharing a foreign-key parent with the seed's row first, "
+                       "then the latest).")
 
 
 # Each sampler knob's option, declared once (defaults: dlkit.sampler.knobs, as the Sampler's).
@@ -201,6 +208,12 @@ def batches(
     max_rows: int = _max_rows_option(),
     bfs_child_width: int = _child_width_option(),
     bfs_child_policy: str = _child_policy_option(),
+    context_examples: int = typer.Option(
+        knobs.CONTEXT_EXAMPLES, "--context-examples", min=0, max=knobs.MAX_CONTEXT_EXAMPLES,
+        help=CONTEXT_EXAMPLES_HELP),
+    context_example_policy: str = typer.Option(
+        knobs.CONTEXT_EXAMPLE_POLICY, "--context-example-policy", metavar="<recent|random|parent>",
+        help=CONTEXT_POLICY_HELP),
     sampling_mode: str = _sampling_mode_option(BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
@@ -222,7 +235,9 @@ def batches(
                                batch_size=batch_size, rank=rank, world_size=world_size,
                                sequence_length=sequence_length, max_rows=max_rows,
                                bfs_child_width=bfs_child_width, sampling_mode=sampling_mode,
-                               bfs_child_policy=bfs_child_policy)
+                               bfs_child_policy=bfs_child_policy,
+                               context_examples=context_examples,
+                               context_example_policy=context_example_policy)
         if quiet or as_json:
             summary = write_batches(db, request, out, overwrite=overwrite)
         else:

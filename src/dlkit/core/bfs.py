@@ -38,6 +38,7 @@ from dlkit.core.streams import UINT64_MAX, new_stream, next_draw, uniform_below
 VIA_SEED = 0
 VIA_PARENT = 1
 VIA_CHILD = 2
+VIA_EXAMPLE = 3  # the seed row of a context example (dlkit.core.examples)
 HAS_PARENTS = 1
 HAS_CHILDREN = 2
 _EMPTY = -1

@@ -29,10 +29,11 @@ from dlkit.core.bfs import (
     temporal_bfs,
 )
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NO_TIME, NUMERIC, TEXT, TIMESTAMP
+from dlkit.core.examples import add_examples, mark_examples
 from dlkit.core.jit import kernel
 from dlkit.core.memory import prefetch
 from dlkit.core.records import FlatValues, Layout, Stream, Visit
-from dlkit.core.streams import sequence_key
+from dlkit.core.streams import example_key, sequence_key
 from dlkit.core.timefeatures import NUM_TIME_FEATURES, time_features
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -445,7 +446,7 @@ def hide_unknown_values(obs_times, layout, columns, col_table, tables, row_times
 
 @kernel
 def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, column_lists,
-                    row_values, out, visits, aggregates):
+                    row_values, out, visits, aggregates, examples):
     """A batch: BFS, layout and structure of every sequence, then every value, then the text
     deduplication (design phases 1 and 2). Returns the cell count of each sequence and the
     batch's distinct text ids (ascending).
@@ -463,7 +464,9 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, colu
     column whose ``columns.label_lag`` is not 0 has its not-yet-known values hidden
     (``hide_unknown_values``). The as-of aggregate cells of ``aggregates`` (a
     ``dlkit.core.aggregates.Aggregates``; none when its ``kind`` is empty) are laid out like
-    columns and filled by ``dlkit.core.aggregates.fill_aggregates``.
+    columns and filled by ``dlkit.core.aggregates.fill_aggregates``. A sequence whose walk
+    stops short is filled with context examples (``dlkit.core.examples``) when
+    ``examples.limit`` is not 0; their cells get ``is_context_example = 1``.
     """
     B = seeds.rows.shape[0]
     S = out.semantic_types.shape[1]
@@ -476,15 +479,28 @@ def build_sequences(seeds, seed, epoch, task, walk, graph, tables, columns, colu
     parents = np.empty(B * max_rows * 2, dtype=np.int64)  # grown by the walk when needed
     used = 0
     num_columns = columns.stype.shape[0]
+    with_examples = examples.limit > 0
+    own_counts = np.empty(B, dtype=np.int64)
+    scratch = Visit(np.empty(max_rows, dtype=np.int64), np.empty(max_rows, dtype=np.int64),
+                    np.empty(max_rows, dtype=np.int64), np.empty(max_rows, dtype=np.int8),
+                    np.empty(max_rows + 1, dtype=np.int64))
+    e0, e1 = example_key(seed, epoch, task.index)
     for b in range(B):
         obs_time = seeds.obs_times[b]
         cutoff = INT64_MAX if obs_time == NO_TIME else obs_time - task.strict
         visit = Visit(visits.rows[b], visits.depth[b], visits.source[b], visits.via[b],
                       parent_start[b])
+        stream = Stream(k0, k1, seeds.anchors[b])
         visits.counts[b], parents, used = temporal_bfs(
-            graph, tables, walk, seeds.rows[b], cutoff, Stream(k0, k1, seeds.anchors[b]),
-            visit, parents, used)
+            graph, tables, walk, seeds.rows[b], cutoff, stream, visit, parents, used)
+        own_counts[b] = visits.counts[b]
+        if with_examples:
+            visits.counts[b], parents, used = add_examples(
+                graph, tables, walk, examples, b, cutoff, stream,
+                Stream(e0, e1, seeds.anchors[b]), visit, own_counts[b], parents, used, scratch)
     layout_sequences(visits, tables, columns, task.target_col, out, layout)
+    if with_examples:
+        mark_examples(layout, own_counts, out.is_context_example)
     sequence_structures(visits, parent_start, parents, columns, layout, out)
     # The fill kernels leave the cells marked in ``skip`` empty: the target, and with label
     # lags the values not known yet.

@@ -8,7 +8,8 @@ the records that do not change between batches (``Graph``, ``Tables``, ``Columns
 ``ColumnLists``, ``RowValues``: ``dlkit.sampler.resident``; ``Walk``, ``Task``) once, when it
 opens a database, and holds them as they are; it builds the per-batch ones (``Seeds``,
 ``BatchOutput``, ``Visits``) for each batch; the kernels build the per-sequence ones
-(``Stream``, ``Visit``, ``Layout``, ``FlatValues``) themselves. Shapes below use ``B``
+(``Stream``, ``Visit``, ``Layout``, ``FlatValues``) themselves; ``Examples`` is made per batch
+from what the task holds once. Shapes below use ``B``
 sequences of ``S`` cells and ``R`` rows, ``N`` global rows, ``E`` foreign-key edges, ``T``
 tables and ``C`` catalog columns.
 
@@ -126,6 +127,22 @@ class Seeds(NamedTuple):
     anchors: np.ndarray  # int64[B]: row within the task's table (the stream's anchor)
 
 
+class Examples(NamedTuple):
+    """Which other seeds of the batch's task may fill a sequence as context examples
+    (``dlkit.core.examples``): at most ``limit`` per sequence (0: none), chosen by ``policy``
+    (``examples.EXAMPLES_RECENT``, ``EXAMPLES_RANDOM`` or ``EXAMPLES_PARENT``) among the
+    task's ``n`` seeds in time order. With ``limit`` 0 the arrays may be empty."""
+
+    limit: int
+    policy: int
+    anchors: np.ndarray  # int64[n]: the task's anchor rows in (obs_time, anchor row) order
+    times: np.ndarray  # int64[n]: their observation times (ascending; NO_TIME first)
+    row_offset: int  # global row of the task table's local row 0
+    seed_rows: np.ndarray  # int64[n]: the task's anchor rows in seed order (ascending)
+    ranks: np.ndarray  # int64[n]: each seed's position in ``anchors``
+    batch: np.ndarray  # int64[B]: the seed (index in seed order) of each sequence
+
+
 class Stream(NamedTuple):
     """One sequence's random stream (``dlkit.core.streams``): key ``(k0, k1)``, anchor."""
 
@@ -190,6 +207,7 @@ class BatchOutput(NamedTuple):
     col_perm: np.ndarray  # uint16[B, S]
     out_perm: np.ndarray  # uint16[B, S]
     in_perm: np.ndarray  # uint16[B, S]
+    is_context_example: np.ndarray  # uint8[B, S]
 
 
 class FlatValues(NamedTuple):

@@ -10,6 +10,9 @@ rank or world size:
   key ``(lo32 seed, hi32 seed)``); block ``j`` of the sequence of anchor ``a`` is
   Philox(counter ``(lo32 j, hi32 j, lo32 a, hi32 a)``, key = sequence key), and draw ``i`` is
   ``R0 | R1 << 32`` of block ``i // 2`` for even ``i``, ``R2 | R3 << 32`` for odd ``i``;
+- context example key: ``(R0, R1)`` of Philox(counter ``(lo32 epoch, hi32 epoch, task,
+  EXAMPLE_TAG)``, key ``(lo32 seed, hi32 seed)``), its blocks and draws like a sequence's
+  (``dlkit.core.examples``);
 - train task pick of step ``k``: ``R0 | R1 << 32`` of Philox(counter
   ``(lo32 k, hi32 k, 0, TASK_TAG)``, key ``(lo32 seed, hi32 seed)``).
 """
@@ -23,6 +26,7 @@ from dlkit.core.philox import MASK32, SHIFT32, philox4x32_10
 
 SEQUENCE_TAG = np.uint64(0x53455131)  # "SEQ1"
 TASK_TAG = np.uint64(0x5441534B)  # "TASK"
+EXAMPLE_TAG = np.uint64(0x43545831)  # "CTX1"
 SPLIT_BUCKETS = np.uint64(1000)
 UINT64_MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -85,6 +89,17 @@ def sequence_key(seed, epoch, task_idx):
     epoch = np.uint64(epoch)
     r0, r1, _, _ = philox4x32_10(epoch & MASK32, epoch >> SHIFT32, np.uint64(task_idx),
                                  SEQUENCE_TAG, seed & MASK32, seed >> SHIFT32)
+    return r0, r1
+
+
+@kernel
+def example_key(seed, epoch, task_idx):
+    """The Philox key ``(k0, k1)`` of the random choice of context examples of (seed, epoch,
+    task): a stream of its own, so the choice takes no draw from a sequence's walk."""
+    seed = np.uint64(seed)
+    epoch = np.uint64(epoch)
+    r0, r1, _, _ = philox4x32_10(epoch & MASK32, epoch >> SHIFT32, np.uint64(task_idx),
+                                 EXAMPLE_TAG, seed & MASK32, seed >> SHIFT32)
     return r0, r1
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         BatchConfig,
         BuiltBatch,
         ChildPolicy,
+        ContextExamplePolicy,
     )
     from dlkit.sampler.config import SamplerConfig
     from dlkit.sampler.database import SamplerDatabase
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 __getattr__, __dir__, __all__ = lazy_attributes(__name__, {
     "dlkit.sampler.api": ("STATE_FORMAT", "Sampler"),
     "dlkit.sampler.batch": ("BATCH_KEYS", "BATCH_LAYOUT", "BATCH_SCALAR_KEYS", "BatchBuilder",
-                            "BatchConfig", "BuiltBatch", "ChildPolicy"),
+                            "BatchConfig", "BuiltBatch", "ChildPolicy", "ContextExamplePolicy"),
     "dlkit.sampler.config": ("SamplerConfig",),
     "dlkit.sampler.database": ("SamplerDatabase",),
     "dlkit.sampler.schedule": ("SamplerWarning",),

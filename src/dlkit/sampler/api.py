@@ -29,7 +29,7 @@ from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConf
 from dlkit.sampler import knobs
 from dlkit.sampler.aggregates import column_embeddings
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BuiltBatch, ChildPolicy
+from dlkit.sampler.batch import BatchBuilder, BuiltBatch, ChildPolicy, ContextExamplePolicy
 from dlkit.sampler.channel import BatchChannel, build_job
 from dlkit.sampler.config import SamplerConfig
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
@@ -79,6 +79,12 @@ class Sampler:
     says which children a row with more than ``bfs_child_width`` visible ones keeps: a
     ``ChildPolicy`` or its name, ``"uniform"`` (default), ``"recent"`` or ``"quota"``
     (docs/batch_format.md); it is part of the state's fingerprint when not the default.
+    ``context_examples`` (keyword, default 0: off) fills a sequence whose walk stops short
+    with the neighbourhoods of up to that many other seeds of its task observed no later
+    than it, chosen by ``context_example_policy`` (``"recent"``, the default, ``"random"``
+    or ``"parent"``: the seed row's siblings first); their cells have
+    ``is_context_example = 1`` (docs/batch_format.md, "Context examples"). Both are part of
+    the fingerprint when not the default.
     ``sampling_mode`` (keyword) is
     the train order, a ``dlkit.nextbatch.tokens.TrainOrder`` or its name: ``"v3"`` (default;
     NextBatch_v3, a keyed shuffle of each epoch) or ``"v2"`` (NextBatch_v2's block-affine
@@ -113,6 +119,8 @@ class Sampler:
                  sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER, huge_pages: bool | None = None,
                  local_rank: int | None = None, local_world_size: int | None = None,
                  bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM,
+                 context_examples: int = knobs.CONTEXT_EXAMPLES,
+                 context_example_policy: ContextExamplePolicy | str = ContextExamplePolicy.RECENT,
                  database_weights: Sequence[float] | None = None):
         sources, self.is_mixture = _sources(db_path)
         named_weights: dict[str, int] | None = None
@@ -147,7 +155,9 @@ class Sampler:
                 split_ratios=split_ratios, split_seed=split_seed, seed=seed,
                 batch_size=batch_size, sequence_length=sequence_length, max_rows=max_rows,
                 bfs_child_width=bfs_child_width, sampling_mode=sampling_mode,
-                huge_pages=huge_pages, bfs_child_policy=bfs_child_policy), database_weights,
+                huge_pages=huge_pages, bfs_child_policy=bfs_child_policy,
+                context_examples=context_examples,
+                context_example_policy=context_example_policy), database_weights,
                 named_weights)
         except BaseException:
             self._release()
@@ -499,7 +509,11 @@ class Sampler:
                 "task_weights": list(cfg.task_weights or ()),
                 # only when not the default: states of earlier versions stay valid
                 **({} if cfg.bfs_child_policy is ChildPolicy.UNIFORM
-                   else {"bfs_child_policy": cfg.bfs_child_policy.value})}
+                   else {"bfs_child_policy": cfg.bfs_child_policy.value}),
+                **({} if cfg.context_examples == knobs.CONTEXT_EXAMPLES
+                   else {"context_examples": cfg.context_examples}),
+                **({} if cfg.context_example_policy is ContextExamplePolicy.RECENT
+                   else {"context_example_policy": cfg.context_example_policy.value})}
 
     def state_dict(self) -> dict[str, Any]:
         """Where both channels stand after the last batch *consumed* (JSON-serialisable).
@@ -526,7 +540,9 @@ class Sampler:
                 raise CheckpointError("the state was taken from a different configuration: "
                                       "config is malformed")
             # An entry recorded only when not the default is compared with its default.
-            defaults = {"bfs_child_policy": ChildPolicy.UNIFORM.value}
+            defaults = {"bfs_child_policy": ChildPolicy.UNIFORM.value,
+                        "context_examples": knobs.CONTEXT_EXAMPLES,
+                        "context_example_policy": ContextExamplePolicy.RECENT.value}
             ours, other = {**defaults, **mine}, {**defaults, **theirs}
             diffs = [f"{k}: state has {other.get(k)!r}, sampler has {v!r}" for k, v in
                      ours.items() if other.get(k) != v]

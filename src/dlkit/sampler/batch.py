@@ -17,8 +17,9 @@ import numpy as np
 
 from dlkit.core.bfs import CHILD_QUOTA, CHILD_RECENT, CHILD_UNIFORM
 from dlkit.core.collate import build_sequences
+from dlkit.core.examples import EXAMPLES_PARENT, EXAMPLES_RANDOM, EXAMPLES_RECENT
 from dlkit.core.gather import gather_rows
-from dlkit.core.records import BatchOutput, Seeds, Visits, Walk
+from dlkit.core.records import BatchOutput, Examples, Seeds, Visits, Walk
 from dlkit.errors import InvalidArgumentError, SamplerShutdown
 from dlkit.sampler import knobs
 from dlkit.sampler.database import SamplerDatabase
@@ -47,6 +48,7 @@ BATCH_LAYOUT: dict[str, tuple[np.dtype, str]] = {
     "col_perm": (np.dtype(np.uint16), "B,S"),
     "out_perm": (np.dtype(np.uint16), "B,S"),
     "in_perm": (np.dtype(np.uint16), "B,S"),
+    "is_context_example": (np.dtype(np.uint8), "B,S"),
     "text_batch_embeddings": (np.dtype(np.float16), "U,D"),
     "target_stype": (np.dtype(np.uint8), "1"),
     "task_idx": (np.dtype(np.uint32), "1"),
@@ -108,6 +110,67 @@ class ChildPolicy(str, Enum):
                 ChildPolicy.QUOTA: CHILD_QUOTA}[self]
 
 
+class ContextExamplePolicy(str, Enum):
+    """Which other seeds of the task fill a sequence whose walk stops short, when
+    ``context_examples`` is not 0 (docs/batch_format.md, "Context examples"): among the seeds
+    observed no later than the sequence's own, ``recent`` (the default) takes the latest,
+    ``random`` chooses uniformly (a draw of the sampling seed, the epoch and the seed),
+    ``parent`` first those sharing a foreign-key parent with the seed's row (its siblings:
+    the same customer's earlier orders), latest first, then the latest others."""
+
+    RECENT = "recent"
+    RANDOM = "random"
+    PARENT = "parent"
+
+    @classmethod
+    def parse(cls, value: Any) -> ContextExamplePolicy:
+        """``value`` (a ``ContextExamplePolicy`` or its name) as a ``ContextExamplePolicy``."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            for policy in cls:
+                if policy.value == value.lower():
+                    return policy
+        raise InvalidArgumentError(f"context_example_policy must be one of "
+                                   f"{', '.join(p.value for p in cls)}, got {value!r}")
+
+    @property
+    def code(self) -> int:
+        """The kernels' code of the policy (``dlkit.core.examples.EXAMPLES_*``)."""
+        return {ContextExamplePolicy.RECENT: EXAMPLES_RECENT,
+                ContextExamplePolicy.RANDOM: EXAMPLES_RANDOM,
+                ContextExamplePolicy.PARENT: EXAMPLES_PARENT}[self]
+
+
+@dataclass(frozen=True)
+class ContextExamples:
+    """How a sequence whose walk stops short is filled: with the neighbourhoods of at most
+    ``count`` other seeds of its task (0: never), chosen by ``policy``."""
+
+    count: int = knobs.CONTEXT_EXAMPLES
+    policy: ContextExamplePolicy = ContextExamplePolicy.RECENT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", ContextExamplePolicy.parse(self.policy))
+        value, high = self.count, knobs.MAX_CONTEXT_EXAMPLES
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise InvalidArgumentError(f"context_examples must be an integer in [0, {high}], "
+                                       f"got {value!r}")
+
+    def kernel_examples(self, task: TaskView, seed_indices: np.ndarray) -> Examples:
+        """The kernels' record of the batch of ``task``'s seeds ``seed_indices``."""
+        if self.count == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return Examples(0, self.policy.code, empty, empty, task.row_offset, empty, empty,
+                            empty)
+        anchors, times, ranks = task.time_order
+        return Examples(self.count, self.policy.code, anchors, times, task.row_offset,
+                        task.anchor_row, ranks, seed_indices)
+
+
+NO_CONTEXT_EXAMPLES = ContextExamples()
+
+
 @dataclass(frozen=True)
 class BatchConfig:
     """Shape and BFS knobs of every batch (validated), and whether the builder reads the
@@ -119,6 +182,8 @@ class BatchConfig:
     bfs_child_width: int = knobs.BFS_CHILD_WIDTH
     huge_pages: bool | None = False
     bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
+    context_examples: int = knobs.CONTEXT_EXAMPLES
+    context_example_policy: ContextExamplePolicy = ContextExamplePolicy.RECENT
 
     @property
     def walk(self) -> Walk:
@@ -126,14 +191,22 @@ class BatchConfig:
         return Walk(child_width=self.bfs_child_width, max_cells=self.sequence_length,
                     max_rows=self.max_rows, child_policy=self.bfs_child_policy.code)
 
+    @property
+    def examples(self) -> ContextExamples:
+        """The context examples of every sequence (none by default)."""
+        return ContextExamples(self.context_examples, self.context_example_policy)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "bfs_child_policy", ChildPolicy.parse(self.bfs_child_policy))
+        object.__setattr__(self, "context_example_policy",
+                           ContextExamplePolicy.parse(self.context_example_policy))
         if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
             raise InvalidArgumentError(f"huge_pages must be True, False or None (automatic), "
                                        f"got {self.huge_pages!r}")
         for name, low, high in (("sequence_length", 1, MAX_U16_EXTENT),
                                 ("max_rows", 1, MAX_U16_EXTENT),
-                                ("bfs_child_width", 0, knobs.MAX_CHILD_WIDTH)):
+                                ("bfs_child_width", 0, knobs.MAX_CHILD_WIDTH),
+                                ("context_examples", 0, knobs.MAX_CONTEXT_EXAMPLES)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], "
@@ -160,13 +233,15 @@ class BuiltBatch:
 
 
 def build_batch(resident: ResidentDatabase, walk: Walk, seed: int, task: TaskView,
-                seed_indices: np.ndarray, epoch: int, num_real: int | None = None) -> BuiltBatch:
+                seed_indices: np.ndarray, epoch: int, num_real: int | None = None,
+                examples: ContextExamples = NO_CONTEXT_EXAMPLES) -> BuiltBatch:
     """The batch of ``task``'s seeds ``seed_indices`` (positions in its seed list) in
     ``epoch`` of the sampling seed ``seed``, read from ``resident`` (the database ``task`` is
-    a task of) and walked by ``walk``: a pure function of them, safe to call from several
-    threads at once (each call allocates its own outputs and scratch, and the kernels
-    release the GIL). Only the first ``num_real`` sequences (default: all) are real: the
-    others pad an eval batch to its fixed size, and their ``sequence_mask`` is 0."""
+    a task of), walked by ``walk`` and filled with ``examples`` (none by default): a pure
+    function of them, safe to call from several threads at once (each call allocates its
+    own outputs and scratch, and the kernels release the GIL). Only the first ``num_real``
+    sequences (default: all) are real: the others pad an eval batch to its fixed size, and
+    their ``sequence_mask`` is 0."""
     idx = np.asarray(seed_indices, dtype=np.int64)
     if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= task.num_seeds):
         raise InvalidArgumentError(f"seed indices outside task {task.name}'s "
@@ -187,7 +262,7 @@ def build_batch(resident: ResidentDatabase, walk: Walk, seed: int, task: TaskVie
     cells, unique = build_sequences(
         seeds, np.uint64(seed), np.uint64(epoch), task.kernel_task, walk, resident.graph,
         resident.tables, resident.columns, resident.column_lists, resident.row_values, out,
-        visits, resident.aggregates)
+        visits, resident.aggregates, examples.kernel_examples(task, idx))
     D = resident.text_bits.shape[1]
     bits = np.empty((unique.shape[0], D), np.uint16)
     gather_rows(resident.text_bits, unique, bits)
@@ -240,6 +315,7 @@ class BatchBuilder:
         self.member = member
         self.path = getattr(db, "path", None)
         self.walk = config.walk
+        self.examples = config.examples
         resident = read_resident(db)
         check_sequence_length(resident, config)
         self._resident: ResidentDatabase | None = place(resident, config.huge_pages,
@@ -280,7 +356,7 @@ class BatchBuilder:
         """The batch of ``task``'s seeds ``seed_indices`` (``build_batch``), placed in the
         mixture when the builder is a member of one."""
         built = build_batch(self.resident, self.walk, self.seed, task, seed_indices, epoch,
-                            num_real)
+                            num_real, self.examples)
         if self.member is not None:
             self.member.place(built.arrays)
         return built

@@ -23,7 +23,13 @@ from dlkit.files import json_object_at
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler import knobs
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BatchConfig, BuiltBatch, ChildPolicy
+from dlkit.sampler.batch import (
+    BatchBuilder,
+    BatchConfig,
+    BuiltBatch,
+    ChildPolicy,
+    ContextExamplePolicy,
+)
 from dlkit.sampler.channel import build_job
 from dlkit.sampler.config import SamplerSettings
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
@@ -56,6 +62,8 @@ class BatchRequest:
     bfs_child_width: int = knobs.BFS_CHILD_WIDTH
     sampling_mode: TrainOrder | str = DEFAULT_TRAIN_ORDER  # parsed: a TrainOrder
     bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM
+    context_examples: int = knobs.CONTEXT_EXAMPLES
+    context_example_policy: ContextExamplePolicy | str = ContextExamplePolicy.RECENT
     settings: SamplerSettings = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -68,7 +76,8 @@ class BatchRequest:
             batch_size=self.batch_size, world=World(self.rank, self.world_size),
             sampling_mode=self.sampling_mode, sequence_length=self.sequence_length,
             max_rows=self.max_rows, bfs_child_width=self.bfs_child_width,
-            bfs_child_policy=self.bfs_child_policy))
+            bfs_child_policy=self.bfs_child_policy, context_examples=self.context_examples,
+            context_example_policy=self.context_example_policy))
 
     @property
     def run(self) -> RunConfig:
@@ -199,6 +208,13 @@ def _request_json(request: BatchRequest) -> dict[str, Any]:
         del value["bfs_child_policy"]
     else:
         value["bfs_child_policy"] = batch.bfs_child_policy.value
+    # context examples likewise: recorded only when on or not the default policy
+    if batch.context_examples == knobs.CONTEXT_EXAMPLES:
+        del value["context_examples"]
+    if batch.context_example_policy is ContextExamplePolicy.RECENT:
+        del value["context_example_policy"]
+    else:
+        value["context_example_policy"] = batch.context_example_policy.value
     return value
 
 

@@ -3,7 +3,7 @@
 ``SamplerSettings`` is the composed configuration of a stream of batches: its ``RunConfig``
 (seeds, split ratios, train order, ``World`` and batch size: which seeds each step takes,
 ``dlkit.sampler.run_plan``) and its ``BatchConfig`` (sequence length, row budget, child width
-and policy: what one sequence holds). ``SamplerSettings.parse`` turns the arguments as a user
+and policy, context examples: what one sequence holds). ``SamplerSettings.parse`` turns the arguments as a user
 gives them (text ratios, order and policy names) into the two records once; the ``Sampler``,
 ``dlkit batches`` (``BatchRequest``), ``dlkit show`` (``describe_sequence``) and ``dlkit
 manifest`` (``make_run_manifest``) all go through it, with the defaults of
@@ -23,7 +23,7 @@ from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler import knobs
 from dlkit.sampler.arguments import integer
 from dlkit.sampler.arguments import weights as checked_weights
-from dlkit.sampler.batch import BatchConfig, ChildPolicy
+from dlkit.sampler.batch import BatchConfig, ChildPolicy, ContextExamplePolicy
 from dlkit.sampler.run_plan import RunConfig
 from dlkit.sampler.splits import SplitRatios
 from dlkit.sampler.world import World
@@ -67,12 +67,15 @@ class SamplerSettings:
               sequence_length: Any = knobs.SEQUENCE_LENGTH, max_rows: Any = knobs.MAX_ROWS,
               bfs_child_width: Any = knobs.BFS_CHILD_WIDTH,
               bfs_child_policy: Any = knobs.CHILD_POLICY,
-              huge_pages: bool | None = False) -> SamplerSettings:
+              huge_pages: bool | None = False,
+              context_examples: Any = knobs.CONTEXT_EXAMPLES,
+              context_example_policy: Any = knobs.CONTEXT_EXAMPLE_POLICY) -> SamplerSettings:
         """The settings of these arguments as a user gives them (ratios as text or numbers,
         the train order and the child policy as enums or names); the batch's knobs are
         checked first, then the run's."""
         batch = BatchConfig(sequence_length, max_rows, bfs_child_width, huge_pages,
-                            ChildPolicy.parse(bfs_child_policy))
+                            ChildPolicy.parse(bfs_child_policy), context_examples,
+                            ContextExamplePolicy.parse(context_example_policy))
         run = RunConfig.parse(seed=seed, batch_size=batch_size, world=world,
                               split_seed=split_seed, split_ratios=split_ratios,
                               sampling_mode=sampling_mode)
@@ -181,6 +184,14 @@ class SamplerConfig:
     @property
     def bfs_child_policy(self) -> ChildPolicy:
         return self.batch_config.bfs_child_policy
+
+    @property
+    def context_examples(self) -> int:
+        return self.batch_config.context_examples
+
+    @property
+    def context_example_policy(self) -> ContextExamplePolicy:
+        return self.batch_config.context_example_policy
 
     @property
     def huge_pages(self) -> bool | None:

@@ -26,6 +26,9 @@ MAX_ROWS: Final = 256
 BFS_CHILD_WIDTH: Final = 16
 MAX_CHILD_WIDTH: Final = 1 << 30
 CHILD_POLICY: Final = "uniform"  # ``ChildPolicy.UNIFORM``'s name
+CONTEXT_EXAMPLES: Final = 0  # other seeds' neighbourhoods filling a short sequence (0: off)
+MAX_CONTEXT_EXAMPLES: Final = MAX_EXTENT
+CONTEXT_EXAMPLE_POLICY: Final = "recent"  # ``ContextExamplePolicy.RECENT``'s name
 
 # The Sampler's prefetching (never changes a batch).
 NUM_PREFETCH: Final = 3
