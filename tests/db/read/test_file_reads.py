@@ -1,5 +1,7 @@
 """Small files are read, large ones mapped: the same read-only arrays either way, and only a
-mapped file holds a file descriptor (one, until the last array of it is dropped)."""
+mapped file holds a file descriptor (one, until the last array of it is dropped). Verify finds
+the same failures whichever way the files came, and whether the graph's two CSR directions
+are checked on one thread (a small graph) or two."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 from dlkit.db import format as fmt
 from dlkit.db import open_database
-from dlkit.db.read import mapped
+from dlkit.db.read import mapped, reader
 from dlkit.db.read.reader import check_database
 
 METADATA_FILES = ("manifest.json", "metadata.json")
@@ -86,7 +88,8 @@ def test_only_mapped_files_hold_descriptors(example_db, mapping_everything, monk
         assert db.num_rows > 0
 
 
-def test_verify_finds_the_same_failures_in_read_and_mapped_files(db, monkeypatch):
+def test_verify_finds_the_same_failures_in_read_or_mapped_files_on_one_or_two_threads(
+        db, monkeypatch):
     graph = db / fmt.GRAPH_FILE
     data = bytearray(graph.read_bytes())
     rows, edges = fmt.GRAPH_HEADER.unpack_from(data, 0)[3:5]
@@ -96,5 +99,7 @@ def test_verify_finds_the_same_failures_in_read_and_mapped_files(db, monkeypatch
     graph.write_bytes(bytes(data))
     read = check_database(db, verify_hashes=True)
     assert {f.check for f in read} == {"file.sha256", "graph.parent_offsets"}
+    monkeypatch.setattr(reader, "THREADED_CHECK_EDGES", 0)  # each CSR direction on a thread
+    assert check_database(db, verify_hashes=True) == read
     monkeypatch.setattr(mapped, "READ_BELOW_BYTES", 0)
     assert check_database(db, verify_hashes=True) == read
