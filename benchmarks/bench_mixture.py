@@ -17,7 +17,8 @@ compiled kernels loaded, so what is left is the mixture's own cost):
    (``/proc/self/fd``) and memory maps (lines of ``/proc/self/maps``) it added; the first
    train batch's time; the same counts after ``shutdown()`` and after the sampler is
    dropped; the same for one database of all their rows (``1+``), and with ``--baseline-src``
-   for the largest mixture with another dlkit (``N*``, e.g. the code before a change);
+   for the largest mixture (or ``--baseline-sizes``) with another dlkit (``N*``, e.g. the
+   code before a change);
 2. **shared tables**: ``column_embeddings()`` + ``categorical_embeddings()`` (the databases'
    tables one after another) and ``dlkit.torch.upload_tables`` when torch is installed;
 3. **batches/s** (train, B=32, S=256, 1 and 2 producer threads, the consumer only pulls)
@@ -53,6 +54,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -316,12 +318,18 @@ def machine_parallelism(seconds: float = 0.5) -> float:
     return 2 * one / (time.perf_counter() - started)
 
 
-def in_subprocess(*argv: str, src: Path = ROOT / "src") -> dict[str, Any]:
+def in_subprocess(*argv: str, src: Path = ROOT / "src", may_fail: bool = False
+                  ) -> dict[str, Any]:
+    """The child's result; with ``may_fail``, a failed child's last error line (another
+    dlkit may run out of file descriptors) as ``{"error": ...}``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(src), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     done = subprocess.run([sys.executable, __file__, "--child", *argv], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
+        if may_fail:
+            lines = done.stderr.strip().splitlines() or ["no message"]
+            return {"error": lines[-1]}
         raise SystemExit(f"child {' '.join(argv)} failed:\n{done.stderr}")
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -342,8 +350,8 @@ def print_table(results: dict[str, Any]) -> None:
     build = results["build"]
     print(f"collection: {build['count']} databases, {min(build['rows']):,}-"
           f"{max(build['rows']):,} rows each, {build['total_rows']:,} in all; "
-          f"B={B} S={S} R={R} width={WIDTH}; load {results['load_before']} -> "
-          f"{results['load_after']}")
+          f"B={B} S={S} R={R} width={WIDTH}; Python {results['python']}, ulimit -n "
+          f"{results['fd_limit']}; load {results['load_before']} -> {results['load_after']}")
     if "preprocess_many_s" in build:
         print(f"preprocess_many: {build['preprocess_many_s']:.1f} s "
               f"({build['per_database_s']:.2f} s median per database); the single database "
@@ -353,10 +361,13 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"{'N':>5} {'setup s':>8} {'ms/db':>6} {'first batch s':>13} {'RSS MB':>7} "
           f"{'peak MB':>8} {'fds':>5} {'maps':>6} {'maps/db':>7} {'tables ms':>9} "
           f"{'upload ms':>9} {'fds/maps shut':>13} {'dropped':>8}")
-    baseline = results.get("baseline_setup")
-    rows = [(str(s["n"]), s) for s in setups] + [("1+", results["single_setup"])] + (
-        [(f"{baseline['n']}*", baseline)] if baseline else [])
+    baseline = results.get("baseline_setup", [])
+    rows = [(str(s["n"]), s) for s in setups] + [("1+", results["single_setup"])] + [
+        (f"{b['n']}*", b) for b in baseline]
     for label, s in rows:
+        if "error" in s:
+            print(f"{label:>5} failed: {s['error']}")
+            continue
         upload = f"{1e3 * s['upload_s']:9.1f}" if "upload_s" in s else f"{'-':>9}"
         print(f"{label:>5} {s['setup_s']:8.2f} {1e3 * s['setup_s'] / s['n']:6.1f} "
               f"{s['first_batch_s']:13.3f} {s['rss_mb']:7.1f} {s['peak_mb']:8.1f} "
@@ -420,11 +431,14 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="also set up the largest mixture with the dlkit of another source "
                              "tree (PYTHONPATH=DIR, e.g. the code before a change)")
+    parser.add_argument("--baseline-sizes", type=int, nargs="+", default=None,
+                        help="mixture sizes set up with --baseline-src (default: the largest)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes))
     results: dict[str, Any] = {"load_before": load(), "cpus": os.cpu_count(),
-                               "python": sys.version.split()[0]}
+                               "python": sys.version.split()[0],
+                               "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
     build = ensure_collection(args.work, sizes[-1], args.min_rows, args.max_rows)
     results["build"] = build
     root = build["root"]
@@ -432,8 +446,10 @@ def main() -> None:
     results["single_setup"] = in_subprocess("setup", root, "0")
     if args.baseline_src is not None:
         results["baseline_src"] = str(args.baseline_src)
-        results["baseline_setup"] = in_subprocess("setup", root, str(sizes[-1]),
-                                                  src=args.baseline_src.resolve())
+        results["baseline_setup"] = [
+            {"n": n, **in_subprocess("setup", root, str(n), src=args.baseline_src.resolve(),
+                                     may_fail=True)}
+            for n in sorted(set(args.baseline_sizes or sizes[-1:]))]
     # The single database holds every database's rows; the mixture is all of them too.
     results["rate_n"], results["rate_rows"] = sizes[-1], build["total_rows"]
     # A shared VM's speed swings from minute to minute: alternate the runs, quote medians.
