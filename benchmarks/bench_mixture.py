@@ -220,7 +220,7 @@ def memory_maps() -> int:
 
 
 def _warm_up(root: Path) -> None:
-    """Load the compiled kernels (and the torch adapter) on another database, then drop it."""
+    """Load the compiled kernels on another database, then drop it."""
     import dlkit
 
     with dlkit.Sampler([root / "warmup"], batch_size=4, sequence_length=S, max_rows=R,
