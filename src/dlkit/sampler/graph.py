@@ -12,6 +12,7 @@ row id).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,10 @@ from dlkit.sampler.shared import Memory, PrivateMemory
 
 # Edge records pack a row's parent and child counts in 32 bits each.
 MAX_RECORD_EDGES = 1 << 31
+# Graphs of fewer edges build their two edge records one after the other on the calling
+# thread: a mixture places hundreds of small databases, and starting threads for each (a
+# millisecond or more on a busy machine) would cost more than the builds.
+THREADED_RECORD_EDGES = 1 << 18
 
 
 def _no_records() -> np.ndarray:
@@ -105,14 +110,19 @@ def huge_page_graph(graph: Graph, memory: Memory | None = None) -> Graph:
     parent_records = memory.empty((edges, RECORD_WIDTH), np.int64)
     child_records = memory.empty((edges, RECORD_WIDTH), np.int64)
     if memory.fill:
-        # Two gathers of random reads, each a nogil kernel: one on each of two threads.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlkit-records") as pool:
-            built = [pool.submit(parent_edge_records, graph.parent_ids, graph.row_times,
-                                 graph.parent_offsets, graph.child_offsets, parent_records),
-                     pool.submit(child_edge_records, graph.child_ids, graph.parent_offsets,
-                                 graph.child_offsets, child_records)]
-            for future in built:
-                future.result()
+        # Two gathers of random reads, each a nogil kernel: one on each of two threads, but
+        # for a small graph, which they build in less time than a thread takes to start.
+        builds = (partial(parent_edge_records, graph.parent_ids, graph.row_times,
+                          graph.parent_offsets, graph.child_offsets, parent_records),
+                  partial(child_edge_records, graph.child_ids, graph.parent_offsets,
+                          graph.child_offsets, child_records))
+        if edges < THREADED_RECORD_EDGES:
+            for build in builds:
+                build()
+        else:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlkit-records") as pool:
+                for future in [pool.submit(build) for build in builds]:
+                    future.result()
         parent_records.setflags(write=False)
         child_records.setflags(write=False)
     return graph._replace(parent_offsets=memory.copy(graph.parent_offsets),

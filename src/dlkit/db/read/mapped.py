@@ -2,8 +2,13 @@
 
 :class:`FileMaps` maps files read-only (``mmap`` + ``np.frombuffer``, so pages are shared
 between processes) and checks each file's size against the manifest and the metadata before
-an array is made of it. The frozen data classes and :class:`Database` are what
-``open_database`` returns (``docs/database_format.md``, "Reader API").
+an array is made of it. A file smaller than :data:`READ_BELOW_BYTES` is read into memory
+instead: a map holds a file descriptor for as long as an array of it lives (Python's
+``mmap`` keeps a duplicate of the descriptor before 3.13), so a mixture of hundreds of small
+databases, dozens of files each, would otherwise need thousands of descriptors, beyond the
+usual limit of 1024. The arrays are the same read-only arrays either way. The frozen data
+classes and :class:`Database` are what ``open_database`` returns (``docs/database_format.md``,
+"Reader API").
 """
 
 from __future__ import annotations
@@ -158,6 +163,12 @@ class TaskData:
 # --- mapping files -------------------------------------------------------------------------
 
 
+# Files below this size are read, not mapped: they then hold no file descriptor and no map
+# of their own. The price is their bytes in each process (a map's pages are shared between
+# processes through the page cache): a database's size, for one of up to ~100k rows.
+READ_BELOW_BYTES = 1 << 20
+
+
 class FileMaps:
     def __init__(self, root: Path, checks: Checks, sizes: dict[str, int]):
         self.root = root
@@ -165,7 +176,9 @@ class FileMaps:
         self.sizes = sizes  # manifest sizes
         self.mmaps: list[mmap.mmap] = []
 
-    def raw(self, rel: str) -> mmap.mmap | None:
+    def raw(self, rel: str) -> mmap.mmap | bytes | None:
+        """The file's bytes, read-only: mapped, or read when smaller than
+        ``READ_BELOW_BYTES``; None for an empty file."""
         path = self.root / rel
         try:
             size = path.stat().st_size
@@ -181,6 +194,8 @@ class FileMaps:
         with os.fdopen(fd, "rb") as f:
             if size == 0:
                 return None
+            if size < READ_BELOW_BYTES:
+                return f.read()
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.mmaps.append(mm)
         return mm

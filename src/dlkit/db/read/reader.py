@@ -48,6 +48,11 @@ from dlkit.db.read.graph_checks import GraphChecks
 from dlkit.db.read.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
 from dlkit.errors import DataError
 
+# Graphs of fewer edges check both CSR directions on the calling thread: a mixture opens
+# hundreds of small databases, and a thread's start (a millisecond or more on a busy machine)
+# would cost more than the checks it runs.
+THREADED_CHECK_EDGES = 1 << 18
+
 __all__ = ["CheckReport", "ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
            "check_database", "inspect_database", "open_database"]
 
@@ -212,11 +217,16 @@ def _open_graph(meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
         a[name] = arr
     bad = False
     # Each direction's checks on a thread of their own (nogil kernels): on a database larger
-    # than memory they read the graph from disk, a few GB.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        child_side = pool.submit(_first_bad_ids, a["child_offsets"], a["child_ids"], E, V)
-        parent_side = _first_bad_ids(a["parent_offsets"], a["parent_ids"], E, V)
-        sides = (parent_side, child_side.result())
+    # than memory they read the graph from disk, a few GB. A small graph's are checked in
+    # less time than a thread takes to start.
+    if E < THREADED_CHECK_EDGES:
+        sides = (_first_bad_ids(a["parent_offsets"], a["parent_ids"], E, V),
+                 _first_bad_ids(a["child_offsets"], a["child_ids"], E, V))
+    else:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            child_side = pool.submit(_first_bad_ids, a["child_offsets"], a["child_ids"], E, V)
+            parent_side = _first_bad_ids(a["parent_offsets"], a["parent_ids"], E, V)
+            sides = (parent_side, child_side.result())
     for (off_name, ids_name), (bad_offset, bad_id) in zip(
             (("parent_offsets", "parent_ids"), ("child_offsets", "child_ids")), sides):
         if bad_offset >= 0:
