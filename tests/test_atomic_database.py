@@ -118,18 +118,42 @@ def test_killed_overwrite_keeps_old_or_new(inputs, tmp_path):
     assert "old" in seen
 
 
+# ``dlkit preprocess`` whose build, once inside its temporary directory, says so on stdout
+# and waits for stdin: the signal then lands mid-build, whatever the machine's speed.
+MID_BUILD = """
+import sys
+from dlkit.cli import main
+from dlkit.db.write import writer
+
+build = writer._Builder.run
+
+
+def run_when_told(self, out, root, fsync):
+    print("building", flush=True)
+    sys.stdin.readline()  # never answered: SIGTERM arrives while we wait
+    return build(self, out, root, fsync)
+
+
+writer._Builder.run = run_when_told
+sys.argv = ["dlkit", *sys.argv[1:]]
+main()
+"""
+
+
 def test_sigterm_cleans_up_at_once(inputs, tmp_path):
     a, *_ = inputs
     out = tmp_path / "db"
-    env = dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "dlkit", "preprocess", str(a), str(out), "-q"],
-                            env=env, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any("tmp" in n for n in leftovers(tmp_path)):
-        time.sleep(0.02)
-    time.sleep(0.2)  # into the build
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    proc = subprocess.Popen([sys.executable, "-c", MID_BUILD, "preprocess", str(a), str(out),
+                             "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "building\n"
+        assert any("tmp" in n for n in leftovers(tmp_path))  # the build's directory exists
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
     assert proc.returncode != 0
     assert not out.exists()
     assert leftovers(tmp_path) == []

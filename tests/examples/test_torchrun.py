@@ -50,26 +50,32 @@ class TestTorchrun(MultiProcessContract):
 STEPS, CHECKPOINT_AT, GLOBAL_BATCH, SEQUENCE_LENGTH = 6, 3, 8, 64
 
 
+NODES = 2
+
+
 def two_node_commands(processes: int, flags: list[str]) -> list[tuple[list[str], dict]]:
-    """examples/pretrain.py on ``processes`` nodes of one process each: one torchrun launcher
-    per node, as on a cluster, with a static rendezvous at 127.0.0.1 (node 0's launcher
-    hosts its store); one process is plain ``python pretrain.py``."""
+    """examples/pretrain.py as ``processes`` processes on two nodes (``processes / 2`` each):
+    one torchrun launcher per node, as on a cluster, with a static rendezvous at 127.0.0.1
+    (node 0's launcher hosts its store); one process is plain ``python pretrain.py``."""
     script = str(EXAMPLES / "pretrain.py")
     env = clean_env(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     if processes == 1:
         return [([str(PYTHON), script, *flags], env)]
     port = str(free_port())
-    return [([str(TORCHRUN), "--nnodes", str(processes), "--node-rank", str(node),
-              "--master-addr", "127.0.0.1", "--master-port", port, "--nproc-per-node", "1",
-              "--max-restarts", "0", script, *flags], env) for node in range(processes)]
+    assert processes % NODES == 0
+    return [([str(TORCHRUN), "--nnodes", str(NODES), "--node-rank", str(node),
+              "--master-addr", "127.0.0.1", "--master-port", port, "--nproc-per-node",
+              str(processes // NODES), "--max-restarts", "0", script, *flags], env)
+            for node in range(NODES)]
 
 
 class TestTwoNodesPretrain:
-    """Two torchrun launchers (``--nnodes 2``, one process each) pretrain on the mixture to
-    step 3, one process resumes to step 6, beside an uninterrupted one-process run: every
-    step's global batch (its anchors and database) is the one-process run's, which is two
-    in-test mixture sampler ranks side by side; both ranks hold the same parameters; the
-    resumed run ends where the uninterrupted one does, to float32 rounding."""
+    """Two torchrun launchers (``--nnodes 2``, two processes each: 2x2) pretrain on the
+    mixture to step 3, one process resumes to step 6, beside an uninterrupted one-process
+    run: every step's global batch (its anchors and database) is the one-process run's,
+    which is two in-test mixture sampler ranks side by side; all four ranks hold the same
+    parameters; the resumed run ends where the uninterrupted one does, to float32
+    rounding."""
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -81,7 +87,7 @@ class TestTwoNodesPretrain:
                  "--checkpoint-every", str(CHECKPOINT_AT)]
         runs = Runs(root, flags, two_node_commands, TIMEOUT_S, steps_flag="--pretrain-steps")
         runs.launch("one", 1, STEPS)
-        runs.launch("two_then_one", 2, CHECKPOINT_AT)
+        runs.launch("two_then_one", 2 * NODES, CHECKPOINT_AT)
         runs.launch("two_then_one", 1, STEPS, resume=True)
         return runs
 
@@ -113,10 +119,10 @@ class TestTwoNodesPretrain:
         assert [r["step"] for r in pieced] == list(range(STEPS))
         assert [(r["database_idx"], r["anchors"]) for r in pieced] == \
             [(r["database_idx"], r["anchors"]) for r in ref]
-        assert [len(r["params"]) for r in pieced] == [2] * CHECKPOINT_AT + [1] * (
+        assert [len(r["params"]) for r in pieced] == [2 * NODES] * CHECKPOINT_AT + [1] * (
             STEPS - CHECKPOINT_AT)
         for r in pieced[:CHECKPOINT_AT]:
-            assert r["params"][0] == r["params"][1], f"step {r['step']}: {r['params']}"
+            assert all(p == r["params"][0] for p in r["params"]), f"step {r['step']}"
         np.testing.assert_allclose([r["loss"] for r in pieced], [r["loss"] for r in ref],
                                    rtol=1e-4)
 
@@ -125,7 +131,7 @@ class TestTwoNodesPretrain:
         resumed = result_of(runs.outcomes["two_then_one"][-1])
         first = result_of(runs.outcomes["two_then_one"][0])
         assert (first["world_size"], resumed["world_size"], resumed["resumed_from"]) == \
-            (2, 1, CHECKPOINT_AT)
+            (2 * NODES, 1, CHECKPOINT_AT)
         for key in ("zero_shot_loss", "fine_tuned_loss", "scratch_loss", "baseline_loss"):
             np.testing.assert_allclose(resumed[key], one[key], rtol=1e-3, err_msg=key)
         assert resumed["val_count"] == one["val_count"] == first["val_count"]
@@ -134,7 +140,7 @@ class TestTwoNodesPretrain:
         launches = [o for outcomes in runs.outcomes.values() for o in outcomes]
         for outcome in launches:
             assert outcome.survivors == [] and not outcome.timed_out
-        (two,) = [o for o in launches if o.world_size == 2]
+        (two,) = [o for o in launches if o.world_size == 2 * NODES]
         # node 0's launcher hosts the rendezvous store (on the wildcard address: see above)
         store = {(ip, port) for ip, port, pid in two.listening if pid == two.pids[0]}
         others = {(ip, port) for ip, port, pid in two.listening
