@@ -57,7 +57,6 @@ import os
 import resource
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -294,28 +293,6 @@ def measure_rate(root: Path, n: int, threads: int, batches: int) -> dict[str, An
             "cells_per_batch": cells / batches}
 
 
-def machine_parallelism(seconds: float = 0.5) -> float:
-    """Control: the 2-thread speed-up of a pure ``nogil`` CPU kernel right now. Near 2 on an
-    idle 2-core machine; near 1 when other work takes a core (then no sampler can scale)."""
-    from dlkit.bench.workloads import calibrate_burn
-    from dlkit.core.gather import burn
-
-    iterations = int(calibrate_burn() * seconds * 1e3 / 4)
-
-    def work() -> None:
-        for _ in range(4):
-            burn(iterations, 1)
-
-    started = time.perf_counter()
-    work()
-    one = time.perf_counter() - started
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return 2 * one / (time.perf_counter() - started)
 
 
 def in_subprocess(*argv: str, src: Path = ROOT / "src", may_fail: bool = False
@@ -461,6 +438,8 @@ def main() -> None:
                     "rate", root, str(n), str(threads), str(args.batches)))
     results["rates"] = {key: {**median_run(found), "runs": [r["batches_per_s"] for r in found]}
                         for key, found in runs.items()}
+    from dlkit.bench.workloads import machine_parallelism
+
     results["control_2_thread_speedup"] = machine_parallelism()
     results["load_after"] = load()
     if args.json:

@@ -32,7 +32,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -43,7 +42,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dlkit.bench.workloads import calibrate_burn  # noqa: E402
+from dlkit.bench.workloads import calibrate_burn, machine_parallelism  # noqa: E402
 from dlkit.core.gather import burn  # noqa: E402
 from dlkit.db import open_database, preprocess  # noqa: E402
 from dlkit.db.format import FORMAT_VERSION  # noqa: E402
@@ -210,25 +209,6 @@ def consumer_waits(db: Path, threads: int, consume_s: float, batches: int,
             "wait_p99_ms": waits_ms[int(0.99 * (len(waits_ms) - 1))], "wait_max_ms": waits_ms[-1]}
 
 
-def machine_parallelism(seconds: float = 0.5) -> float:
-    """Control: the 2-thread speedup of a pure ``nogil`` CPU kernel right now. Near 2 on an
-    idle 2-core machine; near 1 when other work takes a core (then no sampler can scale)."""
-    iterations = int(calibrate_burn() * seconds * 1e3 / 4)
-
-    def work() -> None:
-        for _ in range(4):
-            burn(iterations, 1)
-
-    started = time.perf_counter()
-    work()
-    one = time.perf_counter() - started
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return 2 * one / (time.perf_counter() - started)
 
 
 def naive_rate(db_path: Path, batches: int) -> dict[str, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,27 @@ def calibrate_burn(seconds: float = 0.01, rounds: int = 5) -> float:
         burn(iterations, 1)
         best = min(best, time.perf_counter() - start)
     return iterations / (best * 1e3)
+
+
+def machine_parallelism(seconds: float = 0.5) -> float:
+    """Control: the 2-thread speed-up of a pure ``nogil`` CPU kernel right now. Near 2 on an
+    idle 2-core machine; near 1 when other work takes a core (then no sampler can scale)."""
+    iterations = int(calibrate_burn() * seconds * 1e3 / 4)
+
+    def work() -> None:
+        for _ in range(4):
+            burn(iterations, 1)
+
+    started = time.perf_counter()
+    work()
+    one = time.perf_counter() - started
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return 2 * one / (time.perf_counter() - started)
 
 
 # --- the row file -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -80,6 +80,22 @@ SEED_KEYS = frozenset({"text_batch_embeddings", "labels", "anchor_rows", "observ
 OUTPUT_KEYS = BatchOutput._fields
 
 
+_Policy = TypeVar("_Policy", bound=Enum)
+
+
+def _named(cls: type[_Policy], value: Any, argument: str) -> _Policy:
+    """``value`` (a member of ``cls`` or its name, in any case) as the member, or an
+    ``InvalidArgumentError`` naming ``argument`` and the names it takes."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        for member in cls:
+            if member.value == value.lower():
+                return member
+    raise InvalidArgumentError(f"{argument} must be one of "
+                               f"{', '.join(m.value for m in cls)}, got {value!r}")
+
+
 class ChildPolicy(str, Enum):
     """Which children a visited row with more than ``bfs_child_width`` visible ones queues
     (docs/batch_format.md, "Temporal BFS"): ``uniform`` (the default) draws them uniformly,
@@ -94,14 +110,7 @@ class ChildPolicy(str, Enum):
     @classmethod
     def parse(cls, value: Any) -> ChildPolicy:
         """``value`` (a ``ChildPolicy`` or its name) as a ``ChildPolicy``."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            for policy in cls:
-                if policy.value == value.lower():
-                    return policy
-        raise InvalidArgumentError(f"bfs_child_policy must be one of "
-                                   f"{', '.join(p.value for p in cls)}, got {value!r}")
+        return _named(cls, value, "bfs_child_policy")
 
     @property
     def code(self) -> int:
@@ -125,14 +134,7 @@ class ContextExamplePolicy(str, Enum):
     @classmethod
     def parse(cls, value: Any) -> ContextExamplePolicy:
         """``value`` (a ``ContextExamplePolicy`` or its name) as a ``ContextExamplePolicy``."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            for policy in cls:
-                if policy.value == value.lower():
-                    return policy
-        raise InvalidArgumentError(f"context_example_policy must be one of "
-                                   f"{', '.join(p.value for p in cls)}, got {value!r}")
+        return _named(cls, value, "context_example_policy")
 
     @property
     def code(self) -> int:
