@@ -32,6 +32,18 @@ NAIVE_EXAMPLES = {ContextExamplePolicy.RECENT: naive.EXAMPLES_RECENT,
 POLICIES = st.sampled_from(list(ChildPolicy))
 
 
+
+def column_lags(db):
+    """Each column's lag: its own known_after and the label lags of the tasks predicting it
+    (the largest)."""
+    lags = {(t.name, c.name): c.known_after_us for t in db.tables for c in t.columns
+            if c.known_after_us}
+    for task in db.tasks:
+        if task.rules.label_lag_us:
+            key = (task.table, task.target_column)
+            lags[key] = max(lags.get(key, 0), task.rules.label_lag_us)
+    return lags
+
 def build(db, *, S, R, width, seed, epoch, task=0, indices=None, policy=ChildPolicy.UNIFORM,
           examples=0, example_policy=ContextExamplePolicy.RECENT):
     builder = BatchBuilder(db, BatchConfig(sequence_length=S, max_rows=R, bfs_child_width=width,
@@ -152,13 +164,7 @@ def test_no_value_is_shown_before_it_is_known():
     for db_seed in range(60):
         db = random_database(db_seed, num_tables=3, max_rows=50, num_tasks=3, time_rules=True,
                              time_span=(12, 10**9)[db_seed % 2])
-        # A column's own known_after lag and the label lags of the tasks predicting it.
-        lags = {(t.name, c.name): c.known_after_us for t in db.tables for c in t.columns
-                if c.known_after_us}
-        for task in db.tasks:
-            if task.rules.label_lag_us:
-                key = (task.table, task.target_column)
-                lags[key] = max(lags.get(key, 0), task.rules.label_lag_us)
+        lags = column_lags(db)
         if not lags:
             continue
         names = {}

@@ -20,7 +20,13 @@ from dlkit.sampler.batch import (
 )
 from tests import naive_sampler as naive
 from tests.sampler.fakedb import random_database
-from tests.sampler.test_batch import POLICIES, SEED_DB, assert_matches_reference, build
+from tests.sampler.test_batch import (
+    POLICIES,
+    SEED_DB,
+    assert_matches_reference,
+    build,
+    column_lags,
+)
 
 EXAMPLE_POLICIES = st.sampled_from(list(ContextExamplePolicy))
 
@@ -76,15 +82,6 @@ def test_parent_choice_matches_reference(db_seed, count, max_scan, span, data):
         assert [int(order[p]) for p in out[:k]] == want
 
 
-def _lags(db):
-    """Each column's lag: its known_after and the label lags of the tasks predicting it."""
-    lags = {(t.name, c.name): c.known_after_us for t in db.tables for c in t.columns
-            if c.known_after_us}
-    for task in db.tasks:
-        if task.rules.label_lag_us:
-            key = (task.table, task.target_column)
-            lags[key] = max(lags.get(key, 0), task.rules.label_lag_us)
-    return lags
 
 
 @pytest.mark.parametrize("example_policy", list(ContextExamplePolicy))
@@ -97,7 +94,7 @@ def test_examples_show_nothing_unknown_at_the_observation_time(example_policy):
     for db_seed in range(40):
         db = random_database(db_seed, num_tables=3, max_rows=40, fk_prob=0.4, num_tasks=2,
                              time_rules=True, time_span=(12, 10**9)[db_seed % 2])
-        lags = _lags(db)
+        lags = column_lags(db)
         names = {c.column_id: (t.name, c.name) for t in db.tables for c in t.columns}
         for k, task in enumerate(db.tasks):
             if task.num_seeds == 0:
