@@ -288,6 +288,32 @@ def test_show_says_what_the_context_took_of_each_child_table(dlkit, db_path, pol
         assert f"{c['table']}: {c['taken']} of {c['visible']} visible" in text
 
 
+def test_show_marks_the_context_examples_rows_as_the_sampler_does(dlkit, db_path):
+    """The rows `dlkit show` marks as context examples are the rows whose cells the batch
+    flags ``is_context_example`` (built here by the builder the Sampler uses), and their seed
+    rows are other reviews observed no later than the seed."""
+    args = ("show", db_path, "--task", "review_rating", "--anchor", 3, "-S", 64, "-R", 12,
+            "--bfs-child-width", 0)
+    plain_view = json.loads(dlkit(*args, "--json").stdout)
+    assert not any(r["context_example"] for r in plain_view["rows"])
+    view = json.loads(dlkit(*args, "--context-examples", 2, "--json").stdout)
+    with Sampler(db_path, 0, 1, sequence_length=64, max_rows=12, bfs_child_width=0,
+                 context_examples=2, num_prefetch=0) as s:
+        task = s.builder.task("review_rating")
+        position = int(np.flatnonzero(task.anchor_row == 3)[0])
+        built = s.builder.build(task, np.array([position]), 0)
+    a = built.arrays
+    cells = int(built.cell_counts[0])
+    flagged = set(a["seq_row_ids"][0, :cells][a["is_context_example"][0, :cells] == 1].tolist())
+    assert flagged and {r["index"] for r in view["rows"] if r["context_example"]} == flagged
+    assert [r["reached"] == "context example" for r in view["rows"]] == \
+        [int(v) == 3 for v in built.visited_via[0, :len(view["rows"])]]
+    seeds = [r for r in view["rows"] if r["reached"] == "context example"]
+    assert all(r["table"] == "reviews" and r["time"] <= view["obs_time"] for r in seeds)
+    text = dlkit(*args, "--context-examples", 2).stdout
+    assert f"filled with {len(seeds)} context examples ({len(flagged)} of the rows)" in text
+
+
 def _micros(iso: str) -> int:
     moment = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)

@@ -96,6 +96,16 @@ def _child_policy_option() -> Any:
                         metavar="<uniform|recent|quota>", help=POLICY_HELP)
 
 
+def _context_examples_option() -> Any:
+    return typer.Option(knobs.CONTEXT_EXAMPLES, "--context-examples", min=0,
+                        max=knobs.MAX_CONTEXT_EXAMPLES, help=CONTEXT_EXAMPLES_HELP)
+
+
+def _context_policy_option() -> Any:
+    return typer.Option(knobs.CONTEXT_EXAMPLE_POLICY, "--context-example-policy",
+                        metavar="<recent|random|parent>", help=CONTEXT_POLICY_HELP)
+
+
 @contextlib.contextmanager
 def _printing_warnings() -> Iterator[None]:
     """Print the sampler's warnings on stderr, even when the command then fails on them."""
@@ -208,12 +218,8 @@ def batches(
     max_rows: int = _max_rows_option(),
     bfs_child_width: int = _child_width_option(),
     bfs_child_policy: str = _child_policy_option(),
-    context_examples: int = typer.Option(
-        knobs.CONTEXT_EXAMPLES, "--context-examples", min=0, max=knobs.MAX_CONTEXT_EXAMPLES,
-        help=CONTEXT_EXAMPLES_HELP),
-    context_example_policy: str = typer.Option(
-        knobs.CONTEXT_EXAMPLE_POLICY, "--context-example-policy", metavar="<recent|random|parent>",
-        help=CONTEXT_POLICY_HELP),
+    context_examples: int = _context_examples_option(),
+    context_example_policy: str = _context_policy_option(),
     sampling_mode: str = _sampling_mode_option(BATCHES_MODE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr."),
@@ -271,6 +277,8 @@ def show(
     max_rows: int = _max_rows_option(),
     bfs_child_width: int = _child_width_option(),
     bfs_child_policy: str = _child_policy_option(),
+    context_examples: int = _context_examples_option(),
+    context_example_policy: str = _context_policy_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the sequence as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q",  # noqa: ARG001
                                help="Accepted for uniformity: show prints only data (the "
@@ -289,7 +297,9 @@ def show(
     view = describe_sequence(db, task, anchor, seed=seed, epoch=epoch,
                              sequence_length=sequence_length, max_rows=max_rows,
                              bfs_child_width=bfs_child_width,
-                             bfs_child_policy=bfs_child_policy)
+                             bfs_child_policy=bfs_child_policy,
+                             context_examples=context_examples,
+                             context_example_policy=context_example_policy)
     if as_json:
         print_json(view.to_json_value())
         return
@@ -313,7 +323,9 @@ def show(
             cells.append(cell.value, style=style)
         if row.truncated:
             cells.append("  ... (cut at S)", style="yellow")
-        table.add_row(str(row.index), *(plain(v) for v in (row.table, row.key, row.time, row.reached)),
+        reached = row.reached if row.reached == "context example" or not row.context_example \
+            else f"{row.reached} (example)"
+        table.add_row(str(row.index), *(plain(v) for v in (row.table, row.key, row.time, reached)),
                       cells)
     console.print(table)
     target = next((c.column for r in view.rows for c in r.cells if c.is_target), "?")
@@ -326,6 +338,11 @@ def show(
                   f"({view.num_cells / view.sequence_length:.0%}), "
                   f"{len(view.rows)} of {view.max_rows} rows; stopped because {stopped}",
                   highlight=False)
+    examples = sum(row.reached == "context example" for row in view.rows)
+    if examples:
+        console.print(f"  filled with {counted(examples, 'context example')} "
+                      f"({sum(row.context_example for row in view.rows)} of the rows)",
+                      highlight=False)
     for child in view.children:
         console.print(f"  {plain(child.table)}: {child.taken} of "
                       f"{counted(child.visible, 'visible child', 'visible children')} taken "

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.core.bfs import VIA_CHILD, VIA_PARENT
+from dlkit.core.bfs import VIA_CHILD, VIA_EXAMPLE, VIA_PARENT
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NO_TIME, NUMERIC, STYPE_NAMES, TEXT, TIMESTAMP
 from dlkit.errors import DatabaseError, InvalidArgumentError
 from dlkit.sampler import knobs
-from dlkit.sampler.batch import BatchBuilder, ChildPolicy
+from dlkit.sampler.batch import BatchBuilder, ChildPolicy, ContextExamplePolicy
 from dlkit.sampler.config import SamplerSettings
 from dlkit.sampler.database import DatabaseSource, InspectableDatabase, SamplerDatabase, open_db
 from dlkit.sampler.splits import check_seed
@@ -59,6 +59,7 @@ class RowView:
     iso_time: str = "-"      # for --json: the time in the one format JSON uses (ISO 8601)
     source: int = -1         # the sequence row it was reached from (-1: the seed)
     global_row: int = -1     # its global row id in the database
+    context_example: bool = False  # a row of another seed's walk (docs/batch_format.md §4)
 
 
 @dataclass(frozen=True)
@@ -205,14 +206,20 @@ def describe_sequence(db_path: DatabaseSource, task: str, anchor_row: int, *,
                       seed: int = knobs.SEED, epoch: int = 0,
                       sequence_length: int = knobs.SEQUENCE_LENGTH, max_rows: int = knobs.MAX_ROWS,
                       bfs_child_width: int = knobs.BFS_CHILD_WIDTH,
-                      bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM) -> SequenceView:
-    """The sequence of task ``task``'s seed at ``anchor_row`` (a local row of its table)."""
+                      bfs_child_policy: ChildPolicy | str = ChildPolicy.UNIFORM,
+                      context_examples: int = knobs.CONTEXT_EXAMPLES,
+                      context_example_policy: ContextExamplePolicy | str =
+                      knobs.CONTEXT_EXAMPLE_POLICY) -> SequenceView:
+    """The sequence of task ``task``'s seed at ``anchor_row`` (a local row of its table),
+    filled with context examples as the Sampler fills it with these settings."""
     db, owned = open_db(db_path)
     try:
         # the Sampler's settings (its seed checked with theirs); a sequence needs no split
         settings = SamplerSettings.parse(seed=seed, sequence_length=sequence_length,
                                          max_rows=max_rows, bfs_child_width=bfs_child_width,
-                                         bfs_child_policy=bfs_child_policy)
+                                         bfs_child_policy=bfs_child_policy,
+                                         context_examples=context_examples,
+                                         context_example_policy=context_example_policy)
         builder = BatchBuilder(db, settings.batch, settings.run.seed)
         view = builder.task(task)
         matches = np.flatnonzero(view.anchor_row == anchor_row)
@@ -261,12 +268,14 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         typed = value if target or hidden else typed_value(db, column, local)
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
                                       bool(a["is_null"][0, p]), target, hidden, typed))
+    example_rows = set(a["seq_row_ids"][0, :n_cells][a["is_context_example"][0, :n_cells] == 1]
+                       .tolist())
     rows = []
     for i in range(n_rows):
         row = int(built.visited_rows[0, i])
         table, local = db.row_of(row)
         source, via = int(built.visited_source[0, i]), int(built.visited_via[0, i])
-        reached = ("seed" if source < 0 else
+        reached = ("context example" if via == VIA_EXAMPLE else "seed" if source < 0 else
                    f"parent of #{source}" if via == VIA_PARENT else
                    f"child of #{source}" if via == VIA_CHILD else "?")
         rows.append(RowView(i, table.name, local, _key_of(table, local),
@@ -274,7 +283,8 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
                             int(built.visited_depth[0, i]), reached, tuple(rows_cells[i]),
                             len(rows_cells[i]) < int(catalog.tables.num_cells[table.index]),
                             _typed_key(table, local),
-                            format_time(int(db.graph.row_times[row])), source, row))
+                            format_time(int(db.graph.row_times[row])), source, row,
+                            i in example_rows))
     task = builder.task(built.task)
     config = builder.config
     stopped = ("cells" if n_cells >= config.sequence_length else
