@@ -219,6 +219,11 @@ def test_bad_mixtures_are_refused_by_name(dbs):
     twin.path = "<another alpha>"
     with pytest.raises(InvalidArgumentError, match="two databases of the mixture have the id"):
         Sampler([dbs[0], twin], batch_size=2, **SHAPE)
+    for bad, problem in (([], "at least one database"), ([dbs[0], 7], "got 7")):
+        with pytest.raises(InvalidArgumentError, match=problem):
+            Sampler(bad, batch_size=2, **SHAPE)
+    with pytest.raises(InvalidArgumentError, match="<alpha> is listed twice"):
+        Sampler([dbs[0], dbs[1], dbs[0]], batch_size=2, **SHAPE)
     other = mixable(7, "delta")
     other.metadata.embeddings.embedder = "minilm"
     with pytest.raises(InvalidArgumentError, match="embedded by different models"):

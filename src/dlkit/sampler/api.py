@@ -625,4 +625,8 @@ def _sources(db_path: Any) -> tuple[list[DatabaseSource], bool]:
     sources = list(db_path)
     if not sources:
         raise InvalidArgumentError("a mixture needs at least one database")
+    for source in sources:
+        if not isinstance(source, (str, os.PathLike, SamplerDatabase)):
+            raise InvalidArgumentError(f"a mixture lists databases (paths or open databases), "
+                                       f"got {source!r}")
     return sources, True

@@ -66,10 +66,13 @@ def check_mixable(databases: Sequence[SamplerDatabase], labels: Sequence[str]) -
     first: dict[str, Any] | None = None
     ids: dict[str, str] = {}
     for db, label in zip(databases, labels, strict=True):
-        other = ids.setdefault(db.database_id, label)
-        if other != label:
-            raise InvalidArgumentError(f"two databases of the mixture have the id "
-                                       f"{db.database_id!r}: {other} and {label}")
+        if db.database_id in ids:
+            other = ids[db.database_id]
+            raise InvalidArgumentError(
+                f"database {label} is listed twice in the mixture" if other == label else
+                f"two databases of the mixture have the id {db.database_id!r}: {other} and "
+                f"{label}")
+        ids[db.database_id] = label
         embeddings = db.metadata.embeddings
         model = {"embedder": embeddings.embedder, "config": embeddings.config,
                  "text_dim": embeddings.text_dim, "label": label}
