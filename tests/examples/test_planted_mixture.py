@@ -188,7 +188,12 @@ def test_the_command_line_writes_the_variants_asked_for_and_refuses_unknown_ones
                      "--variant", "travel", "--scale", "0.05"]) == 0
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["grand-farm", "grand-travel"]
     assert gen.main([str(tmp_path / "b"), "--family", "grand", "--variant", "shop"]) == 2
-    assert "no variant ['shop'] in the families grand" in capsys.readouterr().err
+    assert "no variant 'shop' in the families grand" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+    # a typo beside a good name is refused too, before anything is written
+    assert gen.main([str(tmp_path / "b"), "--family", "grand", "--variant", "farm",
+                     "--variant", "trvel"]) == 2
+    assert "no variant 'trvel' in the families grand" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
     with pytest.raises(ValueError, match="family churn has no variant 'farm'"):
         gen.make_member(tmp_path / "c", "churn", "farm")

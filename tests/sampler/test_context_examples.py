@@ -32,11 +32,12 @@ EXAMPLE_POLICIES = st.sampled_from(list(ContextExamplePolicy))
 
 
 @settings(max_examples=60)
-@given(db_seed=SEED_DB, S=st.integers(1, 64), R=st.integers(1, 24), width=st.integers(0, 4),
+@given(db_seed=SEED_DB, S=st.integers(1, 64), R=st.integers(2, 24), width=st.integers(0, 4),
        seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 3), examples=st.integers(1, 5),
        example_policy=EXAMPLE_POLICIES, policy=POLICIES, data=st.data())
 def test_batches_with_examples_match_reference(db_seed, S, R, width, seed, epoch, examples,
                                                example_policy, policy, data):
+    examples = min(examples, R - 1)  # each example takes a row: at most R - 1 fit
     # Sparse keys leave walks short; a short time span makes time ties and lag ties common.
     db = random_database(db_seed, num_tables=data.draw(st.integers(1, 4)), num_tasks=2,
                          fk_prob=data.draw(st.sampled_from([0.3, 0.7])), time_rules=True,
@@ -189,6 +190,9 @@ def test_context_examples_are_validated_and_named():
     for bad in ("latest", 0, None):
         with pytest.raises(InvalidArgumentError, match="recent, random, parent"):
             BatchConfig(context_example_policy=bad)
+    assert BatchConfig(max_rows=4, context_examples=3).context_examples == 3
+    with pytest.raises(InvalidArgumentError, match=r"below max_rows \(4\).*at most 3 other"):
+        BatchConfig(max_rows=4, context_examples=4)
 
 
 SMALL = dict(sequence_length=64, max_rows=16, bfs_child_width=2, split_seed=5, seed=11,

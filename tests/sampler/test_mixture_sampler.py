@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dlkit.errors import CheckpointError, InvalidArgumentError
 from dlkit.nextbatch.mixture import weights_from_counts
-from dlkit.sampler import BATCH_KEYS, BATCH_SCALAR_KEYS, Sampler
+from dlkit.sampler import BATCH_KEYS, BATCH_SCALAR_KEYS, Sampler, SamplerWarning
 from dlkit.sampler.mixture_run import component_weights
 from tests.example_copies import example_named
 from tests.nextbatch.test_mixture import naive_step
@@ -59,14 +59,22 @@ def pull(sampler, count):
 
 
 def placed(batch, db_index, dbs):
-    """A database's own batch as the mixture places it: ids moved by the database's first
-    rows in the shared tables (the databases' tables one after another)."""
+    """A database's own batch as the mixture places it (docs/batch_format.md §7): real ids
+    moved by the database's first rows in the shared tables (the databases' tables one after
+    another); padding, cells without a category and a non-categorical target keep 0."""
     out = dict(batch)
     column_offset = sum(db.column_emb.shape[0] for db in dbs[:db_index])
     category_offset = sum(db.category_emb.shape[0] for db in dbs[:db_index])
-    out["column_ids"] = batch["column_ids"] + np.int32(column_offset)
-    for key in ("categorical_embed_ids", "cat_emb_start"):
-        out[key] = batch[key] + np.uint32(category_offset)
+    real = batch["is_padding"] == 0
+    out["column_ids"] = np.where(real, batch["column_ids"] + np.int32(column_offset), 0
+                                 ).astype(np.int32)
+    category = real & (batch["semantic_types"] == 3) & (batch["is_null"] == 0) & \
+        (batch["is_hidden"] == 0) & (batch["is_target"] == 0)
+    out["categorical_embed_ids"] = np.where(
+        category, batch["categorical_embed_ids"] + np.uint32(category_offset), 0
+    ).astype(np.uint32)
+    if batch["cat_emb_count"][0]:
+        out["cat_emb_start"] = batch["cat_emb_start"] + np.uint32(category_offset)
     out["database_idx"] = np.array([db_index], dtype=np.uint32)
     return out
 
@@ -115,6 +123,11 @@ def test_component_weights_are_the_database_shares_split_by_seeds():
         assert abs(Fraction(weight, total) - share / sum(exact)) <= Fraction(1, total)
     with pytest.raises(InvalidArgumentError, match="nothing to train on"):
         component_weights([[0], [5]], [1.0, 0.0])
+    # any scale of weights: huge ones do not overflow, a tiny positive one still trains
+    assert component_weights([[5], [5]], [1e300, 1e300]) == [[512], [512]]
+    assert component_weights([[5], [5]], [1e308, 1e308]) == [[512], [512]]
+    tiny = component_weights([[5], [5]], [1e-10, 1.0])
+    assert tiny[0][0] >= 1 and tiny[1][0] > 1000
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -196,9 +209,15 @@ def test_ids_index_the_shared_tables(dbs):
             real = batch["is_padding"] == 0
             ids = batch["column_ids"][real]
             assert np.array_equal(columns[ids], dbs[d].column_emb[ids - offsets[d]])
-            cats = batch["categorical_embed_ids"][real & (batch["semantic_types"] == 3)]
+            category = real & (batch["semantic_types"] == 3) & (batch["is_null"] == 0) & \
+                (batch["is_hidden"] == 0) & (batch["is_target"] == 0)
+            cats = batch["categorical_embed_ids"][category]
             assert np.array_equal(categories[cats],
                                   dbs[d].category_emb[cats.astype(np.int64) - cat_offsets[d]])
+            # what holds no id holds 0, as in one database: never a row past a table's end
+            assert not batch["column_ids"][~real].any()
+            assert not batch["categorical_embed_ids"][~category].any()
+            assert batch["cat_emb_count"][0] or batch["cat_emb_start"][0] == 0
 
 
 def test_a_state_of_another_mixture_is_refused(dbs):
@@ -217,7 +236,7 @@ def test_a_state_of_another_mixture_is_refused(dbs):
 def test_bad_mixtures_are_refused_by_name(dbs):
     twin = mixable(4, "alpha", num_tasks=2)
     twin.path = "<another alpha>"
-    with pytest.raises(InvalidArgumentError, match="two databases of the mixture have the id"):
+    with pytest.raises(InvalidArgumentError, match="two databases have the id 'alpha'"):
         Sampler([dbs[0], twin], batch_size=2, **SHAPE)
     for bad, problem in (([], "at least one database"), ([dbs[0], 7], "got 7")):
         with pytest.raises(InvalidArgumentError, match=problem):
@@ -293,7 +312,7 @@ split_seed = 17
 
 [[component]]
 database = "{a.name}"
-tasks = ["review_rating", "order_status"]
+tasks = ["order_status", "review_rating"]
 weight = 3
 
 [[component]]
@@ -310,6 +329,9 @@ train = false
                            "shop-b/order_status": 0, "shop-b/user_premium": 0}
         assert {c.name: c.weight for c in check.components if c.train} == \
             {name: w for name, w in weights.items() if w}
+        # the file's order (not the databases' task order): the mixture the check declares
+        assert mix.mixture_order.names == ("shop-a/order_status", "shop-a/review_rating")
+        assert mix.mixture_order.mixture_hash.hex() == check.mixture_hash
         served = set()
         for _ in range(24):
             built = mix.next_built_batch()
@@ -318,3 +340,7 @@ train = false
         assert mix.eval_steps("val", "review_rating", database="shop-b") > 0
     with pytest.raises(InvalidArgumentError, match="gives its own weights"):
         Sampler(path, database_weights=[1, 1])
+    with pytest.raises(InvalidArgumentError, match="shop-a/order_status has fewer train seeds "
+                                                   "than a global batch"), \
+            pytest.warns(SamplerWarning, match="fewer than the global batch"):
+        Sampler(path, batch_size=100_000)

@@ -45,6 +45,11 @@ import numpy as np
 
 from dlkit.core.jit import kernel
 
+# Below this many edges, a pass over both CSR directions (a check, a placement) runs on the
+# calling thread: a mixture opens hundreds of small databases, and starting a thread (a
+# millisecond or more on a busy machine) would cost more than the work it runs.
+THREADED_MIN_EDGES = 1 << 18
+
 # Lists no longer than this are insertion-sorted; longer ones are merge-sorted from
 # insertion-sorted runs of MERGE_RUN.
 INSERTION_SORT_MAX = 24

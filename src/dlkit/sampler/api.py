@@ -123,7 +123,7 @@ class Sampler:
                  context_example_policy: ContextExamplePolicy | str = ContextExamplePolicy.RECENT,
                  database_weights: Sequence[float] | None = None):
         sources, self.is_mixture = _sources(db_path)
-        named_weights: dict[str, int] | None = None
+        named_weights: list[tuple[str, int]] | None = None
         mixture_file = _mixture_file(db_path)
         if mixture_file is not None:
             if database_weights is not None:
@@ -131,7 +131,7 @@ class Sampler:
                                            "own weights (leave database_weights out)")
             sources = list(dict.fromkeys(c.database for c in mixture_file.components))
             split_seed = mixture_file.split_seed
-            named_weights = {c.name: c.weight for c in mixture_file.components}
+            named_weights = [(c.name, c.weight) for c in mixture_file.training]
             self.is_mixture = True
         if not self.is_mixture and database_weights is not None:
             raise InvalidArgumentError("database_weights needs a list of databases")
@@ -164,7 +164,7 @@ class Sampler:
             raise
 
     def _setup(self, cfg: SamplerConfig, database_weights: Sequence[float] | None,
-               named_weights: dict[str, int] | None = None) -> None:
+               named_weights: list[tuple[str, int]] | None = None) -> None:
         dbs = self._dbs
         labels = [str(getattr(db, "path", db.database_id)) for db in dbs]
         weights_of_databases = None
@@ -210,9 +210,10 @@ class Sampler:
         self._shut = False
 
     def _setup_mixture(self, database_weights: tuple[float, ...] | None,
-                       named_weights: dict[str, int] | None) -> None:
-        """The components, their weights and order, and the trained components' streams;
-        ``named_weights`` (a mixture file's, by component name) are taken as they are."""
+                       named_weights: list[tuple[str, int]] | None) -> None:
+        """The components, their weights and order, and the trained components' streams.
+        ``named_weights`` (a mixture file's training components and weights, in the file's
+        order) are taken as they are, in that order: the mixture the file declares."""
         trainable = [{s.task.name: s for s in plan.streams(Split.TRAIN, builder.tasks,
                                                            database=d)}
                      for d, (plan, builder) in enumerate(zip(self._plans, self.builders))]
@@ -222,16 +223,25 @@ class Sampler:
         if named_weights is None:
             weights = component_weights(seeds, database_weights)
         else:
-            weights = [[named_weights.get(f"{self.databases[d].name}/{view.name}", 0)
-                        if seeds[d][t] else 0 for t, view in enumerate(builder.tasks)]
-                       for d, builder in enumerate(self.builders)]
-            if not any(map(any, weights)):
-                raise InvalidArgumentError("no component of the mixture file has a full global "
-                                           "batch of train seeds: nothing to train on")
+            place = {f"{self.databases[d].name}/{view.name}": (d, t)
+                     for d, builder in enumerate(self.builders)
+                     for t, view in enumerate(builder.tasks)}
+            weights = [[0] * len(builder.tasks) for builder in self.builders]
+            for name, weight in named_weights:
+                d, t = place[name]
+                if not seeds[d][t]:
+                    raise InvalidArgumentError(
+                        f"{name} has fewer train seeds than a global batch "
+                        f"({self.config.global_batch_size}): hold it out (train = false) or "
+                        "lower the batch size")
+                weights[d][t] = weight
         self.components = tuple(
             Component(d, self.databases[d].name, view.name, view.index, weights[d][t])
             for d, builder in enumerate(self.builders) for t, view in enumerate(builder.tasks))
         trained = [c for c in self.components if c.weight]
+        if named_weights is not None:  # the file's order, not the databases'
+            by_name = {c.name: c for c in trained}
+            trained = [by_name[name] for name, _ in named_weights]
         self.train_streams = tuple(trainable[c.database_idx][c.task] for c in trained)
         self.mixture_order = MixtureOrder.from_seed(
             [c.name for c in trained], [c.weight for c in trained], self.config.seed)
@@ -254,8 +264,10 @@ class Sampler:
 
     @property
     def tasks(self) -> tuple[str, ...]:
-        """Task names in task-index order (``task_idx`` of a batch indexes this); of a
-        mixture, every component's ``DATABASE/TASK`` in list order (``components``)."""
+        """Task names in task-index order (``task_idx`` of a batch indexes this). Of a
+        mixture, every component's ``DATABASE/TASK`` in list order: a batch's
+        ``task_idx`` counts within its database, so find its component in ``components``
+        by ``(database_idx, task_idx)``."""
         if self.is_mixture:
             return tuple(c.name for c in self.components)
         return tuple(view.name for view in self.builders[0].tasks)
@@ -402,7 +414,8 @@ class Sampler:
                                            "tasks are per database in a mixture")
             databases = range(len(self.builders))
         else:
-            databases = range(self._database(database), self._database(database) + 1)
+            first = self._database(database)
+            databases = range(first, first + 1)
         tasks = []
         for d in databases:
             builder = self.builders[d]
@@ -604,7 +617,7 @@ class Sampler:
         paths = [str(getattr(db, "path", db.database_id)) for db in self._dbs]
         where = f"[{', '.join(paths)}]" if self.is_mixture else paths[0]
         if self.is_mixture:
-            cfg["database_weights"] = [c.weight for c in self.components]
+            cfg["component_weights"] = [c.weight for c in self.components]
         return f"Sampler({where}, " + ", ".join(f"{k}={v!r}" for k, v in cfg.items()) + ")"
 
 

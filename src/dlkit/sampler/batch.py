@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from dlkit.core.bfs import CHILD_QUOTA, CHILD_RECENT, CHILD_UNIFORM
+from dlkit.core.codes import CATEGORICAL
 from dlkit.core.collate import build_sequences
 from dlkit.core.examples import EXAMPLES_PARENT, EXAMPLES_RANDOM, EXAMPLES_RECENT
 from dlkit.core.gather import gather_rows
@@ -213,6 +214,12 @@ class BatchConfig:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], "
                                            f"got {value!r}")
+        if self.context_examples >= self.max_rows:
+            # each example takes a row at least: more could never be placed, and the random
+            # choice's cost grows with the square of the count
+            raise InvalidArgumentError(
+                f"context_examples must be below max_rows ({self.max_rows}): a sequence holds "
+                f"at most {self.max_rows - 1} other seeds, got {self.context_examples}")
 
 
 @dataclass(frozen=True)
@@ -375,12 +382,20 @@ class MixtureMember:
     category_offset: int
 
     def place(self, arrays: dict[str, np.ndarray]) -> None:
+        """Only real ids move: padding cells, cells that hold no category (another type, a
+        null, a hidden value, the target) and a target that is not categorical keep their
+        0, as in one database."""
         arrays["database_idx"][0] = self.database_idx
         if self.column_offset:
-            arrays["column_ids"] += np.int32(self.column_offset)
+            column_ids = arrays["column_ids"]
+            column_ids[arrays["is_padding"] == 0] += np.int32(self.column_offset)
         if self.category_offset:
-            for key in ("categorical_embed_ids", "cat_emb_start"):
-                arrays[key] += np.uint32(self.category_offset)
+            holds_category = ((arrays["semantic_types"] == CATEGORICAL)
+                              & (arrays["is_padding"] == 0) & (arrays["is_null"] == 0)
+                              & (arrays["is_hidden"] == 0) & (arrays["is_target"] == 0))
+            arrays["categorical_embed_ids"][holds_category] += np.uint32(self.category_offset)
+            if arrays["cat_emb_count"][0]:
+                arrays["cat_emb_start"] += np.uint32(self.category_offset)
 
 
 def _shape(spec: str, B: int, S: int, R: int) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
+from dlkit.core.csr import THREADED_MIN_EDGES
 from dlkit.core.records import Graph
 from dlkit.sampler.catalog import readonly_view
 from dlkit.sampler.database import SamplerDatabase
@@ -25,10 +26,7 @@ from dlkit.sampler.shared import Memory, PrivateMemory
 
 # Edge records pack a row's parent and child counts in 32 bits each.
 MAX_RECORD_EDGES = 1 << 31
-# Graphs of fewer edges build their two edge records one after the other on the calling
-# thread: a mixture places hundreds of small databases, and starting threads for each (a
-# millisecond or more on a busy machine) would cost more than the builds.
-THREADED_RECORD_EDGES = 1 << 18
+THREADED_RECORD_EDGES = THREADED_MIN_EDGES  # fewer: both records on this thread
 
 
 def _no_records() -> np.ndarray:

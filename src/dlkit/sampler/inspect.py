@@ -268,8 +268,11 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         typed = value if target or hidden else typed_value(db, column, local)
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
                                       bool(a["is_null"][0, p]), target, hidden, typed))
-    example_rows = set(a["seq_row_ids"][0, :n_cells][a["is_context_example"][0, :n_cells] == 1]
-                       .tolist())
+    # examples follow the seed's own walk: every row from the first example's seed row on
+    # (a row cut off at S has no cell to flag it)
+    vias = built.visited_via[0, :n_rows]
+    first_example = int(np.argmax(vias == VIA_EXAMPLE)) if (vias == VIA_EXAMPLE).any() \
+        else n_rows
     rows = []
     for i in range(n_rows):
         row = int(built.visited_rows[0, i])
@@ -284,7 +287,7 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
                             len(rows_cells[i]) < int(catalog.tables.num_cells[table.index]),
                             _typed_key(table, local),
                             format_time(int(db.graph.row_times[row])), source, row,
-                            i in example_rows))
+                            i >= first_example))
     task = builder.task(built.task)
     config = builder.config
     stopped = ("cells" if n_cells >= config.sequence_length else

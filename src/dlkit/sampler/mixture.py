@@ -42,6 +42,7 @@ from dlkit.nextbatch.mixture import (
     mixture_hash,
     weights_from_counts,
 )
+from dlkit.sampler.mixture_run import MixableCheck
 from dlkit.sampler.split import SPLITS as SPLITS
 from dlkit.text import unknown_name
 
@@ -226,27 +227,18 @@ def check_mixture(spec: MixtureSpec) -> MixtureCheck:
     for component in spec.components:
         by_path.setdefault(component.database, []).append(component)
     checked: dict[tuple[Path, str], ComponentCheck] = {}
-    paths_by_id: dict[str, Path] = {}
-    model: tuple[str, dict[str, Any], Path] | None = None
+    mixable = MixableCheck()
+    embedder = ""
     for path, specs in by_path.items():
         try:
             db = open_database(path)
         except DlkitError as exc:
             raise _fail(spec.source, f"database {str(path)!r}: {exc}") from None
         with db:
-            embeddings = db.metadata.embeddings
-            this = (embeddings.embedder, embeddings.config, path)
-            if model is None:
-                model = this
-            elif this[:2] != model[:2]:
-                raise _fail(spec.source,
-                            f"databases embedded by different models: {str(model[2])!r} by "
-                            f"{model[0]} {model[1]}, {str(path)!r} by {this[0]} {this[1]} "
-                            "(the same words must be the same vectors)")
-            other = paths_by_id.setdefault(db.database_id, path)
-            if other != path:
-                raise _fail(spec.source, f"two databases have the id {db.database_id!r}: "
-                                         f"{str(other)!r} and {str(path)!r}")
+            problem = mixable.add(db, repr(str(path)))
+            if problem is not None:
+                raise _fail(spec.source, problem)
+            embedder = db.metadata.embeddings.embedder
             names = [t.name for t in db.tasks]
             seeds_of: dict[str, dict[str, int]] | None = None  # split once, when first needed
             for component in specs:
@@ -273,8 +265,7 @@ def check_mixture(spec: MixtureSpec) -> MixtureCheck:
     weight_of = dict(zip([c.name for c in training], weights, strict=True))
     components = tuple(
         dataclasses.replace(c, weight=weight_of.get(c.name, 0)) for c in found)
-    assert model is not None
-    return MixtureCheck(spec.source, spec.weighting, spec.split_seed, model[0], components)
+    return MixtureCheck(spec.source, spec.weighting, spec.split_seed, embedder, components)
 
 
 def _weights(weighting: Weighting, training: list[ComponentCheck], total: int

@@ -59,30 +59,42 @@ class Component:
         return f"{self.database}/{self.task}"
 
 
-def check_mixable(databases: Sequence[SamplerDatabase], labels: Sequence[str]) -> None:
-    """The databases can share one mixture: distinct ids (their datasets are keyed by id) and
-    one text space (the same embedder with the same settings: the same words must be the
-    same vectors). ``labels`` name the databases in messages (their paths)."""
-    first: dict[str, Any] | None = None
-    ids: dict[str, str] = {}
-    for db, label in zip(databases, labels, strict=True):
-        if db.database_id in ids:
-            other = ids[db.database_id]
-            raise InvalidArgumentError(
-                f"database {label} is listed twice in the mixture" if other == label else
-                f"two databases of the mixture have the id {db.database_id!r}: {other} and "
-                f"{label}")
-        ids[db.database_id] = label
+class MixableCheck:
+    """Databases added one at a time can share one mixture: distinct ids (their datasets are
+    keyed by id) and one text space (the same embedder, settings and text width: the same
+    words must be the same vectors). ``add`` returns the problem, or None; ``label`` names
+    the database in it (its path)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, str] = {}
+        self._space: tuple[tuple[str, Any, int], str] | None = None
+
+    def add(self, db: SamplerDatabase, label: str) -> str | None:
         embeddings = db.metadata.embeddings
-        model = {"embedder": embeddings.embedder, "config": embeddings.config,
-                 "text_dim": embeddings.text_dim, "label": label}
-        if first is None:
-            first = model
-        elif any(model[k] != first[k] for k in ("embedder", "config", "text_dim")):
-            raise InvalidArgumentError(
-                f"databases embedded by different models cannot be mixed: {first['label']} by "
-                f"{first['embedder']} {first['config']}, {label} by {model['embedder']} "
-                f"{model['config']} (the same words must be the same vectors)")
+        space = (embeddings.embedder, embeddings.config, embeddings.text_dim)
+        if self._space is None:
+            self._space = (space, label)
+        elif space != self._space[0]:
+            (embedder, config, _), first = self._space
+            return (f"databases embedded by different models: {first} by {embedder} {config}, "
+                    f"{label} by {space[0]} {space[1]} (the same words must be the same "
+                    "vectors)")
+        other = self._ids.get(db.database_id)
+        if other is not None:
+            return (f"database {label} is listed twice in the mixture" if other == label else
+                    f"two databases have the id {db.database_id!r}: {other} and {label}")
+        self._ids[db.database_id] = label
+        return None
+
+
+def check_mixable(databases: Sequence[SamplerDatabase], labels: Sequence[str]) -> None:
+    """``MixableCheck`` of every database of a sampler's list, or an ``InvalidArgumentError``
+    with the first problem."""
+    check = MixableCheck()
+    for db, label in zip(databases, labels, strict=True):
+        problem = check.add(db, label)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
 
 
 def database_weights_for(names: Sequence[str], weights: Any) -> tuple[float, ...] | None:
@@ -103,14 +115,17 @@ def component_weights(train_seeds: Sequence[Sequence[int]],
     database ``d``'s train seeds, 0 where it cannot be trained on); 0 for a component not
     trained on. See the module doc for the rule."""
     counts: list[int] = []
+    largest = max(database_weights) if database_weights is not None else 0.0
     for d, seeds in enumerate(train_seeds):
         if database_weights is None:
             counts.extend(seeds)
             continue
         whole = sum(seeds)
         for n in seeds:
-            share = database_weights[d] * n / whole if whole else 0.0
-            counts.append(int(share * _WEIGHT_RESOLUTION))
+            # scaled by the largest weight, so every share is at most 1 (no overflow, however
+            # large the weights); a positive share too small to count still counts 1
+            share = database_weights[d] / largest * n / whole if whole else 0.0
+            counts.append(max(int(share * _WEIGHT_RESOLUTION), 1) if share > 0 else 0)
     trained = [i for i, count in enumerate(counts) if count > 0]
     if not trained:
         raise InvalidArgumentError("no task of the mixture has a full global batch of train "

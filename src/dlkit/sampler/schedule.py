@@ -146,7 +146,7 @@ class MixtureSchedule:
     serves the component ``order`` names (train stream ``c`` is component ``c``) at that
     component's own step ``j``, whose cursor is ``j`` calls from the start (O(1): nothing
     before ``k`` is replayed, so the state is the step; the cursors a state carries are
-    checked against it)."""
+    checked to name this mixture's datasets and to lie in range, and are not needed)."""
 
     def __init__(self, streams: Sequence[SplitStream], order: MixtureOrder, step: int = 0,
                  cursors: Mapping[str, Cursor] | None = None):

@@ -48,10 +48,7 @@ from dlkit.db.read.graph_checks import GraphChecks
 from dlkit.db.read.mapped import ColumnData, Database, FileMaps, Graph, TableData, TaskData
 from dlkit.errors import DataError
 
-# Graphs of fewer edges check both CSR directions on the calling thread: a mixture opens
-# hundreds of small databases, and a thread's start (a millisecond or more on a busy machine)
-# would cost more than the checks it runs.
-THREADED_CHECK_EDGES = 1 << 18
+THREADED_CHECK_EDGES = csr.THREADED_MIN_EDGES  # fewer: both directions on this thread
 
 __all__ = ["CheckReport", "ColumnData", "Database", "Failure", "Graph", "TableData", "TaskData",
            "check_database", "inspect_database", "open_database"]
