@@ -83,24 +83,27 @@ def assign_splits(buckets, train_cut, val_cut):
 
 
 @kernel
-def sequence_key(seed, epoch, task_idx):
-    """The Philox key ``(k0, k1)`` of every sequence of (seed, epoch, task)."""
+def tagged_key(seed, epoch, task_idx, tag):
+    """``(R0, R1)`` of Philox(counter ``(lo32 epoch, hi32 epoch, task, tag)``, key
+    ``(lo32 seed, hi32 seed)``): the key of one kind of stream of (seed, epoch, task)."""
     seed = np.uint64(seed)
     epoch = np.uint64(epoch)
     r0, r1, _, _ = philox4x32_10(epoch & MASK32, epoch >> SHIFT32, np.uint64(task_idx),
-                                 SEQUENCE_TAG, seed & MASK32, seed >> SHIFT32)
+                                 tag, seed & MASK32, seed >> SHIFT32)
     return r0, r1
+
+
+@kernel
+def sequence_key(seed, epoch, task_idx):
+    """The Philox key ``(k0, k1)`` of every sequence of (seed, epoch, task)."""
+    return tagged_key(seed, epoch, task_idx, SEQUENCE_TAG)
 
 
 @kernel
 def example_key(seed, epoch, task_idx):
     """The Philox key ``(k0, k1)`` of the random choice of context examples of (seed, epoch,
     task): a stream of its own, so the choice takes no draw from a sequence's walk."""
-    seed = np.uint64(seed)
-    epoch = np.uint64(epoch)
-    r0, r1, _, _ = philox4x32_10(epoch & MASK32, epoch >> SHIFT32, np.uint64(task_idx),
-                                 EXAMPLE_TAG, seed & MASK32, seed >> SHIFT32)
-    return r0, r1
+    return tagged_key(seed, epoch, task_idx, EXAMPLE_TAG)
 
 
 @kernel

@@ -10,12 +10,10 @@ configuration and its step number, so it is the same whatever ``num_threads`` an
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -40,17 +38,15 @@ from dlkit.sampler.mixture_run import (
     DatabaseEntry,
     SharedTables,
     check_mixable,
-    component_weights,
+    database_index,
     database_weights_for,
+    plan_mixture,
 )
 from dlkit.sampler.run_plan import RunPlan, initial_state
 from dlkit.sampler.schedule import MixtureSchedule, SplitStream, TrainSchedule, ValSchedule
+from dlkit.sampler.sources import SamplerSources, label
 from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, Split, SplitRatios, TaskSplits
 from dlkit.sampler.state import ChannelState
-from dlkit.text import unknown_name
-
-if TYPE_CHECKING:
-    from dlkit.sampler.mixture import MixtureCheck
 
 STATE_FORMAT = "dlkit-sampler-state-v1"
 # the entries of a state from before its checksum (still loaded)
@@ -122,27 +118,15 @@ class Sampler:
                  context_examples: int = knobs.CONTEXT_EXAMPLES,
                  context_example_policy: ContextExamplePolicy | str = ContextExamplePolicy.RECENT,
                  database_weights: Sequence[float] | None = None):
-        sources, self.is_mixture = _sources(db_path)
-        named_weights: list[tuple[str, int]] | None = None
-        mixture_file = _mixture_file(db_path)
-        if mixture_file is not None:
-            if database_weights is not None:
-                raise InvalidArgumentError(f"{mixture_file.source}: a mixture file gives its "
-                                           "own weights (leave database_weights out)")
-            sources = list(dict.fromkeys(c.database for c in mixture_file.components))
-            split_seed = mixture_file.split_seed
-            named_weights = [(c.name, c.weight) for c in mixture_file.training]
-            self.is_mixture = True
-        if not self.is_mixture and database_weights is not None:
-            raise InvalidArgumentError("database_weights needs a list of databases")
-        if self.is_mixture and task_weights is not None:
-            raise InvalidArgumentError("task_weights is for one database; a mixture weighs "
-                                       "its databases (database_weights)")
+        sources = SamplerSources.parse(db_path, database_weights, task_weights)
+        self.is_mixture = sources.is_mixture
+        if sources.split_seed is not None:
+            split_seed = sources.split_seed  # a mixture file's
         self._dbs: list[SamplerDatabase] = []
         self._owned: list[SamplerDatabase] = []
         self._shut = True  # until set up: shutdown() then only closes what was opened
         try:
-            for source in sources:
+            for source in sources.databases:
                 db, owns = open_db(source)
                 self._dbs.append(db)
                 if owns:
@@ -158,26 +142,25 @@ class Sampler:
                 huge_pages=huge_pages, bfs_child_policy=bfs_child_policy,
                 context_examples=context_examples,
                 context_example_policy=context_example_policy), database_weights,
-                named_weights)
+                sources.named_weights)
         except BaseException:
             self._release()
             raise
 
     def _setup(self, cfg: SamplerConfig, database_weights: Sequence[float] | None,
-               named_weights: list[tuple[str, int]] | None = None) -> None:
+               named_weights: Sequence[tuple[str, int]] | None = None) -> None:
         dbs = self._dbs
-        labels = [str(getattr(db, "path", db.database_id)) for db in dbs]
+        labels = [label(db) for db in dbs]
         weights_of_databases = None
         if self.is_mixture:
             check_mixable(dbs, labels)
             weights_of_databases = database_weights_for(labels, database_weights)
         plans = tuple(RunPlan(db, cfg.run) for db in dbs)  # a bad split fails before any copy
         self._tables = SharedTables.of(dbs) if self.is_mixture else None
-        self.builders: tuple[BatchBuilder, ...] = ()
-        for d, db in enumerate(dbs):
-            member = self._tables.member(d) if self._tables is not None else None
-            self.builders += (BatchBuilder(db, cfg.batch_config, cfg.seed,
-                                           local_copies=cfg.local_world_size, member=member),)
+        members = self._tables.members() if self._tables is not None else [None] * len(dbs)
+        self.builders: tuple[BatchBuilder, ...] = tuple(
+            BatchBuilder(db, cfg.batch_config, cfg.seed, local_copies=cfg.local_world_size,
+                         member=member) for db, member in zip(dbs, members))
         # the settings as built: huge_pages resolved (None, automatic, becomes True or False)
         batch = replace(cfg.batch_config, huge_pages=self.builders[0].huge_pages)
         self.config = replace(cfg, settings=replace(cfg.settings, batch=batch))
@@ -189,7 +172,14 @@ class Sampler:
         self.train_streams: tuple[SplitStream, ...]
         self.mixture_order: MixtureOrder | None = None
         if self.is_mixture:
-            self._setup_mixture(weights_of_databases, named_weights)
+            trainable = [{s.task.name: s for s in plan.streams(Split.TRAIN, builder.tasks,
+                                                               database=d)}
+                         for d, (plan, builder) in enumerate(zip(plans, self.builders))]
+            mixture = plan_mixture(self.databases, [b.tasks for b in self.builders], trainable,
+                                   cfg.seed, cfg.global_batch_size, weights_of_databases,
+                                   named_weights)
+            self.components, self.train_streams = mixture.components, mixture.train_streams
+            self.mixture_order = mixture.order
         else:
             task_weights = dict(zip(self.tasks, self.config.task_weights or ()))
             self.train_streams = plans[0].streams(Split.TRAIN, self.builders[0].tasks,
@@ -208,43 +198,6 @@ class Sampler:
         self._lookup: TrainSchedule | MixtureSchedule | None = None  # train_batch's schedule
         self._lookup_lock = threading.Lock()
         self._shut = False
-
-    def _setup_mixture(self, database_weights: tuple[float, ...] | None,
-                       named_weights: list[tuple[str, int]] | None) -> None:
-        """The components, their weights and order, and the trained components' streams.
-        ``named_weights`` (a mixture file's training components and weights, in the file's
-        order) are taken as they are, in that order: the mixture the file declares."""
-        trainable = [{s.task.name: s for s in plan.streams(Split.TRAIN, builder.tasks,
-                                                           database=d)}
-                     for d, (plan, builder) in enumerate(zip(self._plans, self.builders))]
-        seeds = [[int(trainable[d][view.name].positions.shape[0])
-                  if view.name in trainable[d] else 0 for view in builder.tasks]
-                 for d, builder in enumerate(self.builders)]
-        if named_weights is None:
-            weights = component_weights(seeds, database_weights)
-        else:
-            place = {f"{self.databases[d].name}/{view.name}": (d, t)
-                     for d, builder in enumerate(self.builders)
-                     for t, view in enumerate(builder.tasks)}
-            weights = [[0] * len(builder.tasks) for builder in self.builders]
-            for name, weight in named_weights:
-                d, t = place[name]
-                if not seeds[d][t]:
-                    raise InvalidArgumentError(
-                        f"{name} has fewer train seeds than a global batch "
-                        f"({self.config.global_batch_size}): hold it out (train = false) or "
-                        "lower the batch size")
-                weights[d][t] = weight
-        self.components = tuple(
-            Component(d, self.databases[d].name, view.name, view.index, weights[d][t])
-            for d, builder in enumerate(self.builders) for t, view in enumerate(builder.tasks))
-        trained = [c for c in self.components if c.weight]
-        if named_weights is not None:  # the file's order, not the databases'
-            by_name = {c.name: c for c in trained}
-            trained = [by_name[name] for name, _ in named_weights]
-        self.train_streams = tuple(trainable[c.database_idx][c.task] for c in trained)
-        self.mixture_order = MixtureOrder.from_seed(
-            [c.name for c in trained], [c.weight for c in trained], self.config.seed)
 
     def _open_eval_channel(self, split: Split) -> BatchChannel:
         """The val or test channel (skipped datasets warn now, as train's do at start)."""
@@ -302,22 +255,7 @@ class Sampler:
 
     def _database(self, database: int | str | None) -> int:
         """The position of ``database`` (an index or an id) in the list."""
-        names = [entry.name for entry in self.databases]
-        if database is None:
-            if len(names) != 1:
-                raise InvalidArgumentError(f"the mixture has {len(names)} databases: name one "
-                                           "(database=index or id)")
-            return 0
-        if isinstance(database, str):
-            if database not in names:
-                raise InvalidArgumentError(unknown_name("database", database, names,
-                                                        "the mixture"))
-            return names.index(database)
-        index = integer(database, "database", 0)
-        if index >= len(names):
-            raise InvalidArgumentError(f"database {index} is out of range: the sampler has "
-                                       f"{len(names)}")
-        return index
+        return database_index([entry.name for entry in self.databases], database)
 
     @property
     def local_rank(self) -> int:
@@ -614,32 +552,8 @@ class Sampler:
         cfg = {name: getattr(config, name) for name in _REPR_FIELDS}
         cfg["split_ratios"] = str(config.split_ratios)
         cfg["sampling_mode"] = config.sampling_mode.short
-        paths = [str(getattr(db, "path", db.database_id)) for db in self._dbs]
+        paths = [label(db) for db in self._dbs]
         where = f"[{', '.join(paths)}]" if self.is_mixture else paths[0]
         if self.is_mixture:
             cfg["component_weights"] = [c.weight for c in self.components]
         return f"Sampler({where}, " + ", ".join(f"{k}={v!r}" for k, v in cfg.items()) + ")"
-
-
-
-def _mixture_file(db_path: Any) -> MixtureCheck | None:
-    """The checked mixture of a ``dlkit-mixture.toml`` path (None for anything else)."""
-    if not isinstance(db_path, (str, os.PathLike)) or Path(db_path).suffix != ".toml":
-        return None
-    from dlkit.sampler.mixture import check_mixture, load_mixture
-
-    return check_mixture(load_mixture(Path(db_path)))
-
-
-def _sources(db_path: Any) -> tuple[list[DatabaseSource], bool]:
-    """The databases a ``Sampler`` was given and whether they are a mixture (a list)."""
-    if isinstance(db_path, str) or not isinstance(db_path, Sequence):
-        return [db_path], False
-    sources = list(db_path)
-    if not sources:
-        raise InvalidArgumentError("a mixture needs at least one database")
-    for source in sources:
-        if not isinstance(source, (str, os.PathLike, SamplerDatabase)):
-            raise InvalidArgumentError(f"a mixture lists databases (paths or open databases), "
-                                       f"got {source!r}")
-    return sources, True

@@ -16,18 +16,22 @@ there, so one table uploaded once serves every batch of the mixture.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from dlkit.errors import InvalidArgumentError
-from dlkit.nextbatch.mixture import DEFAULT_TOTAL_WEIGHT, weights_from_counts
+from dlkit.nextbatch.mixture import DEFAULT_TOTAL_WEIGHT, MixtureOrder, weights_from_counts
 from dlkit.sampler.aggregates import column_embeddings
+from dlkit.sampler.arguments import integer
 from dlkit.sampler.arguments import weights as checked_weights
 from dlkit.sampler.batch import MixtureMember
 from dlkit.sampler.database import SamplerDatabase
+from dlkit.sampler.schedule import SplitStream
+from dlkit.sampler.tasks import TaskView
+from dlkit.text import unknown_name
 
 # Given database weights are turned into integer counts at this resolution before the
 # largest-remainder rounding of weights_from_counts (float products are exact enough here
@@ -153,14 +157,79 @@ class SharedTables:
         return cls(tuple(column_embeddings(db) for db in databases),
                    tuple(np.asarray(db.categorical_embeddings()) for db in databases))
 
-    def member(self, database_idx: int) -> MixtureMember:
-        return MixtureMember(
-            database_idx,
-            sum(int(t.shape[0]) for t in self.columns[:database_idx]),
-            sum(int(t.shape[0]) for t in self.categories[:database_idx]))
+    def members(self) -> list[MixtureMember]:
+        """Every database's place: its position and its first rows in the two tables."""
+        column_starts = np.cumsum([0] + [t.shape[0] for t in self.columns]).tolist()
+        category_starts = np.cumsum([0] + [t.shape[0] for t in self.categories]).tolist()
+        return [MixtureMember(d, column_starts[d], category_starts[d])
+                for d in range(len(self.columns))]
 
     def column_embeddings(self) -> np.ndarray:
         return np.concatenate(self.columns).astype(np.float16)
 
     def categorical_embeddings(self) -> np.ndarray:
         return np.concatenate(self.categories).astype(np.float16)
+
+
+@dataclass(frozen=True)
+class MixturePlan:
+    """A mixture's components (every task of every database, in list order), the train
+    streams of those trained on, in the order's component order, and that order."""
+
+    components: tuple[Component, ...]
+    train_streams: tuple[SplitStream, ...]
+    order: MixtureOrder
+
+
+def plan_mixture(databases: Sequence[DatabaseEntry], views: Sequence[Sequence[TaskView]],
+                 trainable: Sequence[Mapping[str, SplitStream]], seed: int,
+                 global_batch_size: int, database_weights: Sequence[float] | None = None,
+                 named_weights: Sequence[tuple[str, int]] | None = None) -> MixturePlan:
+    """The plan of a mixture whose database ``d`` has tasks ``views[d]``, of which those in
+    ``trainable[d]`` (by name) fill a global batch of train seeds. Weights come from
+    ``database_weights`` (``component_weights``) or, for a mixture file, ``named_weights``
+    (its training components and weights, taken as they are, in the file's order)."""
+    seeds = [[int(trainable[d][view.name].positions.shape[0]) if view.name in trainable[d]
+              else 0 for view in tasks] for d, tasks in enumerate(views)]
+    if named_weights is None:
+        weights = component_weights(seeds, database_weights)
+    else:
+        place = {f"{databases[d].name}/{view.name}": (d, t)
+                 for d, tasks in enumerate(views) for t, view in enumerate(tasks)}
+        weights = [[0] * len(tasks) for tasks in views]
+        for name, weight in named_weights:
+            d, t = place[name]
+            if not seeds[d][t]:
+                raise InvalidArgumentError(
+                    f"{name} has fewer train seeds than a global batch ({global_batch_size}): "
+                    "hold it out (train = false) or lower the batch size")
+            weights[d][t] = weight
+    components = tuple(Component(d, databases[d].name, view.name, view.index, weights[d][t])
+                       for d, tasks in enumerate(views) for t, view in enumerate(tasks))
+    trained = [c for c in components if c.weight]
+    if named_weights is not None:  # the file's order, not the databases'
+        by_name = {c.name: c for c in trained}
+        trained = [by_name[name] for name, _ in named_weights]
+    return MixturePlan(components, tuple(trainable[c.database_idx][c.task] for c in trained),
+                       MixtureOrder.from_seed([c.name for c in trained],
+                                              [c.weight for c in trained], seed))
+
+
+def database_index(names: Sequence[str], database: int | str | None) -> int:
+    """The position of ``database`` (an index or an id; None with one database) among the
+    databases named ``names``."""
+    if database is None:
+        if len(names) != 1:
+            raise InvalidArgumentError(f"the mixture has {len(names)} databases: name one "
+                                       "(database=index or id)")
+        return 0
+    if isinstance(database, str):
+        if database not in names:
+            raise InvalidArgumentError(unknown_name("database", database, list(names),
+                                                    "the mixture"))
+        return list(names).index(database)
+    index = integer(database, "database", 0)
+    if index >= len(names):
+        raise InvalidArgumentError(f"database {index} is out of range: the sampler has "
+                                   f"{len(names)}")
+    return index
