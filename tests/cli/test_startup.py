@@ -14,6 +14,7 @@ import pytest
 import typer.main
 
 from dlkit.cli.app import COMMAND_MODULES, _register_commands, app
+from dlkit.nextbatch.export import INTERPRET_BELOW_INDICES
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "fixtures" / "example_manifest.json"
@@ -84,10 +85,27 @@ def test_version_and_help_load_neither_numpy_nor_other_commands():
                 "dlkit.cli.relational"} & set(modules)
 
 
-def test_a_kernel_command_loads_numba_without_scipy():
-    result, modules = modules_of("sample", str(MANIFEST), "-d", "example/train", "-n", "2")
-    assert result.returncode == 0, result.stderr
+def test_small_work_runs_its_kernels_interpreted_without_numba(example_db, tmp_path):
+    """verify, manifest and a short sample of a small database: interpreting their kernels
+    costs less than loading numba (the outputs equal the compiled ones: the kernels' tests)."""
+    for args in (("verify", str(example_db), "--quiet"),
+                 ("manifest", str(example_db), "-s", "1", "-g", "8", "-o",
+                  str(tmp_path / "run.json")),
+                 ("sample", str(MANIFEST), "-d", "example/train", "-n", "2")):
+        result, modules = modules_of(*args)
+        assert result.returncode == 0, (args, result.stderr)
+        assert "numba" not in modules, args
     assert len(result.stdout.splitlines()) == 2
+
+
+def test_a_long_sample_loads_numba_without_scipy(tmp_path):
+    steps = 10_000  # 80,000 indices: beyond what runs sooner interpreted
+    assert steps * 8 >= INTERPRET_BELOW_INDICES
+    out = tmp_path / "indices.txt"
+    result, modules = modules_of("sample", str(MANIFEST), "-d", "example/train", "-n",
+                                 str(steps), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert len(out.read_text().splitlines()) == steps
     assert "numba" in modules
     assert all(modules[name] == "<blocked>" for name in modules if name.split(".")[0] == "scipy")
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dlkit.core.gather import burn, checksum_rows, gather_rows, page_runs
-from dlkit.core.jit import KERNEL_OPTIONS
+from dlkit.core.jit import kernel_options
 
 MASK = (1 << 64) - 1
 
@@ -87,10 +87,10 @@ def test_burn_matches_naive(iterations, seed):
 
 
 def test_kernels_release_the_gil():
-    assert KERNEL_OPTIONS["nogil"] is True
+    assert kernel_options()["nogil"] is True
     for kernel in (gather_rows, page_runs, checksum_rows, burn):
         # With the JIT disabled a kernel is its plain Python function: no options to check.
-        assert numba.config.DISABLE_JIT or kernel.targetoptions["nogil"] is True
+        assert numba.config.DISABLE_JIT or kernel.dispatcher.targetoptions["nogil"] is True
 
 
 def test_burn_runs_in_threads():

@@ -33,11 +33,11 @@ CALLER = ("from dlkit.core._probe_callee import bump\nfrom dlkit.core.jit import
 RUN = """
 import json
 from dlkit.core._probe_caller import doubled_bump
-from dlkit.core.jit import CACHE_DIR
+from dlkit.core.jit import cache_dir
 value = doubled_bump(3)
-stats = doubled_bump.stats
+stats = doubled_bump.dispatcher.stats
 print(json.dumps({"value": int(value), "hits": sum(stats.cache_hits.values()),
-                  "misses": sum(stats.cache_misses.values()), "cache_dir": str(CACHE_DIR)}))
+                  "misses": sum(stats.cache_misses.values()), "cache_dir": str(cache_dir())}))
 """
 
 
@@ -147,3 +147,63 @@ def test_only_the_kernel_package_defines_kernels():
                and decorator.search(p.read_text())]
     assert outside == []
     assert decorator.search((PACKAGE / "core" / "philox.py").read_text())
+
+
+# --- compiled on first use, interpreted when asked -----------------------------------------
+
+# Imports every kernel module, runs a kernel that calls kernels in another module (the
+# database checks' edge screen) interpreted, then compiled, and reports whether numba was
+# loaded after each step.
+LAZY = """
+import importlib, json, pkgutil, sys
+import numpy as np
+import dlkit.core
+from dlkit.core import integrity, jit
+for module in pkgutil.iter_modules(dlkit.core.__path__):
+    importlib.import_module("dlkit.core." + module.name)
+imported = "numba" in sys.modules
+offsets = np.array([0, 2, 3, 3], np.int64)
+ids = np.array([1, 2, 2], np.int64)
+keys = np.arange(1, 5, dtype=np.uint64)
+times = np.zeros(3, np.int64)
+with jit.interpreted():
+    assert jit.is_interpreted() and jit.cheaper_interpreted(1, 2)
+    interpreted = [int(s) for s in integrity.parent_side_sums(offsets, ids, times, 0, 3, keys)]
+after_interpreted = "numba" in sys.modules
+compiled = [int(s) for s in integrity.parent_side_sums(offsets, ids, times, 0, 3, keys)]
+print(json.dumps({"imported": imported, "after_interpreted": after_interpreted,
+                  "loaded": "numba" in sys.modules, "same": interpreted == compiled,
+                  "cheaper_after": jit.cheaper_interpreted(1, 2)}))
+"""
+
+
+def test_kernels_load_numba_only_when_they_run_compiled():
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    done = subprocess.run([sys.executable, "-c", LAZY], env=environ, capture_output=True,
+                          text=True, timeout=300, check=True)
+    assert json.loads(done.stdout) == {"imported": False, "after_interpreted": False,
+                                       "loaded": True, "same": True, "cheaper_after": False}
+
+
+def test_interpreted_is_per_thread_and_nests():
+    import threading
+
+    from dlkit.core.jit import JIT_DISABLED, interpreted, is_interpreted
+
+    seen = []
+    with interpreted():
+        with interpreted(False):  # an inner "no" leaves the outer mode as it is
+            assert is_interpreted() is True
+        thread = threading.Thread(target=lambda: seen.append(is_interpreted()))
+        thread.start()
+        thread.join()
+    assert seen == [JIT_DISABLED]
+    assert is_interpreted() is JIT_DISABLED
+
+
+def test_a_kernel_pickles_as_itself():
+    import pickle
+
+    from dlkit.core import csr
+
+    assert pickle.loads(pickle.dumps(csr.check_ids)) is csr.check_ids

@@ -7,12 +7,12 @@ import numpy as np
 from numba.core import types
 
 from dlkit.core.jit import kernel
-from dlkit.core.lists import EMPTY_LISTS, append_array
+from dlkit.core.lists import append_array, empty_list
 from dlkit.core.records import ColumnLists, Columns, Graph, Stream, Visit
 
 
 def _list_of(*arrays: np.ndarray):
-    typed = EMPTY_LISTS[arrays[0].dtype]()
+    typed = empty_list(arrays[0].dtype)
     for array in arrays:
         view = array.view()
         view.setflags(write=False)

@@ -164,9 +164,9 @@ def manifest(
         dlkit manifest out/db --seed 42 --global-batch-size 64 --out run.json
         dlkit sample run.json -d DB_ID/review_rating/val --stage eval
     """
+    check_output_file(out, overwrite, inside=db, inside_what="the database")
     from dlkit.sampler.run_manifest import write_run_manifest
 
-    check_output_file(out, overwrite, inside=db, inside_what="the database")
     with _printing_warnings():
         summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
                                      split_seed=split_seed, split_ratios=_ratios(split_ratios),

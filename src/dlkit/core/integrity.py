@@ -63,7 +63,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from dlkit.core.jit import kernel
+from dlkit.core.csr import THREADED_MIN_EDGES
+from dlkit.core.jit import is_interpreted, kernel
 from dlkit.core.keys import bytes_equal, mix64
 
 # Exponent bits of IEEE binary16 and binary64: all set means NaN or infinity.
@@ -250,11 +251,14 @@ def edges_agree(parent_offsets, parent_ids, row_times, child_offsets, child_ids,
 
     Offsets and ids must already be checked. ``keys`` is ``uint64[4]`` (``a_1, b_1, a_2,
     b_2``), drawn at random for each run: the module doc says why this is as strong as the
-    exact checks it screens. The two sides run on two threads.
+    exact checks it screens. The two sides of a large graph run on two threads.
     """
     if parent_ids.shape[0] != child_ids.shape[0]:
         return False
     rows = parent_offsets.shape[0] - 1
+    if parent_ids.shape[0] < THREADED_MIN_EDGES or is_interpreted():
+        return bool(parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
+                    == child_side_sums(child_offsets, child_ids, child_times, 0, rows, keys))
     with ThreadPoolExecutor(max_workers=1) as pool:  # the two sides at once (nogil kernels)
         child = pool.submit(child_side_sums, child_offsets, child_ids, child_times, 0, rows,
                             keys)
@@ -315,7 +319,7 @@ def first_table_mismatch(row_table, table_offsets):
 @kernel
 def _bits_set(bitmap, num_rows):
     """How many of the first ``num_rows`` bits of ``bitmap`` are set."""
-    count = 0
+    count = np.int64(0)  # interpreted, 0 + a uint8 bit stays uint8 (NEP 50) and wraps at 256
     for r in range(num_rows):
         count += _bit(bitmap, r)
     return count

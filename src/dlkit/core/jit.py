@@ -5,9 +5,18 @@ other and with the consumer), ``cache=True`` (compiled code is reused across pro
 the numpy error model (no Python exception machinery in hot loops; callers validate inputs
 before calling, so no kernel divides by zero or indexes out of bounds).
 
-Setting ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python; ``make test-nojit`` runs
-the kernel tests that way, so the kernels' Python semantics are checked and measurable by
-coverage tools.
+Compiled on first use. Importing a kernel module imports no numba: a ``Kernel`` holds its
+Python function and makes numba's dispatcher the first time it is called compiled. Numba's
+import (0.15 s) and its first compiled call in a process (0.2 s to set up the CPU target,
+even when the machine code comes from the cache) are paid only by work that runs compiled.
+
+Interpreted when that is cheaper. Within ``interpreted()``, kernels called on this thread run
+as their plain Python functions (kernels they call too). A caller uses it for inputs so
+small that interpreting them costs less than numba's set-up (``cheaper_interpreted``):
+``dlkit verify`` or ``dlkit manifest`` of a small database never loads numba. Setting
+``NUMBA_DISABLE_JIT=1`` interprets every kernel; ``make test-nojit`` runs the kernel tests
+that way, and tests compare both ways on the inputs callers interpret, so the two semantics
+are checked to agree.
 
 The on-disk cache. Numba's own cache checks only the source file of the kernel it loads: a
 kernel whose callee in another file changed would load its old machine code. So every kernel
@@ -22,16 +31,20 @@ places.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 import platform
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any, TypeVar, cast
 
-import numba
+import numpy as np
 
 from dlkit.errors import InvalidArgumentError
 
@@ -41,6 +54,8 @@ CACHE_SWITCH = "DLKIT_NUMBA_CACHE"
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 KERNEL_PACKAGE = Path(__file__).resolve().parent
+# numba's own switch, read as numba reads it (an integer), without importing numba
+JIT_DISABLED = bool(int(os.environ.get("NUMBA_DISABLE_JIT", "0") or "0"))
 
 
 def cache_switch(environ: Mapping[str, str] = os.environ) -> bool:
@@ -57,7 +72,8 @@ def sources_key(package: Path = KERNEL_PACKAGE) -> str:
     """A hash of every Python file of ``package`` (a callee may sit in any of them: names and
     bytes) and of the Python and Numba versions."""
     digest = hashlib.sha256()
-    digest.update(f"python {platform.python_version()} numba {numba.__version__}\n".encode())
+    digest.update(f"python {platform.python_version()} numba {metadata.version('numba')}\n"
+                  .encode())
     for path in sorted(package.rglob("*.py")):
         data = path.read_bytes()
         digest.update(f"{path.relative_to(package).as_posix()} {len(data)}\n".encode())
@@ -88,27 +104,140 @@ def choose_cache_dir(key: str, roots: Iterable[Path]) -> Path | None:
     return None
 
 
-def _configure() -> tuple[dict[str, Any], Path | None]:
-    directory = None
-    if cache_switch() and not numba.config.DISABLE_JIT:
-        roots = [user_cache_root(), KERNEL_PACKAGE / "__pycache__" / "numba"]
-        directory = choose_cache_dir(sources_key(), roots)
-    return {"nogil": True, "cache": directory is not None, "error_model": "numpy"}, directory
+@functools.cache
+def cache_dir() -> Path | None:
+    """Where compiled kernels are cached in this process (None: compiled in every process)."""
+    if not cache_switch() or JIT_DISABLED:
+        return None
+    roots = [user_cache_root(), KERNEL_PACKAGE / "__pycache__" / "numba"]
+    return choose_cache_dir(sources_key(), roots)
 
 
-KERNEL_OPTIONS, CACHE_DIR = _configure()
-_DECORATING = threading.Lock()
+def kernel_options() -> dict[str, Any]:
+    """Numba's options for every kernel."""
+    return {"nogil": True, "cache": cache_dir() is not None, "error_model": "numpy"}
+
+
+_LOADING = threading.RLock()
+_ON_LOAD: list[Callable[[], None]] = []
+_loaded: ModuleType | None = None
+
+
+def on_numba_load(register: Callable[[], None]) -> None:
+    """Run ``register`` (numba types, intrinsics, overloads a kernel needs to compile) once
+    numba is imported for a compiled kernel: now, when it already is."""
+    with _LOADING:
+        if _loaded is None:
+            _ON_LOAD.append(register)
+        else:
+            register()
+
+
+def load_numba() -> ModuleType:
+    """numba, imported with everything registered that dlkit's kernels compile against."""
+    global _loaded
+    if _loaded is None:
+        with _LOADING:
+            if _loaded is None:
+                import numba
+                from numba.core import types
+                from numba.extending import typeof_impl
+
+                # A kernel calling a kernel reads a Kernel from its module's globals: numba
+                # types it as the dispatcher it stands for.
+                typeof_impl.register(Kernel)(
+                    lambda value, context: types.Dispatcher(value.dispatcher))
+                for register in _ON_LOAD:
+                    register()
+                _loaded = numba
+    return _loaded
+
+
+class _Mode(threading.local):
+    interpreted = False
+
+
+_MODE = _Mode()
+
+
+@contextlib.contextmanager
+def interpreted(when: bool = True) -> Iterator[None]:
+    """Kernels called on this thread inside run as plain Python, when ``when``.
+
+    For inputs small enough that interpreting them beats numba's set-up. Integer wraparound
+    is intended in the hashing kernels, so numpy's overflow warnings are silenced inside.
+    """
+    if not when or _MODE.interpreted:
+        yield
+        return
+    _MODE.interpreted = True
+    try:
+        with np.errstate(over="ignore"):
+            yield
+    finally:
+        _MODE.interpreted = False
+
+
+def cheaper_interpreted(size: int, below: int) -> bool:
+    """Whether work of ``size`` runs sooner interpreted: it is under ``below`` (in the
+    caller's unit, measured to cost about what numba's set-up does) and no kernel has run
+    compiled in this process yet (after that, a compiled call costs microseconds)."""
+    return size < below and _loaded is None
+
+
+def is_interpreted() -> bool:
+    """Whether kernels called on this thread now run as plain Python."""
+    return JIT_DISABLED or _MODE.interpreted
+
+
+class Kernel:
+    """A dlkit kernel: its Python function (``py_func``) and, made on first compiled call,
+    numba's dispatcher (``dispatcher``)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.py_func = fn
+        self._dispatcher: Any = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def dispatcher(self) -> Any:
+        if self._dispatcher is None:
+            numba = load_numba()
+            options, where = kernel_options(), cache_dir()
+            # Numba reads its CACHE_DIR when the dispatcher is made (the cache locator keeps
+            # the path), so setting it around the making sends dlkit's kernels, and only
+            # them, there.
+            with _LOADING:
+                if self._dispatcher is None:
+                    previous = numba.config.CACHE_DIR
+                    if where is not None:
+                        numba.config.CACHE_DIR = str(where)
+                    try:
+                        self._dispatcher = numba.njit(**options)(self.py_func)
+                    finally:
+                        numba.config.CACHE_DIR = previous
+        return self._dispatcher
+
+    def __call__(self, *args: Any) -> Any:
+        if _MODE.interpreted or JIT_DISABLED:
+            return self.py_func(*args)
+        return (self._dispatcher or self.dispatcher)(*args)
+
+    def __repr__(self) -> str:
+        return f"<dlkit kernel {self.py_func.__module__}.{self.py_func.__qualname__}>"
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        # by name, as a function pickles: the other process imports the module's own kernel
+        return _kernel_named, (self.py_func.__module__, self.py_func.__qualname__)
+
+
+def _kernel_named(module: str, name: str) -> Kernel:
+    import importlib
+
+    found: Kernel = getattr(importlib.import_module(module), name)
+    return found
 
 
 def kernel(fn: F) -> F:
-    """Compile ``fn`` as a dlkit kernel (arrays and scalars in, arrays/scalars out, no I/O)."""
-    # Numba reads its CACHE_DIR when the dispatcher is made (the cache locator keeps the path),
-    # so setting it around the decoration sends dlkit's kernels, and only them, there.
-    with _DECORATING:
-        previous = numba.config.CACHE_DIR
-        if CACHE_DIR is not None:
-            numba.config.CACHE_DIR = str(CACHE_DIR)
-        try:
-            return numba.njit(**KERNEL_OPTIONS)(fn)  # type: ignore[no-any-return]
-        finally:
-            numba.config.CACHE_DIR = previous
+    """Make ``fn`` a dlkit kernel (arrays and scalars in, arrays/scalars out, no I/O)."""
+    return cast(F, Kernel(fn))

@@ -8,16 +8,34 @@ once and cached like every other, it costs nothing after the first run.
 
 from __future__ import annotations
 
-import numba
+from typing import Any
+
 import numpy as np
-from numba.typed import List
 
-from dlkit.core.jit import kernel
+from dlkit.core.jit import kernel, load_numba, on_numba_load
 
-_F64 = numba.types.Array(numba.float64, 1, "C", readonly=True)
-_U8 = numba.types.Array(numba.uint8, 1, "C", readonly=True)
-_I64 = numba.types.Array(numba.int64, 1, "C", readonly=True)
-_I32 = numba.types.Array(numba.int32, 1, "C", readonly=True)
+# numba's typed list and the array types the kernels below make lists of, bound when numba
+# loads (importing this module loads nothing)
+List: Any = None
+_F64: Any = None
+_U8: Any = None
+_I64: Any = None
+_I32: Any = None
+
+
+def _bind_types() -> None:
+    global List, _F64, _U8, _I64, _I32
+    import numba
+    from numba.typed import List
+
+    def readonly(dtype: Any) -> Any:
+        return numba.types.Array(dtype, 1, "C", readonly=True)
+
+    _F64, _U8 = readonly(numba.float64), readonly(numba.uint8)
+    _I64, _I32 = readonly(numba.int64), readonly(numba.int32)
+
+
+on_numba_load(_bind_types)
 
 
 @kernel
@@ -47,3 +65,10 @@ def append_array(arrays, array):
 
 EMPTY_LISTS = {np.dtype(np.float64): empty_f64_list, np.dtype(np.uint8): empty_u8_list,
                np.dtype(np.int64): empty_i64_list, np.dtype(np.int32): empty_i32_list}
+
+
+def empty_list(dtype: Any) -> Any:
+    """An empty typed list for read-only 1-D arrays of ``dtype`` (numba's type: loads numba,
+    even when kernels run interpreted)."""
+    load_numba()
+    return EMPTY_LISTS[np.dtype(dtype)]()

@@ -26,10 +26,8 @@ import sys
 from typing import Any
 
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
+
+from dlkit.core.jit import on_numba_load
 
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("dlkit needs a little-endian machine")
@@ -39,49 +37,8 @@ _KEEP_IN_ALL_LEVELS = 3
 _DATA_CACHE = 1
 
 
-def _element_pointer(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-    """The address of ``array[index]`` for an intrinsic called as ``(array, index)``, with
-    neither a negative-index wrap nor a bounds check."""
-    array_type, index_type = sig.args
-    view = context.make_array(array_type)(context, builder, args[0])
-    position = context.cast(builder, args[1], index_type, types.intp)
-    return cgutils.get_item_pointer2(
-        context, builder, data=view.data, shape=cgutils.unpack_tuple(builder, view.shape),
-        strides=cgutils.unpack_tuple(builder, view.strides), layout=array_type.layout,
-        inds=[position], wraparound=False, boundscheck=False)
-
-
 def prefetch(array: Any, index: Any) -> None:
     """Hint that ``array[index]`` (1-D) will be read soon; a no-op without the JIT."""
-
-
-@intrinsic
-def _prefetch_intrinsic(typingctx: Any, array: Any, index: Any) -> Any:
-    if not isinstance(array, types.Array) or array.ndim != 1 or \
-            not isinstance(index, types.Integer):
-        return None
-    signature = types.void(array, index)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        pointer = _element_pointer(context, builder, sig, args)
-        byte_pointer = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
-            "llvm.prefetch.p0")
-        builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(_READ),
-                                i32(_KEEP_IN_ALL_LEVELS), i32(_DATA_CACHE)])
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
-@overload(prefetch)
-def _prefetch_overload(array: Any, index: Any) -> Any:
-    def implementation(array: Any, index: Any) -> None:
-        _prefetch_intrinsic(array, index)
-
-    return implementation
 
 
 def load_u64_le(data: Any, start: Any) -> Any:
@@ -89,24 +46,71 @@ def load_u64_le(data: Any, start: Any) -> Any:
     return np.uint64(int.from_bytes(bytes(data[start:start + 8]), "little"))
 
 
-@intrinsic
-def _load_u64_intrinsic(typingctx: Any, data: Any, start: Any) -> Any:
-    if not isinstance(data, types.Array) or data.ndim != 1 or data.dtype != types.uint8 or \
-            not isinstance(start, types.Integer):
-        return None
-    signature = types.uint64(data, start)
+def _register_compiled() -> None:
+    """The compiled forms of ``prefetch`` and ``load_u64_le`` (made when numba loads)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic, overload
 
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        pointer = _element_pointer(context, builder, sig, args)
-        word_pointer = builder.bitcast(pointer, ir.IntType(64).as_pointer())
-        return builder.load(word_pointer, align=1)
+    def element_pointer(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        """The address of ``array[index]`` for an intrinsic called as ``(array, index)``,
+        with neither a negative-index wrap nor a bounds check."""
+        array_type, index_type = sig.args
+        view = context.make_array(array_type)(context, builder, args[0])
+        position = context.cast(builder, args[1], index_type, types.intp)
+        return cgutils.get_item_pointer2(
+            context, builder, data=view.data, shape=cgutils.unpack_tuple(builder, view.shape),
+            strides=cgutils.unpack_tuple(builder, view.strides), layout=array_type.layout,
+            inds=[position], wraparound=False, boundscheck=False)
 
-    return signature, codegen
+    @intrinsic
+    def prefetch_intrinsic(typingctx: Any, array: Any, index: Any) -> Any:
+        if not isinstance(array, types.Array) or array.ndim != 1 or \
+                not isinstance(index, types.Integer):
+            return None
+        signature = types.void(array, index)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            pointer = element_pointer(context, builder, sig, args)
+            byte_pointer = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            function = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
+                "llvm.prefetch.p0")
+            builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(_READ),
+                                    i32(_KEEP_IN_ALL_LEVELS), i32(_DATA_CACHE)])
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    @overload(prefetch)
+    def prefetch_overload(array: Any, index: Any) -> Any:
+        def implementation(array: Any, index: Any) -> None:
+            prefetch_intrinsic(array, index)
+
+        return implementation
+
+    @intrinsic
+    def load_u64_intrinsic(typingctx: Any, data: Any, start: Any) -> Any:
+        if not isinstance(data, types.Array) or data.ndim != 1 or \
+                data.dtype != types.uint8 or not isinstance(start, types.Integer):
+            return None
+        signature = types.uint64(data, start)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            pointer = element_pointer(context, builder, sig, args)
+            word_pointer = builder.bitcast(pointer, ir.IntType(64).as_pointer())
+            return builder.load(word_pointer, align=1)
+
+        return signature, codegen
+
+    @overload(load_u64_le)
+    def load_u64_overload(data: Any, start: Any) -> Any:
+        def implementation(data: Any, start: Any) -> Any:
+            return load_u64_intrinsic(data, start)
+
+        return implementation
 
 
-@overload(load_u64_le)
-def _load_u64_overload(data: Any, start: Any) -> Any:
-    def implementation(data: Any, start: Any) -> Any:
-        return _load_u64_intrinsic(data, start)
-
-    return implementation
+on_numba_load(_register_compiled)

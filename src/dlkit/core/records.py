@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba.core import types
-from numba.extending import typeof_impl
+
+from dlkit.core.jit import on_numba_load
 
 
 class Graph(NamedTuple):
@@ -222,18 +222,26 @@ class FlatValues(NamedTuple):
     categories: np.ndarray  # categorical_embed_ids, uint32[B * S]
 
 
-_LISTS_TYPES: dict[tuple[int, ...], types.Type] = {}
+def _register_column_lists_type() -> None:
+    from numba.core import types
+    from numba.extending import typeof_impl
+
+    lists_types: dict[tuple[int, ...], types.Type] = {}
+
+    @typeof_impl.register(ColumnLists)
+    def typeof_column_lists(value: ColumnLists, context: Any) -> types.Type:
+        """The numba type of a ``ColumnLists``, made once per combination of list types
+        (numba interns types, so their ids name them; the cached record type keeps them
+        alive)."""
+        list_types = [getattr(v, "_numba_type_", None) or typeof_impl(v, context)
+                      for v in value]
+        key = tuple(map(id, list_types))
+        cached = lists_types.get(key)
+        if cached is None:
+            # numba's types module builds its names at import: invisible to mypy
+            cached = lists_types[key] = types.BaseTuple.from_types(  # type: ignore[attr-defined]
+                list_types, ColumnLists)
+        return cached
 
 
-@typeof_impl.register(ColumnLists)
-def _typeof_column_lists(value: ColumnLists, context: Any) -> types.Type:
-    """The numba type of a ``ColumnLists``, made once per combination of list types (numba
-    interns types, so their ids name them; the cached record type keeps them alive)."""
-    list_types = [getattr(v, "_numba_type_", None) or typeof_impl(v, context) for v in value]
-    key = tuple(map(id, list_types))
-    cached = _LISTS_TYPES.get(key)
-    if cached is None:
-        # numba's types module builds its names at import: invisible to mypy
-        cached = _LISTS_TYPES[key] = types.BaseTuple.from_types(  # type: ignore[attr-defined]
-            list_types, ColumnLists)
-    return cached
+on_numba_load(_register_column_lists_type)

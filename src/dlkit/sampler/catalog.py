@@ -18,7 +18,7 @@ import numpy as np
 
 from dlkit.core.bfs import table_links_of
 from dlkit.core.codes import BOOLEAN, CATEGORICAL, NUMERIC, TEXT, TIMESTAMP
-from dlkit.core.lists import EMPTY_LISTS, append_array
+from dlkit.core.lists import append_array, empty_list
 from dlkit.core.records import ColumnLists, Columns, Graph, RowValues, Tables
 from dlkit.db.task_rules import rules_of
 from dlkit.errors import DatabaseError
@@ -39,8 +39,7 @@ def _typed_lists(arrays: dict[Any, list[np.ndarray]]
     tuples: dict[np.dtype, tuple[np.ndarray, ...]] = {}
     lists = []
     for dtype in _LIST_DTYPES:
-        make_list: Callable[[], Any] = EMPTY_LISTS[dtype]  # a kernel: typed by numba
-        typed = make_list()
+        typed = empty_list(dtype)
         for array in arrays[dtype]:
             append_array(typed, array)
         tuples[dtype] = tuple(arrays[dtype])

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dlkit.core.jit import cheaper_interpreted, interpreted
 from dlkit.core.streams import assign_splits, split_buckets, split_positions
 from dlkit.db.task_rules import TaskRules, rules_of
 from dlkit.encoding import UINT64_MAX
@@ -154,18 +155,26 @@ def positions_by_split(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return positions[0], positions[1], positions[2]
 
 
+# Splits of this many seeds in all are made sooner by the kernels' Python (6 us a seed) than
+# numba starts (0.35 s a process): dlkit manifest of a small database never loads numba.
+INTERPRET_BELOW_SEEDS = 1 << 14
+
+
 def compute_splits(tasks: Iterable[Any], split_seed: int,
                    ratios: SplitRatios) -> tuple[TaskSplits, ...]:
     """``TaskSplits`` of every task (objects with ``name``, ``index``, ``anchor_row``)."""
+    tasks = list(tasks)
+    seeds = sum(len(task.anchor_row) for task in tasks)
     out = []
-    for task in tasks:
-        codes = split_codes_by_rule(task, split_seed, ratios)
-        codes = np.ascontiguousarray(codes, dtype=np.int8)
-        if codes.size and not 0 <= int(codes.min()) <= int(codes.max()) <= 2:
-            raise AssertionError(f"split codes of task {task.name!r} outside 0..2")
-        positions = positions_by_split(codes)
-        out.append(TaskSplits(task.name, int(task.index), positions,
-                              split_version(split_seed, ratios, rules_of(task))))
+    with interpreted(cheaper_interpreted(seeds, INTERPRET_BELOW_SEEDS)):
+        for task in tasks:
+            codes = split_codes_by_rule(task, split_seed, ratios)
+            codes = np.ascontiguousarray(codes, dtype=np.int8)
+            if codes.size and not 0 <= int(codes.min()) <= int(codes.max()) <= 2:
+                raise AssertionError(f"split codes of task {task.name!r} outside 0..2")
+            positions = positions_by_split(codes)
+            out.append(TaskSplits(task.name, int(task.index), positions,
+                                  split_version(split_seed, ratios, rules_of(task))))
     return tuple(out)
 
 

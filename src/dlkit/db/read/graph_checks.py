@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from dlkit.core import csr, integrity
+from dlkit.core.jit import is_interpreted
 from dlkit.db import format as fmt
 from dlkit.db.failures import Checks
 from dlkit.db.metadata_records import DatabaseMetadata, TableMetadata
@@ -31,6 +32,10 @@ class GraphChecks:
                  checks: Checks):
         self.checks, self.position = checks, len(checks.failures)
         self.found = Checks(collect=True, root=checks.root)
+        self._pool: ThreadPoolExecutor | None = None
+        if is_interpreted():  # interpreted kernels hold the GIL: a thread would only wait
+            self._run(meta, graph, raw, layout)
+            return
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlkit-graph")
         self._done = self._pool.submit(self._run, meta, graph, raw, layout)
 
@@ -39,10 +44,11 @@ class GraphChecks:
         full_graph_checks(meta, graph, self.found)
 
     def join(self) -> None:
-        try:
-            self._done.result()
-        finally:
-            self._pool.shutdown()
+        if self._pool is not None:
+            try:
+                self._done.result()
+            finally:
+                self._pool.shutdown()
         self.checks.failures[self.position:self.position] = self.found.failures
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from dlkit.core import csr, integrity
 from dlkit.core import keys as kk
+from dlkit.core.jit import cheaper_interpreted, interpreted
 from dlkit.core.stats import column_stats, welford_state, welford_update
 from dlkit.db import format as fmt
 from dlkit.db.failures import Checks, Failure, Stop
@@ -61,7 +62,8 @@ def _open(root: Path, checks: Checks, full: bool, verify_hashes: bool) -> Databa
     listing = check_files(root, checks, full, list_files(root))
     if verify_hashes:
         check_hashes(root, checks, listing, start_hashing(root, listing))
-    return _open_checked(root, checks, full, listing)
+    with interpreted(_small(listing)):
+        return _open_checked(root, checks, full, listing)
 
 
 def _open_checked(root: Path, checks: Checks, full: bool, listing: Listing) -> Database | None:
@@ -494,6 +496,19 @@ class CheckReport:
     files: list[str]
 
 
+# A database this small is checked sooner by the kernels' Python than numba starts (its import
+# and first compiled call, 0.35 s a process): benchmarks/bench_startup.py --crossover measured
+# dlkit verify interpreted against compiled at 0.55 s / 0.81 s for 0.8 MiB, 0.80 / 0.74 for
+# 1.5 MiB.
+INTERPRET_BELOW_BYTES = 1 << 20
+
+
+def _small(listing: Listing) -> bool:
+    """Whether the checks of the database ``listing`` lists run sooner interpreted."""
+    size = sum(entry["size"] for entry in listing.file_map.values())
+    return cheaper_interpreted(size, INTERPRET_BELOW_BYTES)
+
+
 def inspect_database(path: str | os.PathLike[str], verify_hashes: bool = True,
                      begun: FilesChecked | None = None) -> CheckReport:
     """Every check of a database, as :func:`check_database`, and what verify reports of it.
@@ -511,7 +526,8 @@ def inspect_database(path: str | os.PathLike[str], verify_hashes: bool = True,
     if listing is not None:
         structure = Checks(collect=True, root=root)
         try:
-            db = _open_checked(root, structure, True, listing)
+            with interpreted(_small(listing)):
+                db = _open_checked(root, structure, True, listing)
         except Stop:
             db = None
         except BaseException:
