@@ -36,9 +36,11 @@ def browser():
         chromium.close()
 
 
-def _batch_of(db, task, split, anchor, s, r, w, policy="uniform"):
+def _batch_of(db, task, split, anchor, s, r, w, policy="uniform", examples=0,
+              example_policy="recent"):
     with dlkit.Sampler(db, batch_size=4, sequence_length=s, max_rows=r, bfs_child_width=w,
-                       bfs_child_policy=policy, num_prefetch=0) as sampler:
+                       bfs_child_policy=policy, context_examples=examples,
+                       context_example_policy=example_policy, num_prefetch=0) as sampler:
         for batch in sampler.iter_eval(split, task):
             hit = np.flatnonzero((batch["anchor_rows"] == anchor) & (batch["sequence_mask"] == 1))
             if hit.size:
@@ -59,10 +61,11 @@ def _expected_pairs(batch, b):
     return int(same_row.sum()), int(fk.sum()), int(same_col.sum())
 
 
-def _check_page_against_batch(page, db, task, split, s, r, w, policy="uniform"):
+def _check_page_against_batch(page, db, task, split, s, r, w, policy="uniform", examples=0,
+                              example_policy="recent"):
     page.wait_for_selector("body[data-ready=yes]")
     anchor = int(page.input_value("[data-testid=seed]"))
-    batch, b = _batch_of(db, task, split, anchor, s, r, w, policy)
+    batch, b = _batch_of(db, task, split, anchor, s, r, w, policy, examples, example_policy)
     real = int((batch["is_padding"][b] == 0).sum())
     assert f" {real} of {s} cells" in page.inner_text("[data-testid=fill]")
     shown = page.eval_on_selector_all(
@@ -74,6 +77,12 @@ def _check_page_against_batch(page, db, task, split, s, r, w, policy="uniform"):
         assert (css == "hidden") == bool(batch["is_hidden"][b, p] and not batch["is_target"][b, p])
         if batch["is_target"][b, p]:
             assert text == "[MASKED]"
+    # the rows marked as context examples are those whose cells the batch flags
+    marked = page.eval_on_selector_all(
+        "#cells table[data-row]", "ts => ts.filter(t => t.querySelector('th').textContent"
+        ".endsWith('(example)') && t.querySelector('td[data-position]')).map(t => +t.dataset.row)")
+    flags = batch["is_context_example"][b, :real] == 1
+    assert marked == sorted(set(batch["seq_row_ids"][b, :real][flags].tolist()))
     tree_rows = page.eval_on_selector_all("#tree li[data-row]", "ls => ls.length")
     assert tree_rows == int(batch["seq_row_ids"][b, :real].max()) + 1
     counts = page.locator("[data-testid=matrix-counts]")
@@ -130,6 +139,17 @@ def test_served_page_computes_any_setting(example_db, browser):
                                ".textContent.includes(' of 40 cells')")
         _check_page_against_batch(page, example_db, "review_rating", "test", 40, 256, 3,
                                   "quota")
+        # context examples: the sibling reviews of the seed's user fill a short walk
+        page.fill("[data-testid=S]", "256")
+        page.fill("[data-testid=W]", "1")
+        page.fill("[data-testid=E]", "3")
+        page.select_option("[data-testid=EP]", "parent")
+        page.locator("[data-testid=E]").dispatch_event("change")
+        page.wait_for_function("document.querySelector('[data-testid=fill]') && "
+                               "document.querySelector('[data-testid=fill]')"
+                               ".textContent.includes('from context examples')")
+        _check_page_against_batch(page, example_db, "review_rating", "test", 256, 256, 1,
+                                  "quota", 3, "parent")
         bad = page.request.get(url + "api/context?task=nope&anchor=0&S=1&R=1&W=1")
         assert bad.status == 400 and "no task" in bad.json()["error"]
         page.close()

@@ -12,10 +12,12 @@ import pytest
 
 import dlkit
 from dlkit.db import open_database
+from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
 from dlkit.viewer.context import Knobs, build_context, seeds_by_split
 from tests.db.conftest import EXAMPLE
 
-KNOBS = [Knobs(48, 12, 2), Knobs(256, 64, 16)]
+KNOBS = [Knobs(48, 12, 2), Knobs(256, 64, 16),
+         Knobs(1024, 64, 1, ChildPolicy.UNIFORM, 3, ContextExamplePolicy.PARENT)]
 
 
 def _sampler_sequences(db_path, task, split, knobs):
@@ -23,6 +25,8 @@ def _sampler_sequences(db_path, task, split, knobs):
     out = {}
     with dlkit.Sampler(db_path, batch_size=8, sequence_length=knobs.sequence_length,
                        max_rows=knobs.max_rows, bfs_child_width=knobs.bfs_child_width,
+                       context_examples=knobs.context_examples,
+                       context_example_policy=knobs.context_example_policy,
                        num_prefetch=0) as sampler:
         for batch in sampler.iter_eval(split, task):
             for b in np.flatnonzero(batch["sequence_mask"]):
@@ -38,12 +42,14 @@ def test_context_is_the_samplers_sequence(example_db, task, knobs):
         anchors = seeds_by_split(db, task)["val"]
         assert sorted(sequences) == sorted(int(a) for a in anchors)
         column_names = {c.column_id: c.name for c in db.columns}
+        example_rows = 0
         for anchor in anchors[:4]:
             ctx = build_context(db, task, int(anchor), knobs)
             batch, b = sequences[int(anchor)]
             real = np.flatnonzero(batch["is_padding"][b] == 0)
             assert ctx["num_cells"] == real.size
             cells = [(r["index"], c) for r in ctx["rows"] for c in r["cells"]]
+            rows = {r["index"]: r for r in ctx["rows"]}
             assert [c["position"] for _, c in cells] == list(range(real.size))
             for row, cell in cells:
                 p = cell["position"]
@@ -52,12 +58,17 @@ def test_context_is_the_samplers_sequence(example_db, task, knobs):
                 assert bool(batch["is_target"][b, p]) == cell["target"]
                 assert bool(batch["is_hidden"][b, p]) == cell["hidden"]
                 assert bool(batch["is_null"][b, p]) == cell["null"]
+                assert bool(batch["is_context_example"][b, p]) == rows[row]["context_example"]
+            example_rows += ctx["num_example_rows"]
+            assert ctx["num_example_rows"] == sum(r["context_example"] for r in ctx["rows"])
             # the foreign-key links among visited rows are the batch's fk_adj
             n = ctx["num_rows"]
             adj = np.zeros((n, n), dtype=bool)
             for r in ctx["rows"]:
                 adj[r["index"], r["parents"]] = True
             assert (adj == batch["fk_adj"][b, :n, :n].astype(bool)).all()
+        # the example settings fill these short sequences; without them no row is an example
+        assert (example_rows > 0) == (knobs.context_examples > 0)
 
 
 def _us(value) -> int:

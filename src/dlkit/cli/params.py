@@ -17,6 +17,15 @@ MAX_THREADS = 1024         # --workers, --buffers-ahead, --max-lead
 MAX_ROWS = 1 << 40         # bench --rows
 MAX_ROW_BYTES = 1 << 20    # bench --row-bytes
 
+# The help of sampler options that more than one command takes (show, batches, view)
+CONTEXT_EXAMPLES_HELP = ("Fill a sequence whose walk stops short with the walks of up to this "
+                         "many other seeds of the task observed no later than it (0: off, the "
+                         "default); their cells have is_context_example = 1.")
+CONTEXT_POLICY_HELP = ("Which seeds are the context examples: recent (the latest, the default), "
+                       "random (drawn from the seed, the epoch and the sequence's seed) or "
+                       "parent (those sharing a foreign-key parent with the seed's row first, "
+                       "then the latest).")
+
 
 def _integer_from(text: str | int, minimum: int) -> int:
     """A decimal integer from ``minimum`` to 2^64 - 1, the range of the sampler's seeds,

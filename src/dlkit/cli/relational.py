@@ -15,6 +15,8 @@ from rich.text import Text
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, plain, print_json, print_warning, progress
 from dlkit.cli.params import (
+    CONTEXT_EXAMPLES_HELP,
+    CONTEXT_POLICY_HELP,
     MAX_BATCH,
     MAX_STEPS,
     check_output_file,
@@ -51,13 +53,6 @@ WIDTH_HELP = "Children kept per visited row (which ones: --bfs-child-policy)."
 POLICY_HELP = ("Which children a row with more than the width keeps: uniform (drawn uniformly, "
                "the default), recent (the latest visible ones), quota (each child table its "
                "share of the width, the unused share passed on; uniform within a table).")
-CONTEXT_EXAMPLES_HELP = ("Fill a sequence whose walk stops short with the walks of up to this "
-                         "many other seeds of the task observed no later than it (0: off, the "
-                         "default); their cells have is_context_example = 1.")
-CONTEXT_POLICY_HELP = ("Which seeds are the context examples: recent (the latest, the default), "
-                       "random (drawn from the seed, the epoch and the sequence's seed) or "
-                       "parent (those sharing a foreign-key parent with the seed's row first, "
-                       "then the latest).")
 
 
 # Each sampler knob's option, declared once (defaults: dlkit.sampler.knobs, as the Sampler's).

@@ -5,15 +5,16 @@ Sampler draws from it and how training went (``dlkit schema diagram`` is with th
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 from rich.table import Table
 
 from dlkit.cli.app import app
 from dlkit.cli.console import console, err_console, human_bytes, plain, print_json, progress
-from dlkit.cli.params import check_output_file
+from dlkit.cli.params import CONTEXT_EXAMPLES_HELP, CONTEXT_POLICY_HELP, check_output_file
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import knobs
 from dlkit.sampler.split import SPLITS
@@ -22,9 +23,11 @@ from dlkit.text import counted, unknown_name
 if TYPE_CHECKING:
     from dlkit.db.read.info import Degrees
     from dlkit.db.read.mapped import Database
-    from dlkit.sampler.batch import ChildPolicy
+    from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
     from dlkit.viewer.curves import Series
     from dlkit.viewer.page import PageOptions
+
+T = TypeVar("T")
 
 PANEL = "Seeing the data"
 DB_HELP = "Preprocessed database directory (made by `dlkit preprocess`)."
@@ -52,10 +55,21 @@ def _key_text(key: str | tuple[str, ...] | None) -> str:
 def _policies(text: str) -> tuple[ChildPolicy, ...]:
     from dlkit.sampler.batch import ChildPolicy
 
+    return _parsed(text, ChildPolicy.parse, "--bfs-child-policy")
+
+
+def _example_policies(text: str) -> tuple[ContextExamplePolicy, ...]:
+    from dlkit.sampler.batch import ContextExamplePolicy
+
+    return _parsed(text, ContextExamplePolicy.parse, "--context-example-policy")
+
+
+def _parsed(text: str, parse: Callable[[str], T], option: str) -> tuple[T, ...]:
+    """The comma-separated values of ``option``, each parsed, without repeats."""
     try:
-        return tuple(dict.fromkeys(ChildPolicy.parse(p.strip()) for p in text.split(",")))
+        return tuple(dict.fromkeys(parse(p.strip()) for p in text.split(",")))
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"--bfs-child-policy: {exc}", code="USAGE") from None
+        raise InvalidArgumentError(f"{option}: {exc}", code="USAGE") from None
 
 
 def _utc(us: int | None) -> str:
@@ -174,6 +188,13 @@ def view(
         knobs.CHILD_POLICY, "--bfs-child-policy",
         help="Which children a row keeps beyond the width: uniform, recent or quota (or "
              "several, separated by commas)."),
+    context_examples: str = typer.Option(
+        str(knobs.CONTEXT_EXAMPLES), "--context-examples",
+        help=CONTEXT_EXAMPLES_HELP + " Several separated by commas to switch between them; "
+             "each below every --max-rows."),
+    context_example_policy: str = typer.Option(
+        knobs.CONTEXT_EXAMPLE_POLICY, "--context-example-policy",
+        metavar="<recent|random|parent>", help=CONTEXT_POLICY_HELP + " Or several."),
     seed: int = typer.Option(knobs.SEED, "--seed", "-s", min=0, help="Sampling seed (the BFS draws)."),
     split_seed: int = typer.Option(knobs.SPLIT_SEED, "--split-seed", min=0,
                                    help="Split seed (hash splits)."),
@@ -198,9 +219,11 @@ def view(
     depth, the row it was reached from, how many children of each table were visible and
     how many the width took), the cells per row (nulls, hidden and target cells marked),
     how much of the sequence is filled, the attention structure as a cell-by-cell picture,
-    the schema and, with --record, the training curves. Examples:
+    the schema and, with --record, the training curves; with --context-examples, the rows
+    of other seeds' walks that fill a short sequence, marked. Examples:
 
         dlkit view out/db -o view.html -S 128,1024 -W 4,16
+        dlkit view out/db -o examples.html --context-examples 0,4
         dlkit view out/db --step 1000 --batch-size 64 -o step1000.html
         dlkit view out/db --serve --port 8765
     """
@@ -210,10 +233,16 @@ def view(
     from dlkit.viewer.curves import read_record
     from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, render_page
 
-    knobs = knob_grid(_int_list(sequence_length, "--sequence-length", 1),
-                      _int_list(max_rows, "--max-rows", 1),
+    rows = _int_list(max_rows, "--max-rows", 1)
+    examples = _int_list(context_examples, "--context-examples", 0)
+    if max(examples) >= min(rows):
+        raise InvalidArgumentError(f"--context-examples {max(examples)} must be below every "
+                                   f"--max-rows (each example takes a row), got {min(rows)}",
+                                   code="USAGE")
+    knobs = knob_grid(_int_list(sequence_length, "--sequence-length", 1), rows,
                       _int_list(bfs_child_width, "--bfs-child-width", 0),
-                      _policies(bfs_child_policy))
+                      _policies(bfs_child_policy), examples,
+                      _example_policies(context_example_policy))
     if serve and len(knobs) > 1:
         raise InvalidArgumentError("--serve takes one value per setting (the page has a field "
                                    "for each)", code="USAGE")

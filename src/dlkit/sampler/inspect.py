@@ -268,11 +268,15 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
         typed = value if target or hidden else typed_value(db, column, local)
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
                                       bool(a["is_null"][0, p]), target, hidden, typed))
-    # examples follow the seed's own walk: every row from the first example's seed row on
-    # (a row cut off at S has no cell to flag it)
+    # Examples follow the seed's own walk: every row from the first example row on. That is
+    # the first row holding an example cell, or an example's seed row cut off at S (no cell
+    # flags it). An example's seed row already visited is not added again, so its walk may
+    # begin with rows reached as children or parents.
     vias = built.visited_via[0, :n_rows]
-    first_example = int(np.argmax(vias == VIA_EXAMPLE)) if (vias == VIA_EXAMPLE).any() \
-        else n_rows
+    flagged = np.flatnonzero(a["is_context_example"][0, :n_cells])
+    starts = [int(np.argmax(vias == VIA_EXAMPLE))] if (vias == VIA_EXAMPLE).any() else []
+    starts += [int(a["seq_row_ids"][0, flagged[0]])] if flagged.size else []
+    first_example = min(starts, default=n_rows)
     rows = []
     for i in range(n_rows):
         row = int(built.visited_rows[0, i])

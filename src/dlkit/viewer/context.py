@@ -18,7 +18,7 @@ import numpy as np
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.tokens import TrainOrder
-from dlkit.sampler.batch import ChildPolicy
+from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
 from dlkit.sampler.batch_files import BatchRequest, stream_schedule
 from dlkit.sampler.inspect import describe_sequence, format_time, visible_children
 from dlkit.sampler.splits import (
@@ -37,15 +37,21 @@ class Knobs:
     max_rows: int = 256
     bfs_child_width: int = 16
     bfs_child_policy: ChildPolicy = ChildPolicy.UNIFORM
+    context_examples: int = 0
+    context_example_policy: ContextExamplePolicy = ContextExamplePolicy.RECENT
 
     def key(self) -> str:
+        examples = (f" E={self.context_examples} {self.context_example_policy.value}"
+                    if self.context_examples else "")
         return (f"S={self.sequence_length} R={self.max_rows} W={self.bfs_child_width} "
-                f"P={self.bfs_child_policy.value}")
+                f"P={self.bfs_child_policy.value}{examples}")
 
     def to_json(self) -> dict[str, int | str]:
         return {"sequence_length": self.sequence_length, "max_rows": self.max_rows,
                 "bfs_child_width": self.bfs_child_width,
-                "bfs_child_policy": self.bfs_child_policy.value}
+                "bfs_child_policy": self.bfs_child_policy.value,
+                "context_examples": self.context_examples,
+                "context_example_policy": self.context_example_policy.value}
 
 
 def seeds_by_split(db: Database, task: str, *, split_seed: int = 0,
@@ -108,7 +114,9 @@ def build_context(db: Database, task: str, anchor_row: int, knobs: Knobs, *, see
     view = describe_sequence(db, task, anchor_row, seed=seed, epoch=epoch,
                              sequence_length=knobs.sequence_length, max_rows=knobs.max_rows,
                              bfs_child_width=knobs.bfs_child_width,
-                             bfs_child_policy=knobs.bfs_child_policy)
+                             bfs_child_policy=knobs.bfs_child_policy,
+                             context_examples=knobs.context_examples,
+                             context_example_policy=knobs.context_example_policy)
     strict = bool(data.rules.strict)
     position = {r.global_row: r.index for r in view.rows}
     in_sequence = set(position)
@@ -125,7 +133,7 @@ def build_context(db: Database, task: str, anchor_row: int, knobs: Knobs, *, see
         rows.append({
             "index": r.index, "table": r.table, "local_row": r.local_row, "key": r.typed_key,
             "time": r.iso_time, "depth": r.depth, "reached": r.reached, "source": r.source,
-            "parents": parents, "truncated": r.truncated,
+            "parents": parents, "truncated": r.truncated, "context_example": r.context_example,
             "children": [{"table": t, "visible": v, "taken": k}
                          for t, (v, k) in sorted(children.items())],
             "cells": [{"position": c.position, "column": c.column, "type": c.stype,
@@ -137,6 +145,7 @@ def build_context(db: Database, task: str, anchor_row: int, knobs: Knobs, *, see
         "knobs": knobs.to_json(), "observed_at": format_time(obs_time),
         "target": view.target_typed, "num_cells": view.num_cells,
         "num_rows": len(view.rows),
+        "num_example_rows": sum(r.context_example for r in view.rows),
         "children_per_table": [{"table": t, "visible": v, "taken": k}
                                for t, (v, k) in sorted(totals.items())],
         "rows": rows,

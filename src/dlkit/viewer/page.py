@@ -10,6 +10,7 @@ and any setting.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from dlkit.core.codes import STYPE_NAMES
 from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.tokens import TrainOrder
-from dlkit.sampler.batch import ChildPolicy
+from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
 from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, SPLITS
 from dlkit.viewer.context import Knobs, build_context, seeds_by_split, step_seeds
 from dlkit.viewer.curves import Series, series_svg
@@ -50,15 +51,24 @@ class PageOptions:
 
 
 def knob_grid(sequence_lengths: Sequence[int], max_rows: Sequence[int], widths: Sequence[int],
-              policies: Sequence[ChildPolicy] = (ChildPolicy.UNIFORM,)) -> tuple[Knobs, ...]:
-    return tuple(Knobs(s, r, w, p) for s, r, w, p in itertools.product(
-        sequence_lengths, max_rows, widths, policies))
+              policies: Sequence[ChildPolicy] = (ChildPolicy.UNIFORM,),
+              examples: Sequence[int] = (0,),
+              example_policies: Sequence[ContextExamplePolicy] = (ContextExamplePolicy.RECENT,),
+              ) -> tuple[Knobs, ...]:
+    """Every combination of the settings (one example policy without examples: it changes
+    nothing there)."""
+    grid = (Knobs(*values) for values in itertools.product(
+        sequence_lengths, max_rows, widths, policies, examples, example_policies))
+    return tuple(dict.fromkeys(k if k.context_examples else
+                               dataclasses.replace(k, context_example_policy=example_policies[0])
+                               for k in grid))
 
 
 def context_key(task: str, split: str, anchor: int, knobs: Knobs) -> str:
     return "|".join(str(x) for x in (task, split, anchor, knobs.sequence_length,
                                      knobs.max_rows, knobs.bfs_child_width,
-                                     knobs.bfs_child_policy.value))
+                                     knobs.bfs_child_policy.value, knobs.context_examples,
+                                     knobs.context_example_policy.value))
 
 
 def page_data(db: Database, options: PageOptions, mode: Mode, curves: tuple[Series, ...] = (),

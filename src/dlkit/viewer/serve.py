@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from dlkit.db.read.mapped import Database
 from dlkit.errors import DlkitError
-from dlkit.sampler.batch import ChildPolicy
+from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
 from dlkit.sampler.splits import SPLITS
 from dlkit.viewer.context import Knobs, build_context
 
@@ -72,7 +72,9 @@ def make_server(db: Database, page: str, *, port: int = 0, seed: int = 0,
                 anchor = _int(query, "anchor", 0, 2**62)
                 knobs = Knobs(_int(query, "S", 1, MAX_KNOB), _int(query, "R", 1, MAX_KNOB),
                               _int(query, "W", 0, MAX_KNOB),
-                              ChildPolicy.parse(query.get("P", ["uniform"])[0]))
+                              ChildPolicy.parse(query.get("P", ["uniform"])[0]),
+                              _int(query, "E", 0, MAX_KNOB) if "E" in query else 0,
+                              ContextExamplePolicy.parse(query.get("EP", ["recent"])[0]))
                 epoch = _int(query, "epoch", 0, 2**62) if "epoch" in query else 0
                 with lock:
                     context = build_context(db, task, anchor, knobs, seed=seed, split=split,
