@@ -207,3 +207,15 @@ def test_a_kernel_pickles_as_itself():
     from dlkit.core import csr
 
     assert pickle.loads(pickle.dumps(csr.check_ids)) is csr.check_ids
+
+
+def test_interpreting_stops_once_it_has_cost_numbas_set_up():
+    """Rent or buy: small pieces of work add up, and once their shares of the set-up reach one
+    the rest runs compiled (a fresh process: nothing interpreted or compiled before)."""
+    code = ("import json\nfrom dlkit.core.jit import cheaper_interpreted as c\n"
+            "print(json.dumps([c(600, 1000), c(300, 1000), c(200, 1000), c(50, 1000), "
+            "c(2000, 1000)]))")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert json.loads(done.stdout) == [True, True, False, True, False]

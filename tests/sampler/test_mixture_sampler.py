@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -344,3 +345,37 @@ train = false
                                                    "than a global batch"), \
             pytest.warns(SamplerWarning, match="fewer than the global batch"):
         Sampler(path, batch_size=100_000)
+
+
+def test_a_mixture_file_opens_each_database_once_and_closes_them(shops, monkeypatch):
+    """The file's check and the Sampler share the open databases; the Sampler closes them,
+    and a refusal after the check (its own weights given again) closes every one at once."""
+    import dlkit.db
+    from dlkit.db.read.mapped import Database
+
+    a, b, _ = shops
+    path = a.parent / "once.toml"
+    path.write_text(f'[[component]]\ndatabase = "{a.name}"\ntask = "review_rating"\n\n'
+                    f'[[component]]\ndatabase = "{b.name}"\ntask = "order_status"\n')
+    opened, closed = [], []
+    real_open, real_close = dlkit.db.open_database, Database.close
+
+    def counting_open(p, *args, **kwargs):
+        opened.append(Path(p).name)
+        return real_open(p, *args, **kwargs)
+
+    def counting_close(self):
+        closed.append(self.path.name)
+        real_close(self)
+
+    monkeypatch.setattr(dlkit.db, "open_database", counting_open)
+    monkeypatch.setattr(Database, "close", counting_close)
+    with Sampler(path, batch_size=4, num_prefetch=0, **SHAPE) as mix:
+        mix.next_built_batch()
+        assert (opened, closed) == ([a.name, b.name], [])
+    assert sorted(closed) == sorted(opened)
+    opened.clear()
+    closed.clear()
+    with pytest.raises(InvalidArgumentError, match="gives its own weights"):
+        Sampler(path, database_weights=[1, 1])
+    assert opened == [a.name, b.name] and sorted(closed) == sorted(opened)

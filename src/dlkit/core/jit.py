@@ -178,11 +178,27 @@ def interpreted(when: bool = True) -> Iterator[None]:
         _MODE.interpreted = False
 
 
+_interpreted_share = 0.0  # of numba's set-up, spent interpreting in this process so far
+
+
 def cheaper_interpreted(size: int, below: int) -> bool:
-    """Whether work of ``size`` runs sooner interpreted: it is under ``below`` (in the
-    caller's unit, measured to cost about what numba's set-up does) and no kernel has run
-    compiled in this process yet (after that, a compiled call costs microseconds)."""
-    return size < below and _loaded is None
+    """Whether work of ``size`` runs sooner interpreted. ``below`` (in the caller's unit) is
+    the work whose interpreting costs what numba's set-up does, measured.
+
+    Rent or buy: work is interpreted while the interpreted work so far in this process, in
+    shares of numba's set-up, stays under one; after that (or once a kernel has run compiled)
+    it runs compiled. A process thus never spends more than about numba's set-up on
+    interpreting: many small pieces of work (the databases of a mixture) add up.
+    """
+    global _interpreted_share
+    if _loaded is not None:
+        return False
+    share = size / below
+    with _LOADING:
+        if _interpreted_share + share >= 1.0:
+            return False
+        _interpreted_share += share
+    return True
 
 
 def is_interpreted() -> bool:

@@ -129,7 +129,7 @@ class Sampler:
             for source in sources.databases:
                 db, owns = open_db(source)
                 self._dbs.append(db)
-                if owns:
+                if owns or sources.owned:
                     self._owned.append(db)
             tasks = [] if self.is_mixture else [task.name for task in self._dbs[0].tasks]
             self._setup(SamplerConfig.create(

@@ -28,6 +28,7 @@ and maps stay bounded however many it names. The order of the training component
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import tomllib
@@ -217,10 +218,25 @@ def _seeds_per_split(db: SamplerDatabase, split_seed: int) -> dict[str, dict[str
                         .cardinality for split in SPLITS} for task in db.tasks}
 
 
-def check_mixture(spec: MixtureSpec) -> MixtureCheck:
+def check_mixture(spec: MixtureSpec, keep: dict[Path, Any] | None = None) -> MixtureCheck:
     """Open each database of ``spec`` in turn: its tasks exist, one embedding model made them
     all, no component is named twice, every training component has train seeds; then the
-    weights. Raises :class:`MixtureError` naming the file and the problem."""
+    weights. Raises :class:`MixtureError` naming the file and the problem.
+
+    Each database is closed once checked; with ``keep``, it is kept open there instead (by
+    path), for a Sampler of the mixture to use (on an error, every one is closed).
+    """
+    try:
+        return _check_mixture(spec, keep)
+    except BaseException:
+        for db in (keep or {}).values():
+            db.close()
+        if keep is not None:
+            keep.clear()
+        raise
+
+
+def _check_mixture(spec: MixtureSpec, keep: dict[Path, Any] | None) -> MixtureCheck:
     from dlkit.db import open_database
 
     by_path: dict[Path, list[ComponentSpec]] = {}
@@ -234,7 +250,9 @@ def check_mixture(spec: MixtureSpec) -> MixtureCheck:
             db = open_database(path)
         except DlkitError as exc:
             raise _fail(spec.source, f"database {str(path)!r}: {exc}") from None
-        with db:
+        if keep is not None:
+            keep[path] = db
+        with contextlib.nullcontext() if keep is not None else db:
             problem = mixable.add(db, repr(str(path)))
             if problem is not None:
                 raise _fail(spec.source, problem)
