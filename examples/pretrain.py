@@ -160,11 +160,13 @@ def head_key(component: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     world = tt.start_world()
+    completed = False
     try:
-        return pretrain(args, world)
+        status = pretrain(args, world)
+        completed = True
+        return status
     finally:
-        if world.distributed:
-            dist.destroy_process_group()
+        tt.stop_world(world, completed)
 
 
 @dataclass(frozen=True)

@@ -375,6 +375,16 @@ def start_world() -> World:
     return World(rank, size)
 
 
+def stop_world(world: World, completed: bool) -> None:
+    """Leave the process group. After a completed run every rank first waits for all: on two
+    nodes, ranks that tore their connections down while a slower node's ranks still used
+    theirs made those abort (gloo throws in its own thread: "terminate called")."""
+    if world.distributed:
+        if completed:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
 def parameter_digest(model: nn.Module) -> torch.Tensor:
     """SHA-256 of this rank's parameters (float32, in ``parameters()`` order) as 32 int64s."""
     h = hashlib.sha256()
@@ -427,11 +437,13 @@ def learning_rate(args: common.TrainArgs, step: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args("torch", argv)
     world = start_world()
+    completed = False
     try:
-        return train(args, world)
+        status = train(args, world)
+        completed = True
+        return status
     finally:
-        if world.distributed:
-            dist.destroy_process_group()
+        stop_world(world, completed)
 
 
 def set_threads(args: common.TrainArgs, world: World) -> None:
