@@ -404,3 +404,13 @@ def test_show_takes_each_row_s_table_from_the_table_offsets(dlkit, db_path, tmp_
                          lambda b: b.__setitem__(slice(at, at + 4 * count), bytes(4 * count)))
     args = ("--task", "review_rating", "--anchor", 3, "-S", 64, "--json")
     assert dlkit("show", copy, *args).stdout == dlkit("show", db_path, *args).stdout
+
+
+def test_the_sequence_length_is_checked_against_the_task_asked_for_only(dlkit, db_path, tmp_path):
+    # a reviews row has 4 cells, a users row 5 (user_premium's table is not asked for)
+    shown = dlkit("show", db_path, "--task", "review_rating", "--anchor", 1, "-S", 4)
+    assert shown.returncode == 0, shown.stderr
+    assert "1 row, 4/4 cells" in shown.stdout
+    built = dlkit("batches", db_path, "--task", "order_status", "-S", 3, "-n", 1, "--out",
+                  tmp_path / "b", "-q")
+    assert built.returncode == 0, built.stderr

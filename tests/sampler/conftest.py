@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.db.conftest import example_db  # noqa: F401 - the built example, once per session
 from tests.sampler.fakedb import random_database
 
 

@@ -369,3 +369,25 @@ def test_child_policy_is_fingerprinted_only_when_not_the_default(db):
             s.load_state_dict(states["quota"])
         with pytest.raises(CheckpointError, match="bfs_child_policy"):
             s.load_state_dict(states["uniform"])
+
+
+def test_only_the_tasks_sampled_must_fit_in_the_sequence(example_db):
+    """A task's seed row must fit in S only when that task is sampled: a task left out of
+    training (weight 0) whose rows are wider than S is refused when asked for, not before."""
+    from dlkit.db import open_database
+
+    with open_database(example_db) as opened:
+        cells = {t.name: len(opened.table(t.table).columns)
+                 for t in opened.tasks}
+    assert cells["review_rating"] <= 4 < cells["user_premium"]
+    weights = {"review_rating": 1.0, "order_status": 1.0, "user_premium": 0.0}
+    with Sampler(example_db, sequence_length=4, batch_size=4, task_weights=weights,
+                 num_prefetch=0) as sampler:
+        assert next(iter(sampler))["column_ids"].shape[1] == 4
+        evaluated = {sampler.tasks[int(b["task_idx"][0])] for b in sampler.iter_eval("val")}
+        assert evaluated == {"review_rating", "order_status"}
+        with pytest.raises(InvalidArgumentError, match="shorter than the 5 cells of a row of "
+                                                       "table 'users' \\(task 'user_premium'"):
+            sampler.eval_steps("val", "user_premium")
+    with pytest.raises(InvalidArgumentError, match="task 'user_premium'"):
+        Sampler(example_db, sequence_length=4, batch_size=4)  # every task trained

@@ -189,6 +189,8 @@ class Sampler:
                 Component(0, self.databases[0].name, view.name, view.index,
                           int(view.name in trained)) for view in self.builders[0].tasks)
             self._train_weights = [task_weights[s.task.name] for s in self.train_streams]
+        for stream in self.train_streams:  # a trained task's seed row must fit in S
+            self.builders[stream.database].task(stream.task.index)
         self._eval_streams: dict[Split, tuple[SplitStream, ...]] = {}
         self._channels = {Split.TRAIN: BatchChannel(
             Split.TRAIN.value, self.builders, self._train_schedule,
@@ -204,7 +206,7 @@ class Sampler:
         if split not in self._channels:
             streams = self._eval_streams[split] = tuple(
                 stream for d, (plan, builder) in enumerate(zip(self._plans, self.builders))
-                for stream in plan.streams(split, builder.tasks, database=d))
+                for stream in plan.streams(split, builder.fitting_tasks, database=d))
             self._channels[split] = BatchChannel(
                 split.value, self.builders, lambda state: self._eval_schedule(split, state),
                 initial_state(split, streams),
@@ -357,7 +359,7 @@ class Sampler:
         tasks = []
         for d in databases:
             builder = self.builders[d]
-            views = builder.tasks if task is None else (builder.task(task),)
+            views = builder.fitting_tasks if task is None else (builder.task(task),)
             tasks += [EvalTask(view, self._plans[d].splits[view.index].positions[index], d)
                       for view in views]
         cfg = self.config

@@ -292,18 +292,16 @@ def build_batch(resident: ResidentDatabase, walk: Walk, seed: int, task: TaskVie
                       visits.depth, visits.source, visits.via, visits.counts, cells, unique)
 
 
-def check_sequence_length(resident: ResidentDatabase, config: BatchConfig) -> None:
-    """Every task's seed row fits in a sequence of ``config`` (else its target could be cut
-    off)."""
-    num_features = resident.catalog.table_num_features
-    for view in resident.tasks:
-        cells = int(num_features[view.table_index])
-        if config.sequence_length < cells:
-            table = resident.catalog.names[int(resident.tables.col_start[view.table_index])][0]
-            raise InvalidArgumentError(
-                f"sequence_length {config.sequence_length} is shorter than the {cells} cells "
-                f"of a row of table {table!r} (task {view.name!r}): the seed's target could "
-                "be cut off")
+def sequence_length_problem(resident: ResidentDatabase, config: BatchConfig,
+                            view: TaskView) -> str | None:
+    """Why ``view``'s seeds cannot be sampled with ``config``: its seed row does not fit in a
+    sequence (its target could be cut off); None when they can."""
+    cells = int(resident.catalog.table_num_features[view.table_index])
+    if config.sequence_length >= cells:
+        return None
+    table = resident.catalog.names[int(resident.tables.col_start[view.table_index])][0]
+    return (f"sequence_length {config.sequence_length} is shorter than the {cells} cells of a "
+            f"row of table {table!r} (task {view.name!r}): the seed's target could be cut off")
 
 
 class BatchBuilder:
@@ -326,7 +324,12 @@ class BatchBuilder:
         self.walk = config.walk
         self.examples = config.examples
         resident = read_resident(db)
-        check_sequence_length(resident, config)
+        problems = [sequence_length_problem(resident, config, view) for view in resident.tasks]
+        if resident.tasks and all(problems):  # nothing could ever be sampled
+            raise InvalidArgumentError(str(problems[0]))
+        # the tasks whose seed row fits: the others are refused when asked for by name
+        self.fitting_tasks = tuple(view for view, problem in zip(resident.tasks, problems)
+                                   if problem is None)
         self._resident: ResidentDatabase | None = place(resident, config.huge_pages,
                                                         local_copies)
         self.tasks = self._resident.tasks
@@ -358,7 +361,12 @@ class BatchBuilder:
             resident.close()
 
     def task(self, name_or_index: str | int) -> TaskView:
-        return find_task(self.tasks, name_or_index)
+        """The task named (or at that index), refused when its seed row does not fit."""
+        view = find_task(self.tasks, name_or_index)
+        problem = sequence_length_problem(self.resident, self.config, view)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
+        return view
 
     def build(self, task: TaskView, seed_indices: np.ndarray, epoch: int,
               num_real: int | None = None) -> BuiltBatch:
