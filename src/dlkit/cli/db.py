@@ -246,7 +246,11 @@ def preprocess_many(
     skip_existing: bool = typer.Option(
         False, "--skip-existing",
         help="Leave a source whose database exists alone (a re-run builds only what is "
-             "missing). Without it an existing database is a failure of that source."),
+             "missing). Without it (or --overwrite) an existing database is a failure of "
+             "that source."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite",
+        help="Build every source of the shard again, replacing its database (atomically)."),
     on_dangling: OnDangling = "drop",
     batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
     embedder: EmbedderName = "hashed",
@@ -274,6 +278,9 @@ def preprocess_many(
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"--shard {shard} --num-shards {num_shards}: {exc}",
                                    code="USAGE") from exc
+    if skip_existing and overwrite:
+        raise InvalidArgumentError("--skip-existing and --overwrite contradict each other: "
+                                   "choose one", code="USAGE")
     options = build_options(on_dangling, batch_rows, embedder, embedding_dim, memory_budget,
                              no_fsync)
     with progress(enabled=not quiet and not as_json) as bar:
@@ -288,7 +295,7 @@ def preprocess_many(
                                   f"{plain(result.error or '')}", highlight=False)
 
         report = run(collection, out_dir, shard=shard, num_shards=num_shards,
-                     skip_existing=skip_existing,
+                     skip_existing=skip_existing, overwrite=overwrite,
                      on_start=lambda total: bar.update(job, total=total), on_source=done,
                      **options)
     if as_json:

@@ -122,6 +122,16 @@ def test_a_collection_builds_each_source_as_preprocess_does(collection, tmp_path
                 for s in json.loads(refused.stdout)["sources"]}
     assert outcomes["shop_a"] == ("failed", "OUTPUT_ERROR")  # exists: never replaced
     assert _database_hash(out / "shop_a") == _database_hash(alone)
+    # the failure names the option that replaces it, and that option exists
+    error = next(s["error"] for s in json.loads(refused.stdout)["sources"]
+                 if s["name"] == "shop_a")
+    assert "pass --overwrite to replace it" in error
+    rebuilt = run_dlkit("preprocess-many", collection, out, "--overwrite", "--json")
+    report = json.loads(rebuilt.stdout)
+    assert (report["built"], report["failed"], report["skipped"]) == (2, 1, 0)
+    assert _database_hash(out / "shop_a") == _database_hash(alone)  # the same build again
+    both = run_dlkit("preprocess-many", collection, out, "--overwrite", "--skip-existing")
+    assert both.returncode == 2 and b"contradict each other" in both.stderr
 
 
 def test_two_shards_build_the_collection_between_them(collection, tmp_path):
