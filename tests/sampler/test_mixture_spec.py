@@ -12,6 +12,7 @@ import pytest
 from dlkit.db import preprocess
 from dlkit.db.write.embed import HashedNgramEmbedder
 from dlkit.nextbatch.mixture import mixture_hash, weights_from_counts
+from dlkit.sampler import Sampler
 from dlkit.sampler.mixture import (
     MixtureError,
     Weighting,
@@ -115,9 +116,17 @@ def test_two_databases_make_one_mixture(example_db, other_databases, tmp_path): 
                             f"[[component]]\ndatabase = '{other_databases['two']}'\n"
                             "task = 'review_rating'\n")
     checked = check_mixture(load_mixture(path))
-    assert [c.name for c in checked.components] == ["example-shop/review_rating",
-                                                    "shop-two/review_rating"]
+    # the named components, then the tasks the file leaves out, held out as the Sampler holds
+    # them: the check and the Sampler list the same components with the same weights
+    assert [c.name for c in checked.components] == [
+        "example-shop/review_rating", "shop-two/review_rating",
+        *(f"{db}/{t}" for db in ("example-shop", "shop-two") for t in TASKS[1:])]
+    assert [c.named for c in checked.components] == [True, True] + [False] * 4
+    assert all(not c.train and c.weight == 0 for c in checked.components[2:])
     assert checked.embedder == "hashed-char-ngram"
+    with Sampler(path, batch_size=4, num_prefetch=0) as sampler:
+        assert {c.name: c.weight for c in sampler.components} == \
+            {c.name: c.weight for c in checked.components}
 
 
 @pytest.mark.parametrize("second, task, problem", [

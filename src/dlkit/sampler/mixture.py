@@ -174,11 +174,14 @@ class ComponentCheck:
     train: bool
     seeds: dict[str, int]  # per split
     weight: int  # 0 when held out of training
+    # False: a task of a listed database the file does not name (held out, as the Sampler
+    # holds it: evaluable, never trained on)
+    named: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "database": self.database,
                 "database_hash": self.database_hash, "task": self.task, "train": self.train,
-                "seeds": dict(self.seeds), "weight": self.weight}
+                "named": self.named, "seeds": dict(self.seeds), "weight": self.weight}
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,7 @@ def _check_mixture(spec: MixtureSpec, keep: dict[Path, Any] | None) -> MixtureCh
     for component in spec.components:
         by_path.setdefault(component.database, []).append(component)
     checked: dict[tuple[Path, str], ComponentCheck] = {}
+    unnamed: list[ComponentCheck] = []
     mixable = MixableCheck()
     embedder = ""
     for path, specs in by_path.items():
@@ -275,7 +279,14 @@ def _check_mixture(spec: MixtureSpec, keep: dict[Path, Any] | None) -> MixtureCh
                 checked[path, component.task] = ComponentCheck(
                     f"{db.database_id}/{component.task}", str(path), db.database_hash.hex(),
                     component.task, component.train, seeds, component.weight or 0)
-    found = tuple(checked[c.database, c.task] for c in spec.components)
+            named = {component.task for component in specs}
+            for task in (t for t in names if t not in named):
+                if seeds_of is None:
+                    seeds_of = _seeds_per_split(db, spec.split_seed)
+                unnamed.append(ComponentCheck(
+                    f"{db.database_id}/{task}", str(path), db.database_hash.hex(), task, False,
+                    seeds_of[task], 0, named=False))
+    found = tuple(checked[c.database, c.task] for c in spec.components) + tuple(unnamed)
     training = [c for c in found if c.train]
     if not training:
         raise _fail(spec.source, "no component is trained on (every one has train = false)")
