@@ -23,3 +23,13 @@ def unknown_name(kind: str, name: object, known: Sequence[str], where: str) -> s
     ``no task 'hall' in the database (tasks: a, b); did you mean 'halls'?``."""
     listed = ", ".join(map(str, known)) or "none"
     return f"no {kind} {name!r} in {where} ({kind}s: {listed}){did_you_mean(name, known)}"
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes in binary units, as ``ls -h`` counts them: ``512 B``, ``1.5 KiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"

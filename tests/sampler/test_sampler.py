@@ -391,3 +391,25 @@ def test_only_the_tasks_sampled_must_fit_in_the_sequence(example_db):
             sampler.eval_steps("val", "user_premium")
     with pytest.raises(InvalidArgumentError, match="task 'user_premium'"):
         Sampler(example_db, sequence_length=4, batch_size=4)  # every task trained
+
+
+def test_batches_that_cannot_fit_in_memory_are_refused_by_their_settings(example_db,
+                                                                         monkeypatch):
+    """fk_adj is B x R x R bytes: a max_rows that makes the batches held at once outgrow half
+    the memory is refused when the sampler is made (and when one batch is built), naming the
+    settings, instead of failing to allocate in a producer thread."""
+    from dlkit.sampler import batch as batch_module
+
+    B, R = 32, 4096
+    assert batch_module.batch_bytes(B, 64, R) >= B * R * R  # fk_adj alone
+    monkeypatch.setattr(batch_module, "physical_memory", lambda: 4 * B * R * R)
+    with pytest.raises(InvalidArgumentError, match=r"3 batches of 32 sequences of 64 cells and "
+                                                   r"4096 rows would take .* lower max_rows"):
+        Sampler(example_db, batch_size=B, sequence_length=64, max_rows=R, num_prefetch=1,
+                num_threads=1)
+    with Sampler(example_db, batch_size=B, sequence_length=64, max_rows=R // 4,
+                 num_prefetch=1, num_threads=1) as sampler:  # a sixteenth of that: it fits
+        assert next(iter(sampler))["fk_adj"].shape == (B, R // 4, R // 4)
+        monkeypatch.setattr(batch_module, "physical_memory", lambda: B * (R // 4) ** 2)
+        with pytest.raises(InvalidArgumentError, match="a batch of 32 sequences"):
+            sampler.builders[0].build(sampler.builders[0].tasks[0], np.arange(B), 0)

@@ -52,16 +52,6 @@ def plain(value: Any) -> str:
     return escape(str(value))
 
 
-def human_bytes(n: int) -> str:
-    """``n`` bytes in binary units, as ``ls -h`` counts them: ``512 B``, ``1.5 KiB``."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
-
-
 def print_error(error: DlkitError) -> None:
     """One line on stderr: ``error CODE: file: problem``."""
     err_console.print(f"[bold red]error[/] [red]{error.code}[/]: {plain(error)}",

@@ -24,10 +24,10 @@ from rich.progress import (
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import err_console, human_bytes, plain, print_json, print_warning, progress
+from dlkit.cli.console import err_console, plain, print_json, print_warning, progress
 from dlkit.cli.params import check_output_file
 from dlkit.errors import InvalidArgumentError, SourcesFailedError, VerificationError
-from dlkit.text import counted
+from dlkit.text import counted, human_bytes
 
 if TYPE_CHECKING:
     from dlkit.db.schema.spec import Schema

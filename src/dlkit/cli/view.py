@@ -13,12 +13,12 @@ import typer
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, human_bytes, plain, print_json, progress
+from dlkit.cli.console import console, err_console, plain, print_json, progress
 from dlkit.cli.params import CONTEXT_EXAMPLES_HELP, CONTEXT_POLICY_HELP, check_output_file
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import knobs
 from dlkit.sampler.split import SPLITS
-from dlkit.text import counted, unknown_name
+from dlkit.text import counted, human_bytes, unknown_name
 
 if TYPE_CHECKING:
     from dlkit.db.read.info import Degrees
@@ -279,7 +279,7 @@ def view(
 
 def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port: int,
            quiet: bool) -> None:
-    """Serve the page until interrupted; its URL is the one line on stdout."""
+    """Serve the page until Ctrl-C or SIGTERM (exit 0); its URL is the one line on stdout."""
     from dlkit.errors import OutputError
     from dlkit.viewer.page import Mode, page_data, render_page
     from dlkit.viewer.serve import make_server
@@ -296,6 +296,9 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
     print(f"http://{host}:{bound}/", flush=True)
     try:
         server.serve_forever()
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) is how a server is stopped: no error
+        if not quiet:
+            err_console.print("stopped serving", highlight=False)
     finally:
         server.server_close()
 

@@ -27,7 +27,13 @@ from dlkit.prefetch import IteratorConfig, MultiIteratorPrefetcher, PrefetchConf
 from dlkit.sampler import knobs
 from dlkit.sampler.aggregates import column_embeddings
 from dlkit.sampler.arguments import integer
-from dlkit.sampler.batch import BatchBuilder, BuiltBatch, ChildPolicy, ContextExamplePolicy
+from dlkit.sampler.batch import (
+    BatchBuilder,
+    BuiltBatch,
+    ChildPolicy,
+    ContextExamplePolicy,
+    check_batch_memory,
+)
 from dlkit.sampler.channel import BatchChannel, build_job
 from dlkit.sampler.config import SamplerConfig
 from dlkit.sampler.database import DatabaseSource, SamplerDatabase, open_db
@@ -191,6 +197,9 @@ class Sampler:
             self._train_weights = [task_weights[s.task.name] for s in self.train_streams]
         for stream in self.train_streams:  # a trained task's seed row must fit in S
             self.builders[stream.database].task(stream.task.index)
+        # the batches built, queued and in use at once must fit in memory
+        check_batch_memory(cfg.batch_size, cfg.batch_config.sequence_length,
+                           cfg.batch_config.max_rows, cfg.num_prefetch + cfg.num_threads + 1)
         self._eval_streams: dict[Split, tuple[SplitStream, ...]] = {}
         self._channels = {Split.TRAIN: BatchChannel(
             Split.TRAIN.value, self.builders, self._train_schedule,

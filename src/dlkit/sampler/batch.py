@@ -24,10 +24,12 @@ from dlkit.core.records import BatchOutput, Examples, Seeds, Visits, Walk
 from dlkit.errors import InvalidArgumentError, SamplerShutdown
 from dlkit.sampler import knobs
 from dlkit.sampler.database import SamplerDatabase
+from dlkit.sampler.hugepages import physical_memory
 from dlkit.sampler.labels import LABEL_DTYPES, LabelInfo
 from dlkit.sampler.resident import ResidentDatabase, place, read_resident
 from dlkit.sampler.shared import SharedSegment
 from dlkit.sampler.tasks import TaskView, find_task, label_info
+from dlkit.text import human_bytes
 
 MAX_U16_EXTENT = knobs.MAX_EXTENT
 
@@ -256,6 +258,7 @@ def build_batch(resident: ResidentDatabase, walk: Walk, seed: int, task: TaskVie
         raise InvalidArgumentError(f"seed indices outside task {task.name}'s "
                                    f"{task.num_seeds} seeds")
     B, S, R = idx.shape[0], walk.max_cells, walk.max_rows
+    check_batch_memory(B, S, R)
     arrays = {key: (np.empty if key in SELF_ZEROED else np.zeros)(_shape(spec, B, S, R),
                                                                   dtype=dtype)
               for key, (dtype, spec) in BATCH_LAYOUT.items() if key not in SEED_KEYS}
@@ -404,6 +407,32 @@ class MixtureMember:
             arrays["categorical_embed_ids"][holds_category] += np.uint32(self.category_offset)
             if arrays["cat_emb_count"][0]:
                 arrays["cat_emb_start"] += np.uint32(self.category_offset)
+
+
+# A batch (or the batches a sampler holds at once) may take at most this share of the memory
+BATCH_MEMORY_SHARE = 2
+
+
+def batch_bytes(B: int, S: int, R: int) -> int:
+    """Bytes of a batch of ``B`` sequences of ``S`` cells and ``R`` rows and of its walk's
+    scratch (the per-batch text embeddings, at most one per cell, left out): ``fk_adj``
+    alone is ``B x R x R`` bytes."""
+    fixed = sum(dtype.itemsize * int(np.prod(_shape(spec, B, S, R)))
+                for dtype, spec in BATCH_LAYOUT.values() if "U" not in spec)
+    return fixed + B * R * (3 * 8 + 1)  # Visits: rows, depth, source (int64), via (int8)
+
+
+def check_batch_memory(B: int, S: int, R: int, in_flight: int = 1) -> None:
+    """Refuse batches that could not fit: ``in_flight`` of them (built, queued, in use) over
+    half this machine's memory (the caller's settings are named, not an allocation failure
+    deep in a producer thread or the machine swapping)."""
+    need, memory = in_flight * batch_bytes(B, S, R), physical_memory()
+    if memory and need > memory // BATCH_MEMORY_SHARE:
+        held = f"{in_flight} batches" if in_flight > 1 else "a batch"
+        raise InvalidArgumentError(
+            f"{held} of {B} sequences of {S} cells and {R} rows would take "
+            f"{human_bytes(need)} (fk_adj alone is batch size x max_rows^2 bytes), more than "
+            f"half of this machine's {human_bytes(memory)}: lower max_rows or the batch size")
 
 
 def _shape(spec: str, B: int, S: int, R: int) -> tuple[int, ...]:
