@@ -129,6 +129,10 @@ def test_manifest_keeps_run_json_unless_overwrite(tmp_path, manifest_path):
     result = run_dlkit("manifest", db, "--seed", 1, "-g", 4, "-o", db / "run.json")
     assert "inside the database" in assert_clean_failure(result, "INVALID_ARGUMENT")
     assert sorted(p.name for p in db.iterdir()) == listing
+    # "-" names no file here (the command writes a file, never standard output)
+    result = run_dlkit("manifest", db, "--seed", 1, "-g", 4, "-o", "-", cwd=work)
+    assert "this command writes a file" in assert_clean_failure(result, "USAGE")
+    assert result.returncode == 2 and not (work / "-").exists()
 
 
 def test_schema_infer_never_replaces_its_input_or_writes_through_a_link(tmp_path):

@@ -40,7 +40,9 @@ TASKS = ("review_rating", "order_status", "user_premium")
     ("[[component]]\ndatabase = 'a'\ntask = 't'\ntrain = 'no'\n", "train must be true or false"),
     ("[[component]]\ndatabase = 'a'\ntask = 't'\nweight = 2\n", "only with weights = \"given\""),
     ("[mixture]\nweights = 'given'\n[[component]]\ndatabase = 'a'\ntask = 't'\n",
-     "weight must be an integer"),
+     "component 1: weights = \"given\" needs a weight for every training component"),
+    ("[mixture]\nweights = 'given'\n[[component]]\ndatabase = 'a'\ntask = 't'\nweight = 0\n",
+     "weight must be an integer in [1, "),
     ("[[component]]\ndatabase = 'a'\ntask = 't'\ncolour = 1\n", "unknown key 'colour'"),
 ])
 def test_a_malformed_mixture_is_one_named_error(text, problem):

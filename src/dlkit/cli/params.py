@@ -56,6 +56,9 @@ def check_output_file(out: Path, overwrite: bool, *, inside: Path | None = None,
     from dlkit.errors import InvalidArgumentError
     from dlkit.outputs import output_kind, refuse_overlap
 
+    if str(out) == "-":  # a file named "-" would be written where a stream was meant
+        raise InvalidArgumentError("--out -: this command writes a file; name one (it does "
+                                   "not write to standard output)", code="USAGE")
     if inside is not None:
         parent = out.absolute().parent
         try:

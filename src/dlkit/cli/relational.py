@@ -196,8 +196,8 @@ def batches(
         help="Batches to write (may roll into later epochs)."),
     out: Path = typer.Option(
         ..., "--out", "-o",
-        help="Directory for step_NNNNNN.npz files and index.json (new or empty, unless "
-             "--overwrite)."),
+        help="Directory for step_NNNNNN.npz files and index.json: a new one (--overwrite "
+             "replaces an empty one or an earlier dlkit batches output)."),
     overwrite: bool = typer.Option(
         False, "--overwrite",
         help="Replace an existing --out of an earlier `dlkit batches` as a whole (atomically)."),

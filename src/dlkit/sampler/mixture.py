@@ -143,6 +143,9 @@ def parse_mixture(text: str, *, source: str = MIXTURE_FILE, base: Path = Path(".
             raise _fail(source, f"{where}: train must be true or false, got {train!r}")
         weight = entry.get("weight")
         if weighting is Weighting.GIVEN and train:
+            if "weight" not in entry:
+                raise _fail(source, f"{where}: weights = \"given\" needs a weight for every "
+                                    "training component (or train = false)")
             weight = _integer(entry, "weight", 0, 1, MAX_BLOCK, f"{source} ({where})")
         elif weight is not None:
             raise _fail(source, f"{where}: weight is read only with weights = \"given\", and "

@@ -41,3 +41,14 @@ def test_a_database_name_longer_than_open_accepts_is_refused():
     assert parse_schema(f'name = "{"x" * MAX_DATABASE_ID}"' + tables).name == "x" * 1024
     with pytest.raises(SchemaError, match="at most 1024"):
         parse_schema(f'name = "{"x" * (MAX_DATABASE_ID + 1)}"' + tables)
+
+
+def test_a_database_name_with_a_slash_is_refused():
+    # DATABASE_ID/TASK/SPLIT names a dataset: "a/b c" would make "a/b c/task/train" ambiguous
+    from dlkit.db.schema.spec import parse_schema
+    from dlkit.errors import SchemaError
+
+    tables = '\n[tables.a]\nprimary_key = "id"\n'
+    assert parse_schema('name = "shop b é"' + tables).name == "shop b é"
+    with pytest.raises(SchemaError, match="name 'a/b c' holds '/'"):
+        parse_schema('name = "a/b c"' + tables)

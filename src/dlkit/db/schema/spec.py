@@ -214,6 +214,9 @@ def parse_schema(text: str, *, source: str = SCHEMA_FILE, default_name: str = "d
     _need_str(name, "name", source)
     if len(name) > MAX_DATABASE_ID:  # open and verify refuse a longer database id
         raise _err(source, f"name is {len(name):,} characters long; at most {MAX_DATABASE_ID}")
+    if "/" in name:  # a dataset is named DATABASE_ID/TASK/SPLIT
+        raise _err(source, f"name {name!r} holds '/', which separates the parts of a dataset "
+                           "name (DATABASE_ID/TASK/SPLIT)")
 
     raw_tables = doc.get("tables")
     if not isinstance(raw_tables, dict) or not raw_tables:
