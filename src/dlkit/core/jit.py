@@ -120,6 +120,7 @@ def kernel_options() -> dict[str, Any]:
 
 _LOADING = threading.RLock()
 _ON_LOAD: list[Callable[[], None]] = []
+_KERNELS: list[Kernel] = []  # made before numba loaded: their dispatchers are made with it
 _loaded: ModuleType | None = None
 
 
@@ -134,7 +135,12 @@ def on_numba_load(register: Callable[[], None]) -> None:
 
 
 def load_numba() -> ModuleType:
-    """numba, imported with everything registered that dlkit's kernels compile against."""
+    """numba, imported with everything registered that dlkit's kernels compile against, and
+    every kernel's dispatcher made.
+
+    All at once, under one lock, before any kernel compiles: compiling a kernel types the
+    kernels it calls (numba holds its compiler lock then), so none of them may still need a
+    dispatcher made, and that lock, at that moment."""
     global _loaded
     if _loaded is None:
         with _LOADING:
@@ -149,8 +155,25 @@ def load_numba() -> ModuleType:
                     lambda value, context: types.Dispatcher(value.dispatcher))
                 for register in _ON_LOAD:
                     register()
+                for made in _KERNELS:
+                    made._dispatcher = _dispatcher_of(numba, made.py_func)
+                _KERNELS.clear()
                 _loaded = numba
     return _loaded
+
+
+def _dispatcher_of(numba: ModuleType, fn: Callable[..., Any]) -> Any:
+    """numba's dispatcher of ``fn`` with dlkit's options (call holding ``_LOADING``)."""
+    where = cache_dir()
+    # Numba reads its CACHE_DIR when the dispatcher is made (the cache locator keeps the
+    # path), so setting it around the making sends dlkit's kernels, and only them, there.
+    previous = numba.config.CACHE_DIR
+    if where is not None:
+        numba.config.CACHE_DIR = str(where)
+    try:
+        return numba.njit(**kernel_options())(fn)
+    finally:
+        numba.config.CACHE_DIR = previous
 
 
 class _Mode(threading.local):
@@ -214,24 +237,16 @@ class Kernel:
         self.py_func = fn
         self._dispatcher: Any = None
         functools.update_wrapper(self, fn)
+        with _LOADING:
+            if _loaded is None:
+                _KERNELS.append(self)
+            else:  # a kernel module imported after numba loaded
+                self._dispatcher = _dispatcher_of(_loaded, fn)
 
     @property
     def dispatcher(self) -> Any:
         if self._dispatcher is None:
-            numba = load_numba()
-            options, where = kernel_options(), cache_dir()
-            # Numba reads its CACHE_DIR when the dispatcher is made (the cache locator keeps
-            # the path), so setting it around the making sends dlkit's kernels, and only
-            # them, there.
-            with _LOADING:
-                if self._dispatcher is None:
-                    previous = numba.config.CACHE_DIR
-                    if where is not None:
-                        numba.config.CACHE_DIR = str(where)
-                    try:
-                        self._dispatcher = numba.njit(**options)(self.py_func)
-                    finally:
-                        numba.config.CACHE_DIR = previous
+            load_numba()  # makes every kernel's dispatcher
         return self._dispatcher
 
     def __call__(self, *args: Any) -> Any:
