@@ -239,3 +239,59 @@ def test_running_out_of_memory_is_one_line(dlkit, manifest_path, monkeypatch):
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.strip() == ("error OUT_OF_MEMORY: out of memory: Unable to allocate "
                                      "512. GiB for an array with shape (68719476736,)")
+
+
+@pytest.mark.parametrize("stage", ["eval", "infer", "train"])
+def test_a_dataset_with_no_seeds_is_one_usage_line_not_a_mismatch(tmp_path, stage):
+    """The manifest may declare cardinality 0 (an empty split): nothing mismatches, the
+    dataset named has nothing to sample. A usage error, exit 2 (docs/cli.md)."""
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(manifest_dict(0, 8, 16, drop_last=True)))
+    result = run_dlkit("sample", path, "-d", "ds", "--stage", stage)
+    err = assert_clean_failure(result, "INVALID_ARGUMENT")
+    assert result.returncode == 2 and result.stdout == b""
+    assert f"dataset 'ds' of {path} has no seeds: nothing to sample" in err
+    counted_zero = run_dlkit("sample", path, "-d", "ds", "--stage", stage, "--cardinality", "0")
+    assert counted_zero.returncode == 2  # the data agrees: still nothing to sample
+
+
+def test_rows_the_empty_manifest_does_not_declare_are_still_a_mismatch(tmp_path):
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(manifest_dict(0, 8, 16)))
+    result = run_dlkit("sample", path, "-d", "ds", "--stage", "eval", "--cardinality", "3")
+    assert_clean_failure(result, "CARDINALITY_MISMATCH")
+    assert result.returncode == 4
+
+
+@pytest.mark.parametrize("steps, summary", [
+    (1, "wrote 1 step, 8 indices; next cursor: epoch 0, index 8"),
+    (2, "wrote 2 steps, 16 indices; next cursor: epoch 0, index 16"),
+])
+def test_the_sample_summary_counts_in_the_right_number(tmp_path, steps, summary):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(manifest_dict(70, 8, 16, seed=3)))
+    result = run_dlkit("sample", path, "-d", "ds", "-n", steps, "-o", tmp_path / "i.txt")
+    assert result.returncode == 0, result.stderr
+    assert summary in result.stderr.decode()
+
+
+@pytest.mark.parametrize("steps, summary", [
+    (1, "ok 1 record matches; 8 samples; final cursor epoch 0, index 8"),
+    (3, "ok 3 records match; 24 samples; final cursor epoch 0, index 24"),
+])
+def test_the_replay_summary_counts_in_the_right_number(tmp_path, manifest_path, steps, summary):
+    trace = tmp_path / "t.cbor"
+    assert run_dlkit("sample", manifest_path, "-d", "ds", "-n", steps, "-q", "-o",
+                     tmp_path / "i.txt", "--trace", trace).returncode == 0
+    result = run_dlkit("replay", trace, "-m", manifest_path)
+    assert result.returncode == 0, result.stderr
+    assert summary in result.stderr.decode()
+
+
+def test_one_sample_of_one_step_counts_it_as_one(tmp_path):
+    """A one-seed dataset in eval: 1 step, 1 index (the singular of both nouns)."""
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(manifest_dict(1, 8, 16)))
+    result = run_dlkit("sample", path, "-d", "ds", "--stage", "eval", "-o", tmp_path / "i.txt")
+    assert result.returncode == 0, result.stderr
+    assert "wrote 1 step, 1 index;" in result.stderr.decode()

@@ -9,8 +9,11 @@ import pytest
 from dlkit.errors import CheckpointError
 from dlkit.nextbatch import Cursor, load_checkpoint
 from dlkit.nextbatch.cursor import Checkpoint, checkpoint_bytes, read_checkpoint
+from dlkit.nextbatch.stage import Stage
 
-BOUND = Checkpoint({"ds": Cursor(3, 12), "other": Cursor(0, 7)}, bytes(range(32)), "ds")
+BOUND = Checkpoint({"ds": Cursor(3, 12), "other": Cursor(0, 7)}, bytes(range(32)), "ds",
+                   Stage.EVAL)
+STAGELESS = Checkpoint({"ds": Cursor(3, 12)}, bytes(range(32)), "ds")  # before the stage
 UNBOUND = Checkpoint({"ds": Cursor(1, 2**40)})
 
 
@@ -31,7 +34,8 @@ def corruptions(data: bytes):
                 yield f"zeroed {width} at {i}", zeroed
 
 
-@pytest.mark.parametrize("checkpoint", [BOUND, UNBOUND], ids=["bound", "unbound"])
+@pytest.mark.parametrize("checkpoint", [BOUND, STAGELESS, UNBOUND],
+                         ids=["bound", "stageless", "unbound"])
 def test_every_corruption_of_a_checkpoint_is_refused_naming_the_file(tmp_path, checkpoint):
     good = checkpoint_bytes(checkpoint)
     path = tmp_path / "c.ckpt"

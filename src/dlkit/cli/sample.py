@@ -21,6 +21,7 @@ from dlkit.errors import (
     TraceError,
 )
 from dlkit.nextbatch.formats import OutputFormat
+from dlkit.text import counted
 
 PANEL = "Index sampling (NextBatch_v2 and v3)"
 
@@ -122,7 +123,8 @@ def sample(
     if as_json:
         print_json(result)
     elif show:
-        err_console.print(f"[green]wrote[/] {summary.steps} steps, {summary.indices} indices; "
+        err_console.print(f"[green]wrote[/] {counted(summary.steps, 'step')}, "
+                          f"{counted(summary.indices, 'index', 'indices')}; "
                           f"next cursor: {summary.cursor_end}")
 
 
@@ -162,8 +164,11 @@ def replay(
     if as_json:
         print_json(result)
     elif not quiet:
-        err_console.print(f"[green]ok[/] {report.records_checked} records match; "
-                          f"{report.total_samples_seen} samples; final cursor {report.final_cursor}")
+        records = report.records_checked
+        err_console.print(f"[green]ok[/] {counted(records, 'record')} "
+                          f"{'matches' if records == 1 else 'match'}; "
+                          f"{counted(report.total_samples_seen, 'sample')}; "
+                          f"final cursor {report.final_cursor}")
 
 
 @app.command("verify-golden", rich_help_panel=PANEL)
@@ -218,12 +223,13 @@ def verify_golden_command(
                                  for p, e in failures.items()]})
     elif not quiet:
         for r in reports:
-            skipped = (f", {r.full_digests_skipped} full digests left for --full"
+            skipped = (f", {counted(r.full_digests_skipped, 'full digest')} left for --full"
                        if r.full_digests_skipped else "")
             err_console.print(
-                f"[green]ok[/] {plain(Path(r.path).name)}: {r.cases} cases, {r.streams_checked} "
-                f"streams, {r.full_digests_checked} full digests, {r.positions_checked} "
-                f"positions{skipped}")
+                f"[green]ok[/] {plain(Path(r.path).name)}: {counted(r.cases, 'case')}, "
+                f"{counted(r.streams_checked, 'stream')}, "
+                f"{counted(r.full_digests_checked, 'full digest')}, "
+                f"{counted(r.positions_checked, 'position')}{skipped}")
     if len(failures) == 1:
         raise next(iter(failures.values()))
     if failures:  # each in the order given, then the verdict, which a mismatch decides

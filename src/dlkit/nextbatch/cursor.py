@@ -6,15 +6,20 @@ files")::
     {"data_cursors": {key: {"epoch": e, "global_index": g}, ...},
      "dataset_key": key,            # the dataset the writing run sampled
      "manifest_hash": h'32 bytes',  # the run manifest it sampled it with
+     "stage": "train",              # the stage it sampled it for: train, eval or infer
      "checksum": h'32 bytes'}       # SHA-256 of the canonical CBOR of the map without it
 
-``dataset_key`` and ``manifest_hash`` bind the checkpoint to its run: ``dlkit sample
---resume`` refuses one written with another manifest. ``checksum`` makes any changed byte
-(a flipped bit that would still decode to another valid cursor, say) a refusal. Checkpoints
-of dlkit 0.1 (``data_cursors`` alone) and 0.2 (no ``checksum``) are still read. Loading is
-strict: the bytes must be one canonical CBOR item of that shape, so truncation, trailing
-garbage, non-canonical re-encodings, a checksum that does not match and foreign files are
-rejected with a ``CheckpointError`` that names the file.
+``dataset_key``, ``manifest_hash`` and ``stage`` bind the checkpoint to its run: ``dlkit
+sample --resume`` refuses one written with another manifest, for another dataset or at
+another stage (a cursor is a position in its stage's order: train's is shuffled, eval's and
+infer's are not). ``checksum`` makes any changed byte (a flipped bit that would still decode
+to another valid cursor, say) a refusal. Older checkpoints are still read: dlkit 0.1's
+(``data_cursors`` alone), 0.2's (no ``checksum``, no ``stage``) and those with a
+``checksum`` but no ``stage``. Every stage could write those, so which one did is unknown:
+they resume at any stage, unchecked. A ``stage`` comes only with a ``checksum`` (no dlkit
+wrote one without). Loading is strict: the bytes must be one canonical CBOR item of that
+shape, so truncation, trailing garbage, non-canonical re-encodings, a checksum that does not
+match and foreign files are rejected with a ``CheckpointError`` that names the file.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dlkit.atomic import atomic_write_bytes
 from dlkit.encoding import UINT64_MAX, canonical_cbor
 from dlkit.errors import CheckpointError, ContractViolationError
 from dlkit.files import read_regular
+from dlkit.nextbatch.stage import Stage
 
 
 @dataclass(frozen=True, order=True)
@@ -57,15 +63,21 @@ class Cursor:
 @dataclass(frozen=True)
 class Checkpoint:
     """What a checkpoint file holds: a cursor per dataset and, since dlkit 0.2, the run it
-    belongs to (``manifest_hash``, 32 bytes, and the ``dataset_key`` that run sampled)."""
+    belongs to (``manifest_hash``, 32 bytes, and the ``dataset_key`` that run sampled), since
+    0.3 with the ``stage`` it sampled it for (``None`` in an older one: not recorded)."""
 
     cursors: Mapping[str, Cursor]
     manifest_hash: bytes | None = None
     dataset_key: str | None = None
+    stage: Stage | None = None
 
     def __post_init__(self) -> None:
         if (self.manifest_hash is None) != (self.dataset_key is None):
             raise ValueError("manifest_hash and dataset_key come together or not at all")
+        if self.stage is not None and self.manifest_hash is None:
+            raise ValueError("a stage comes with the manifest_hash and dataset_key it binds")
+        if self.stage is not None and not isinstance(self.stage, Stage):
+            raise ValueError(f"stage must be a Stage, got {self.stage!r}")
         if self.manifest_hash is not None and (not isinstance(self.manifest_hash, bytes)
                                                or len(self.manifest_hash) != 32):
             raise ValueError("manifest_hash must be 32 bytes")
@@ -78,6 +90,8 @@ class Checkpoint:
         if self.manifest_hash is not None:
             value["manifest_hash"] = self.manifest_hash
             value["dataset_key"] = self.dataset_key
+        if self.stage is not None:
+            value["stage"] = self.stage.value
         return value
 
     def to_json_value(self) -> dict[str, Any]:
@@ -128,11 +142,14 @@ def parse_checkpoint_file(data: bytes) -> Checkpoint:
         value = cbor2.loads(data)
     except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"not a CBOR checkpoint ({exc})") from None
-    if not isinstance(value, dict) or set(value) - {"checksum"} not in ({"data_cursors"},
-                                                                         _BOUND_KEYS):
+    if not isinstance(value, dict) or set(value) - {"checksum"} not in _LAYOUTS:
         raise ValueError("not a dlkit checkpoint: expected a map with the keys data_cursors, "
-                         "dataset_key, manifest_hash and checksum (or data_cursors alone)")
+                         "dataset_key, manifest_hash, stage and checksum (or data_cursors "
+                         "alone)")
     checksum = value.pop("checksum", None)
+    if "stage" in value and checksum is None:
+        raise ValueError("not a dlkit checkpoint: a stage without a checksum (every dlkit "
+                         "that records the stage writes the checksum)")
     cursors_value = value["data_cursors"]
     if not isinstance(cursors_value, dict):
         raise ValueError("data_cursors must be a map")
@@ -142,7 +159,8 @@ def parse_checkpoint_file(data: bytes) -> Checkpoint:
             raise ValueError(f"dataset key {key!r} is not text")
         cursors[key] = _cursor_from_value(item, key)
     try:
-        checkpoint = Checkpoint(cursors, value.get("manifest_hash"), value.get("dataset_key"))
+        checkpoint = Checkpoint(cursors, value.get("manifest_hash"), value.get("dataset_key"),
+                                _stage_from_value(value["stage"]) if "stage" in value else None)
     except ValueError as exc:
         raise ValueError(f"not a dlkit checkpoint: {exc}") from None
     if checksum is not None and checksum != _checksum(checkpoint.to_cbor_value()):
@@ -157,6 +175,16 @@ def parse_checkpoint_file(data: bytes) -> Checkpoint:
 
 
 _BOUND_KEYS = {"data_cursors", "dataset_key", "manifest_hash"}
+# dlkit 0.1; 0.2 and the first checksummed ones; with the stage
+_LAYOUTS = ({"data_cursors"}, _BOUND_KEYS, _BOUND_KEYS | {"stage"})
+
+
+def _stage_from_value(value: Any) -> Stage:
+    try:
+        return Stage(value)
+    except ValueError:  # a non-text value, or a text that names no stage
+        names = ", ".join(s.value for s in Stage)
+        raise ValueError(f"stage must be one of {names}, got {value!r}") from None
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Cursor]:

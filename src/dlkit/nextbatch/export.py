@@ -16,8 +16,10 @@ import numpy as np
 from dlkit.core.jit import cheaper_interpreted, interpreted
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.formats import OutputFormat
+from dlkit.nextbatch.stage import Stage
 
-if TYPE_CHECKING:  # imported where used: they load the kernels (see dlkit._lazy)
+if TYPE_CHECKING:  # imported where used: sampler and trace load the kernels (dlkit._lazy)
+    from dlkit.nextbatch.run_manifest import RunManifest
     from dlkit.nextbatch.sampler import SamplingPlan
     from dlkit.nextbatch.trace import TraceWriter
 
@@ -105,7 +107,9 @@ class SampleSummary(ExportSummary):
 def resolve_start(request: SampleRequest, manifest_hash: bytes
                   ) -> tuple[Cursor, dict[str, Cursor], tuple[str, ...]]:
     """The starting cursor, the other datasets' cursors to carry into a new checkpoint, and
-    notes for the user. A checkpoint of another run (another manifest) is refused."""
+    notes for the user. A checkpoint of another run (another manifest, dataset or stage) is
+    refused, before anything else about the run is checked: that mismatch is the mistake,
+    whatever else the run would then trip on."""
     from dlkit.atomic_journal import settle
     from dlkit.errors import CheckpointError, InvalidArgumentError
     from dlkit.nextbatch.cursor import read_checkpoint
@@ -121,11 +125,13 @@ def resolve_start(request: SampleRequest, manifest_hash: bytes
     if checkpoint.manifest_hash is None:
         notes = (f"{request.resume} names no run manifest (written by dlkit 0.1): its cursor "
                  "is used unchecked; the checkpoint written now is bound to this run",)
-    elif checkpoint.manifest_hash != manifest_hash:
-        raise CheckpointError(
-            f"belongs to another run: it was written with manifest hash "
-            f"{checkpoint.manifest_hash.hex()}, and {request.manifest_path} has manifest hash "
-            f"{manifest_hash.hex()}", path=request.resume)
+    else:
+        _check_binding(request, checkpoint.manifest_hash, checkpoint.dataset_key,
+                       checkpoint.stage, manifest_hash)
+        if checkpoint.stage is None:
+            notes = (f"{request.resume} does not record its stage (written by an earlier "
+                     f"dlkit): its cursor is used unchecked at stage {request.stage}; the "
+                     "checkpoint written now records it",)
     if request.dataset_key not in cursors:
         known = ", ".join(sorted(cursors)) or "none"
         raise CheckpointError(f"holds no cursor for dataset {request.dataset_key!r} "
@@ -136,6 +142,28 @@ def resolve_start(request: SampleRequest, manifest_hash: bytes
             f"--epoch {request.epoch} contradicts the checkpoint's epoch {cursor.epoch}; "
             "omit --epoch when resuming")
     return cursor, cursors, notes
+
+
+def _check_binding(request: SampleRequest, written_hash: bytes, written_key: str | None,
+                   written_stage: Stage | None, manifest_hash: bytes) -> None:
+    """Refuse a checkpoint written by another run, naming what it was written with and what
+    this run has."""
+    from dlkit.errors import CheckpointError
+
+    if written_hash != manifest_hash:
+        problem = (f"it was written with manifest hash {written_hash.hex()}, and "
+                   f"{request.manifest_path} has manifest hash {manifest_hash.hex()}")
+    elif written_key != request.dataset_key:
+        problem = (f"it was written for dataset {written_key!r}, and this run samples "
+                   f"dataset {request.dataset_key!r}")
+    elif (written_stage is not None and written_stage.value != request.stage
+          # a stage that is none of them is SamplingPlan.create's INVALID_STAGE_TYPE
+          and request.stage in {s.value for s in Stage}):
+        problem = (f"it was written at stage {written_stage.value}, and this run samples "
+                   f"stage {request.stage}")
+    else:
+        return
+    raise CheckpointError(f"belongs to another run: {problem}", path=request.resume)
 
 
 def check_outputs(request: SampleRequest) -> None:
@@ -154,6 +182,19 @@ def check_outputs(request: SampleRequest) -> None:
     for path in outputs.values():
         if path is not None:
             output_kind(path, request.overwrite)
+
+
+def check_not_empty(request: SampleRequest, manifest: RunManifest) -> None:
+    """Refuse a dataset with no seeds as what it is, not as the NextBatch profile's
+    ``CARDINALITY_MISMATCH`` for ``N == 0`` (nothing mismatches). The dataset named on the
+    command line has nothing the run could sample: a usage error (docs/cli.md), exit 2.
+    A ``--cardinality`` that is not 0 does mismatch, and is left to ``SamplingPlan.create``."""
+    from dlkit.errors import InvalidArgumentError
+
+    entry = manifest.datasets.get(request.dataset_key)
+    if entry is not None and entry.cardinality == 0 and not request.actual_cardinality:
+        raise InvalidArgumentError(f"dataset {request.dataset_key!r} of "
+                                   f"{request.manifest_path} has no seeds: nothing to sample")
 
 
 # A run this short is sampled sooner by the kernels' Python (3 us an index) than numba starts
@@ -179,9 +220,10 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
 
     check_outputs(request)
     manifest = load_manifest(request.manifest_path)
+    cursor, carried, notes = resolve_start(request, manifest.manifest_hash)
+    check_not_empty(request, manifest)
     plan = SamplingPlan.create(manifest, request.dataset_key, request.world_size, request.rank,
                                request.stage, actual_cardinality=request.actual_cardinality)
-    cursor, carried, notes = resolve_start(request, manifest.manifest_hash)
     try:
         plan.check_cursor(cursor)
     except NextBatchError as exc:
@@ -208,7 +250,7 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
         if request.checkpoint_out is not None:
             next(opened).write(checkpoint_bytes(Checkpoint(
                 {**carried, request.dataset_key: summary.cursor_end},
-                manifest.manifest_hash, request.dataset_key)))
+                manifest.manifest_hash, request.dataset_key, plan.stage)))
         if request.out is None:
             stdout.flush()  # the indices reached their reader before the files appear
         files.commit()

@@ -12,7 +12,6 @@ plan adds what every order shares: validation, cursor arithmetic, chunking and m
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,20 +31,11 @@ from dlkit.nextbatch import tokens
 from dlkit.nextbatch.cursor import Cursor
 from dlkit.nextbatch.orders import TRAIN_ORDERS, EpochOrder, order_for
 from dlkit.nextbatch.run_manifest import RunManifest
+from dlkit.nextbatch.stage import Stage
 from dlkit.text import did_you_mean
 
 MAX_BLOCK_SIZE = 1 << 32
 DEFAULT_CHUNK_INDICES = 1 << 20
-
-
-class Stage(str, enum.Enum):
-    TRAIN = "train"
-    EVAL = "eval"
-    INFER = "infer"
-
-    @property
-    def is_shuffled(self) -> bool:
-        return self is Stage.TRAIN
 
 
 @dataclass(frozen=True)
