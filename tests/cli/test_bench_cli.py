@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import warnings
+
+import pytest
 
 from dlkit.cli.app import main
 
@@ -231,3 +235,49 @@ def test_an_interrupt_in_a_kernel_calling_python_exits_130(tmp_path, example_db)
     # (was: that traceback, exit 1)
     code, err = _interrupted_while_measuring(tmp_path, "kernel", "--db", str(example_db))
     assert (code, err) == (130, INTERRUPTED)
+
+
+def _slower_report(workload, config, **_):
+    from dlkit.bench.report import BenchReport, RunResult
+
+    sequential = RunResult("sequential", 10, 160, 10240, 1.0, 100.0, 200.0)
+    engine = RunResult("engine", 10, 160, 10240, 4.0, 400.0, 800.0)  # a quarter as fast
+    return BenchReport(workload.describe | {"workload": workload.name, "steps": 10}, config,
+                       sequential, engine, True)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_slower_note_is_kept_by_quiet_and_json(capsys, monkeypatch, as_json):
+    from dlkit.bench import runner
+
+    monkeypatch.setattr(runner, "measure", _slower_report)
+    code, out, err = run(SMALL + ["--no-torch"] + (["--json"] if as_json else []), capsys)
+    assert code == 0, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "note: the engine was slower than the sequential loop (0.25x): 2 producer threads")
+    if as_json:
+        assert json.loads(out)["notes"] == [lines[0].removeprefix("note: ")]
+
+
+def test_a_task_without_seeds_warns_once_per_dataset_in_one_line(tmp_path):
+    import pyarrow.parquet as pq
+
+    from dlkit.bench.relational import EXAMPLE_DB
+    from dlkit.db import preprocess
+
+    source = tmp_path / "source"
+    shutil.copytree(EXAMPLE_DB, source)
+    reviews = pq.read_table(source / "reviews.parquet")
+    pq.write_table(reviews.slice(0, 0), source / "reviews.parquet")  # same schema, no rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # preprocess's own (a dangling key of the example)
+        preprocess(source, tmp_path / "db", fsync=False)
+    done = subprocess.run([sys.executable, "-m", "dlkit", "bench", "--db", str(tmp_path / "db"),
+                           "-n", "4", "--no-torch", "-q"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("note: ")]
+    expected = [f"warning: task 'review_rating' is skipped on rank 0: dataset "
+                f"'example-shop/review_rating/{split}' has no seed" for split in ("train", "val")]
+    assert lines == expected  # no file:line, no source line, each once
