@@ -4,7 +4,8 @@ signals out of a commit.
 ``dlkit.atomic`` notes every output it commits (``note_committed``) and runs each commit
 inside ``deferred_interrupts``; the CLI records the commits of a command
 (``recording_commits``) to tell an interrupt that came after its output was complete (exit
-0, with a note) from one that came before (nothing was left behind).
+0, with a note) from one that came before (nothing was left behind). What a command commits
+for its own use and removes again (``scratch_outputs``) is not its output.
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ def recording_commits() -> Iterator[list[str]]:
     token = _commit_log.set(log)
     try:
         yield log
+    finally:
+        _commit_log.reset(token)
+
+
+@contextlib.contextmanager
+def scratch_outputs() -> Iterator[None]:
+    """Outputs committed inside the block are a command's own scratch work (``dlkit bench``
+    preprocessing the bundled example into a temporary directory it then reads), not what it
+    was asked for: an interrupt after them still finds the command's output unfinished."""
+    token = _commit_log.set(None)
+    try:
+        yield
     finally:
         _commit_log.reset(token)
 

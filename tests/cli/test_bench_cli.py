@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import warnings
+
+import pytest
 
 from dlkit.cli.app import main
 
@@ -150,3 +156,128 @@ def test_relational_refuses_gather_inputs(capsys, tmp_path):
     code, _, err = run(["bench", "--workload", "relational", "--manifest",
                         str(tmp_path / "m.json"), "-q"], capsys)
     assert code == 2 and "drop --data, --manifest and --trace" in err
+
+
+# -- interrupts, notes and warnings as a user meets them ----------------------------------------
+
+# ``dlkit bench`` that says "measuring" on stdout once the bundled example is preprocessed into
+# its temporary directory, then waits for stdin: the signal lands there, whatever the
+# machine's speed. "kernel" turns the interrupt into what CPython raises when the signal's
+# handler ran in ``_numba_unpickle``, called by a compiled kernel called by numba's
+# dispatcher: a SystemError caused by a SystemError caused by the KeyboardInterrupt.
+MEASURING = """
+import sys
+
+from dlkit.bench import relational
+from dlkit.cli import main
+
+WHERE = sys.argv[1]
+
+
+def wait_for_the_signal(db, request):
+    print("measuring", flush=True)
+    try:
+        sys.stdin.readline()  # never answered: SIGINT arrives while we wait
+    except KeyboardInterrupt as exc:
+        if WHERE != "kernel":
+            raise
+        try:
+            raise SystemError("<function _numba_unpickle at 0x1> returned a result with an "
+                              "exception set") from exc
+        except SystemError as inner:
+            raise SystemError("CPUDispatcher(<function build_sequences at 0x2>) returned a "
+                              "result with an exception set") from inner
+    raise AssertionError("stdin closed before the signal")
+
+
+relational._batch_ms = wait_for_the_signal
+sys.argv = ["dlkit", *sys.argv[2:]]
+main()
+"""
+INTERRUPTED = ("error INTERRUPTED: dlkit bench was interrupted; it wrote no file and left no "
+               "temporary file\n")
+
+
+def _interrupted_while_measuring(tmp_path, where, *args):
+    """``dlkit bench *args`` (MEASURING) interrupted by SIGINT: its exit code and stderr; the
+    temporary directory the command made is checked to be gone."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}  # where bench makes its directory
+    proc = subprocess.Popen([sys.executable, "-c", MEASURING, where, "bench", "-n", "100000",
+                             "--no-torch", "-q", *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "measuring\n"
+        if not args:  # the example is complete before the signal
+            built, = scratch.glob("dlkit-bench-*/example-db")
+            assert (built / "manifest.json").is_file()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert out == ""
+    assert list(scratch.iterdir()) == []  # the temporary directory went with it
+    return proc.returncode, err
+
+
+def test_an_interrupt_after_the_example_is_built_exits_130(tmp_path):
+    # The example database bench builds for itself is scratch, not its output: the interrupt
+    # is one before the output was complete (was: exit 0 and "note: ... interrupted after its
+    # output was complete: /tmp/dlkit-bench-.../example-db").
+    code, err = _interrupted_while_measuring(tmp_path, "python")
+    assert (code, err) == (130, INTERRUPTED)
+
+
+def test_an_interrupt_in_a_kernel_calling_python_exits_130(tmp_path, example_db):
+    # CPython reports it as a SystemError caused by a SystemError caused by the interrupt
+    # (was: that traceback, exit 1)
+    code, err = _interrupted_while_measuring(tmp_path, "kernel", "--db", str(example_db))
+    assert (code, err) == (130, INTERRUPTED)
+
+
+def _slower_report(workload, config, **_):
+    from dlkit.bench.report import BenchReport, RunResult
+
+    sequential = RunResult("sequential", 10, 160, 10240, 1.0, 100.0, 200.0)
+    engine = RunResult("engine", 10, 160, 10240, 4.0, 400.0, 800.0)  # a quarter as fast
+    return BenchReport(workload.describe | {"workload": workload.name, "steps": 10}, config,
+                       sequential, engine, True)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_slower_note_is_kept_by_quiet_and_json(capsys, monkeypatch, as_json):
+    from dlkit.bench import runner
+
+    monkeypatch.setattr(runner, "measure", _slower_report)
+    code, out, err = run(SMALL + ["--no-torch"] + (["--json"] if as_json else []), capsys)
+    assert code == 0, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "note: the engine was slower than the sequential loop (0.25x): 2 producer threads")
+    if as_json:
+        assert json.loads(out)["notes"] == [lines[0].removeprefix("note: ")]
+
+
+def test_a_task_without_seeds_warns_once_per_dataset_in_one_line(tmp_path):
+    import pyarrow.parquet as pq
+
+    from dlkit.bench.relational import EXAMPLE_DB
+    from dlkit.db import preprocess
+
+    source = tmp_path / "source"
+    shutil.copytree(EXAMPLE_DB, source)
+    reviews = pq.read_table(source / "reviews.parquet")
+    pq.write_table(reviews.slice(0, 0), source / "reviews.parquet")  # same schema, no rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # preprocess's own (a dangling key of the example)
+        preprocess(source, tmp_path / "db", fsync=False)
+    done = subprocess.run([sys.executable, "-m", "dlkit", "bench", "--db", str(tmp_path / "db"),
+                           "-n", "4", "--no-torch", "-q"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("note: ")]
+    expected = [f"warning: task 'review_rating' is skipped on rank 0: dataset "
+                f"'example-shop/review_rating/{split}' has no seed" for split in ("train", "val")]
+    assert lines == expected  # no file:line, no source line, each once

@@ -42,9 +42,11 @@ def _relational_db(request: BenchRequest, workdir: Path) -> tuple[str, str]:
                                    "(made by `dlkit preprocess`); this installation has no "
                                    "bundled example", code="USAGE")
     from dlkit.db import preprocess
+    from dlkit.interrupts import scratch_outputs
 
     out = workdir / "example-db"
-    preprocess(EXAMPLE_DB, out, fsync=False)
+    with scratch_outputs():  # removed with workdir: not an output the user asked for
+        preprocess(EXAMPLE_DB, out, fsync=False)
     return str(out), "the bundled example (fixtures/example_db)"
 
 

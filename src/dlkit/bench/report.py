@@ -50,7 +50,8 @@ class RunResult:
 @dataclass(frozen=True)
 class BenchReport:
     """Timings of one bench run. ``identical``: every timed loop delivered the sequential
-    loop's batches; ``notes``: what was skipped and why."""
+    loop's batches; ``notes``: what was skipped and why, and why the engine was slower than
+    the sequential loop when it was."""
 
     workload: dict[str, Any]
     prefetch: PrefetchConfig

@@ -35,6 +35,7 @@ from dlkit.bench.report import (
     ProgressFn,
     RunResult,
     progress_every,
+    slower_note,
     timed_result,
 )
 from dlkit.bench.request import BenchRequest, WorkloadKind
@@ -264,7 +265,8 @@ def measure(workload: Workload, config: PrefetchConfig, *, compare_torch: bool =
 
 
 def run_bench(request: BenchRequest, on_progress: ProgressFn | None = None) -> BenchReport:
-    """Build the request's workload (temporary files are removed afterwards) and measure it."""
+    """Build the request's workload (temporary files are removed afterwards) and measure it;
+    the report's notes say what was skipped and why the engine was slower, if it was."""
     with tempfile.TemporaryDirectory(prefix="dlkit-bench-") as tmp:
         if request.workload is WorkloadKind.RELATIONAL:
             report = measure_relational(request, Path(tmp), on_progress)
@@ -272,4 +274,6 @@ def run_bench(request: BenchRequest, on_progress: ProgressFn | None = None) -> B
             workload = build_workload(request, Path(tmp))
             report = measure(workload, request.prefetch, compare_torch=request.compare_torch,
                              on_progress=on_progress)
-    return dataclasses.replace(report, machine=machine_load())
+    machine = machine_load()
+    slower = slower_note(report.speedup, machine, request.prefetch.num_workers)
+    return dataclasses.replace(report, machine=machine, notes=(*report.notes, *slower))

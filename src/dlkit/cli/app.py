@@ -71,6 +71,21 @@ def _check_output_read() -> None:
         raise _ReaderGone
 
 
+def _interrupt_in_c_call(error: SystemError) -> bool:
+    """Whether ``error`` is CPython's report of an interrupt that landed in Python code a C
+    function called (the handler runs there, the C caller returns a result anyway, and
+    CPython raises "... returned a result with an exception set" caused by the interrupt).
+
+    One level deep when the signal lands in numba's dispatcher; two when it lands in the
+    ``_numba_unpickle`` a compiled kernel calls for a constant (``<function _numba_unpickle>
+    returned ...`` caused by the interrupt, itself the cause of the dispatcher's): follow the
+    causes through every such SystemError."""
+    cause: BaseException | None = error
+    while isinstance(cause, SystemError):
+        cause = cause.__cause__
+    return isinstance(cause, KeyboardInterrupt)
+
+
 def _command_name(ctx) -> str:
     return " ".join(["dlkit", *filter(None, [ctx.invoked_subcommand])])
 
@@ -130,10 +145,7 @@ class _Group(TyperGroup):
         except KeyboardInterrupt as exc:
             raise _Interrupted(_command_name(ctx)) from exc
         except SystemError as exc:
-            # A signal handled while numba's dispatcher runs a kernel leaves the interrupt set
-            # as the kernel returns, and CPython reports "returned a result with an exception
-            # set", caused by that KeyboardInterrupt: still an interrupt
-            if isinstance(exc.__cause__, KeyboardInterrupt):
+            if _interrupt_in_c_call(exc):
                 raise _Interrupted(_command_name(ctx)) from exc
             raise
         except BrokenPipeError as exc:

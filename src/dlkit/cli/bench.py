@@ -11,7 +11,14 @@ from rich.table import Table
 
 from dlkit.bench.request import WorkloadKind
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json, progress
+from dlkit.cli.console import (
+    console,
+    plain,
+    print_json,
+    print_note,
+    printing_warnings,
+    progress,
+)
 from dlkit.cli.params import (
     MAX_BATCH,
     MAX_ROW_BYTES,
@@ -154,7 +161,8 @@ def bench(
         dlkit bench --db out/db --consumer-ms 20
         dlkit bench --workload synthetic --compute-ms 5 --consumer-ms 5 --workers 2
     """
-    from dlkit.bench import BenchRequest, run_bench, slower_note
+    from dlkit.bench import BenchRequest, run_bench
+    from dlkit.sampler.schedule import SamplerWarning
 
     check_rank(rank, world_size)
 
@@ -174,23 +182,23 @@ def bench(
         manifest=None if manifest is None else str(manifest), dataset=dataset,
         world_size=world_size, rank=rank, stage=stage,
         trace=None if trace is None else str(trace), compare_torch=torch)
-    if quiet:
-        report = run_bench(request)
-    else:
-        with progress() as bar:
-            tasks: dict[str, TaskID] = {}
+    with printing_warnings(SamplerWarning):  # after the progress display is gone
+        if quiet:
+            report = run_bench(request)
+        else:
+            with progress() as bar:
+                tasks: dict[str, TaskID] = {}
 
-            def on_progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(phase, total=total)
-                bar.update(tasks[phase], completed=done)
+                def on_progress(phase: str, done: int, total: int) -> None:
+                    if phase not in tasks:
+                        tasks[phase] = bar.add_task(phase, total=total)
+                    bar.update(tasks[phase], completed=done)
 
-            report = run_bench(request, on_progress)
+                report = run_bench(request, on_progress)
     if as_json:
         print_json(report.to_dict())
     else:
         render(report)
     console.file.flush()
-    explained = [] if quiet else slower_note(report.speedup, report.machine, workers)
-    for note in (*report.notes, *explained):  # what was skipped: shown even with -q
-        err_console.print(f"[yellow]note[/]: {plain(note)}", highlight=False)
+    for note in report.notes:  # not a summary: --quiet and --json keep them
+        print_note(note)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -61,6 +64,21 @@ def print_error(error: DlkitError) -> None:
 def print_warning(text: object) -> None:
     """One line on stderr for a warning: not a summary, so ``--quiet`` and ``--json`` keep it."""
     err_console.print(f"[yellow]warning[/]: {plain(text)}", highlight=False)
+
+
+@contextlib.contextmanager
+def printing_warnings(category: type[Warning]) -> Iterator[None]:
+    """Warnings raised inside the block, each as one ``warning: ...`` line on stderr (not
+    Python's file:line and source line), once however many times it was raised (every
+    Sampler a command opens on a database warns again, and ``category``, the library's own,
+    is never filtered out), printed even when the block then fails or is interrupted."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category)
+        try:
+            yield
+        finally:
+            for text in dict.fromkeys(str(w.message) for w in caught):
+                print_warning(text)
 
 
 def print_note(text: str) -> None:
