@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import warnings
 
 import pytest
 
@@ -261,19 +259,10 @@ def test_the_slower_note_is_kept_by_quiet_and_json(capsys, monkeypatch, as_json)
 
 
 def test_a_task_without_seeds_warns_once_per_dataset_in_one_line(tmp_path):
-    import pyarrow.parquet as pq
+    from tests.db.conftest import example_without_reviews
 
-    from dlkit.bench.relational import EXAMPLE_DB
-    from dlkit.db import preprocess
-
-    source = tmp_path / "source"
-    shutil.copytree(EXAMPLE_DB, source)
-    reviews = pq.read_table(source / "reviews.parquet")
-    pq.write_table(reviews.slice(0, 0), source / "reviews.parquet")  # same schema, no rows
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # preprocess's own (a dangling key of the example)
-        preprocess(source, tmp_path / "db", fsync=False)
-    done = subprocess.run([sys.executable, "-m", "dlkit", "bench", "--db", str(tmp_path / "db"),
+    db = example_without_reviews(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "dlkit", "bench", "--db", str(db),
                            "-n", "4", "--no-torch", "-q"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr

@@ -55,3 +55,19 @@ def postgres_server():
         yield server
     finally:
         stop()
+
+
+def example_without_reviews(root: Path) -> Path:
+    """The example preprocessed into ``root / "db"`` with an empty reviews table (its schema
+    kept): task review_rating has no seed in any split."""
+    import shutil
+    import warnings
+
+    source = root / "source"
+    shutil.copytree(EXAMPLE, source)
+    reviews = pq.read_table(source / "reviews.parquet")
+    pq.write_table(reviews.slice(0, 0), source / "reviews.parquet")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # preprocess's own (a dangling key of the example)
+        preprocess(source, root / "db", fsync=False)
+    return root / "db"

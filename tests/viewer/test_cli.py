@@ -59,3 +59,15 @@ def test_curves_plots_every_numeric_series(tmp_path):
     err = assert_clean_failure(run_dlkit("curves", record, "-o", tmp_path / "d.svg"),
                                "INPUT_INVALID")
     assert "line 2" in err
+
+
+def test_a_task_without_seeds_is_named_in_one_warning_line(tmp_path):
+    from tests.db.conftest import example_without_reviews
+
+    out = tmp_path / "page.html"
+    result = run_dlkit("view", example_without_reviews(tmp_path), "-o", out, "--seeds", "1", "-S", "64", "-q")
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stderr.decode().splitlines() == [
+        "warning: task 'review_rating' has no seeds in train/val/test: the page lists none "
+        "there"]
+    assert out.exists()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json, print_warning, progress
+from dlkit.cli.console import (
+    console,
+    err_console,
+    plain,
+    print_json,
+    printing_warnings,
+    progress,
+)
 from dlkit.cli.params import (
     CONTEXT_EXAMPLES_HELP,
     CONTEXT_POLICY_HELP,
@@ -101,18 +106,11 @@ def _context_policy_option() -> Any:
                         metavar="<recent|random|parent>", help=CONTEXT_POLICY_HELP)
 
 
-@contextlib.contextmanager
-def _printing_warnings() -> Iterator[None]:
-    """Print the sampler's warnings on stderr, even when the command then fails on them."""
+def _sampler_warnings() -> contextlib.AbstractContextManager[None]:
+    """The sampler's warnings as one line each, printed even when the command then fails."""
     from dlkit.sampler.schedule import SamplerWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SamplerWarning)
-        try:
-            yield
-        finally:
-            for warning in caught:
-                print_warning(warning.message)
+    return printing_warnings(SamplerWarning)
 
 
 def sampling_mode_name(mode: str) -> str:
@@ -162,7 +160,7 @@ def manifest(
     check_output_file(out, overwrite, inside=db, inside_what="the database")
     from dlkit.sampler.run_manifest import write_run_manifest
 
-    with _printing_warnings():
+    with _sampler_warnings():
         summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
                                      split_seed=split_seed, split_ratios=_ratios(split_ratios),
                                      sampling_mode=sampling_mode, overwrite=overwrite)
@@ -230,7 +228,7 @@ def batches(
     from dlkit.sampler.batch_files import BatchRequest, write_batches
 
     check_rank(rank, world_size)
-    with _printing_warnings():
+    with _sampler_warnings():
         request = BatchRequest(task=task, split=split, steps=steps, seed=seed,
                                split_seed=split_seed, split_ratios=_ratios(split_ratios),
                                batch_size=batch_size, rank=rank, world_size=world_size,

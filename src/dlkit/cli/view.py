@@ -13,7 +13,14 @@ import typer
 from rich.table import Table
 
 from dlkit.cli.app import app
-from dlkit.cli.console import console, err_console, plain, print_json, progress
+from dlkit.cli.console import (
+    console,
+    err_console,
+    plain,
+    print_json,
+    printing_warnings,
+    progress,
+)
 from dlkit.cli.params import CONTEXT_EXAMPLES_HELP, CONTEXT_POLICY_HELP, check_output_file
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import knobs
@@ -230,6 +237,7 @@ def view(
     from dlkit.atomic import atomic_write_bytes
     from dlkit.db import open_database
     from dlkit.nextbatch.tokens import TrainOrder
+    from dlkit.sampler.schedule import SamplerWarning
     from dlkit.viewer.curves import read_record
     from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, render_page
 
@@ -250,7 +258,7 @@ def view(
     if not serve:
         check_output_file(target, overwrite, inside=database, inside_what="the database")
     curves = tuple(s for path in (record or ()) for s in read_record(path))
-    with open_database(database) as db:
+    with open_database(database) as db, printing_warnings(SamplerWarning):
         known = [t.name for t in db.tasks]
         for name in task or ():
             if name not in known:

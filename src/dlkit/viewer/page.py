@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,6 +25,7 @@ from dlkit.db.read.mapped import Database
 from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
+from dlkit.sampler.schedule import SamplerWarning
 from dlkit.sampler.splits import DEFAULT_TRAIN_ORDER, SPLITS
 from dlkit.viewer.context import Knobs, build_context, seeds_by_split, step_seeds
 from dlkit.viewer.curves import Series, series_svg
@@ -83,6 +85,10 @@ def page_data(db: Database, options: PageOptions, mode: Mode, curves: tuple[Seri
         task = next(t for t in meta.tasks if t.name == name)
         listed = options.max_listed_seeds if mode == Mode.SERVE else options.seeds_per_split
         seeds, epochs = _seeds(db, name, options, listed)
+        empty = [split for split in SPLITS if not seeds[split]]
+        if empty and options.step is None:  # (a step's empty batch the sampler warns of)
+            warnings.warn(f"task {name!r} has no seeds in {'/'.join(empty)}: the page lists "
+                          "none there", SamplerWarning, stacklevel=2)
         tasks.append({"name": name, "table": task.table, "target": task.target_column,
                       "type": STYPE_NAMES[task.target_stype], "splits": seeds,
                       "epochs": epochs, "step": options.step})
