@@ -219,3 +219,29 @@ def test_interpreting_stops_once_it_has_cost_numbas_set_up():
     done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
                           text=True, timeout=120, check=True)
     assert json.loads(done.stdout) == [True, True, False, True, False]
+
+
+def test_a_signal_during_a_kernels_first_call_waits_until_it_returns(monkeypatch):
+    """The first compiled call compiles: a Ctrl-C inside numba's compiler would be lost or
+    break it, so it is delivered once the call has returned (later calls are not held)."""
+    import os
+    import signal
+
+    from dlkit.core import csr
+
+    kernel = csr.check_ids
+    seen: list[str] = []
+
+    def compiling(*args):  # stands for numba's dispatcher: the signal lands mid-call
+        os.kill(os.getpid(), signal.SIGINT)
+        seen.append("returned")
+        return -1
+
+    monkeypatch.setattr(kernel, "_dispatcher", compiling)
+    monkeypatch.setattr(kernel, "_warm", False)
+    with pytest.raises(KeyboardInterrupt):
+        kernel(None, 0, 1)
+    assert seen == ["returned"] and kernel._warm is True
+    with pytest.raises(KeyboardInterrupt):  # warm: the signal is not held
+        kernel(None, 0, 1)
+    assert seen == ["returned"]

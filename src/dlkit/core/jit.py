@@ -47,6 +47,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from dlkit.errors import InvalidArgumentError
+from dlkit.interrupts import deferred_interrupts
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -236,6 +237,7 @@ class Kernel:
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.py_func = fn
         self._dispatcher: Any = None
+        self._warm = False  # called compiled before
         functools.update_wrapper(self, fn)
         with _LOADING:
             if _loaded is None:
@@ -252,7 +254,16 @@ class Kernel:
     def __call__(self, *args: Any) -> Any:
         if _MODE.interpreted or JIT_DISABLED:
             return self.py_func(*args)
-        return (self._dispatcher or self.dispatcher)(*args)
+        dispatcher = self._dispatcher or self.dispatcher
+        if self._warm:
+            return dispatcher(*args)
+        # The first call compiles (or loads) it and its callees: a Ctrl-C landing inside
+        # numba's compiler is lost or leaves it broken ("no compiled object yet"), so it
+        # waits until the compiled code is in place.
+        with deferred_interrupts():
+            result = dispatcher(*args)
+            self._warm = True
+        return result
 
     def __repr__(self) -> str:
         return f"<dlkit kernel {self.py_func.__module__}.{self.py_func.__qualname__}>"
