@@ -85,9 +85,9 @@ def _commands(db: Path, tmp: Path) -> dict[str, list]:
 
 
 def _unwarned(stderr: str) -> str:
-    """stderr without warnings: those are not summaries, -q keeps them."""
+    """stderr without warnings and notes: those are not summaries, -q keeps them."""
     return "".join(line for line in stderr.splitlines(keepends=True)
-                   if not line.startswith("warning: "))
+                   if not line.startswith(("warning: ", "note: ")))
 
 
 def _fill(args: list, n: int) -> list:
