@@ -215,7 +215,7 @@ def cheaper_interpreted(size: int, below: int) -> bool:
     interpreting: many small pieces of work (the databases of a mixture) add up.
     """
     global _interpreted_share
-    if _loaded is not None:
+    if _loaded is not None or size >= below:
         return False
     share = size / below
     with _LOADING:
