@@ -76,6 +76,7 @@ class ModelConfig:
     block: int = 32   # attention window block of the row and column relations
     numeric_encoding: str = "shared"  # or "column": a value direction per column too
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
+    dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
 
 
 # --- model ----------------------------------------------------------------------------------
@@ -109,18 +110,20 @@ class RelationAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm residual relation attention, then a feed-forward layer."""
+    """Pre-norm residual relation attention, then a feed-forward layer; ``dropout`` on each
+    one's output before it joins the residual stream."""
 
-    def __init__(self, d: int, heads: int, block: int):
+    def __init__(self, d: int, heads: int, block: int, dropout: float = 0.0):
         super().__init__()
         self.attn_norm = nn.RMSNorm(d)
         self.attn = RelationAttention(d, heads, block)
         self.ff_norm = nn.RMSNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.drop = nn.Dropout(dropout)  # no parameters: the model's weights do not move
 
     def forward(self, h: torch.Tensor, structure: dict[str, torch.Tensor]) -> torch.Tensor:
-        h = h + self.attn(self.attn_norm(h), structure)
-        return h + self.ff(self.ff_norm(h))
+        h = h + self.drop(self.attn(self.attn_norm(h), structure))
+        return h + self.drop(self.ff(self.ff_norm(h)))
 
 
 def relation_masks(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -252,7 +255,8 @@ class RelationalTransformer(nn.Module):
         self.type_embedding = nn.Embedding(NUM_TYPES, d)
         self.null_embedding = nn.Embedding(NUM_TYPES, d)
         self.target_embedding = nn.Parameter(torch.randn(d) * 0.02)
-        self.blocks = nn.ModuleList(Block(d, cfg.heads, cfg.block) for _ in range(cfg.layers))
+        self.blocks = nn.ModuleList(Block(d, cfg.heads, cfg.block, cfg.dropout)
+                                    for _ in range(cfg.layers))
         self.final_norm = nn.RMSNorm(d)
         self.heads = nn.Linear(d, 4)  # numeric, boolean logit, timestamp, null logit
         # Class logits from a plain linear map: scoring the state against the (projected)
@@ -310,16 +314,28 @@ class RelationalTransformer(nn.Module):
                 else target.new_zeros(target.shape[0], 0)}
 
 
-def loss_per_sequence(out: dict[str, torch.Tensor],
-                      batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Null-aware loss dispatch: every head's loss is computed, the batch's type selects one."""
+def regression_loss(prediction: torch.Tensor, y: torch.Tensor, loss: str) -> torch.Tensor:
+    """Per-sequence ``--loss`` of a numeric or timestamp prediction (z units)."""
+    if loss == "l1":
+        return (prediction - y).abs()
+    if loss == "huber":
+        return F.smooth_l1_loss(prediction, y, reduction="none", beta=1.0)
+    return (prediction - y) ** 2
+
+
+def loss_per_sequence(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
+                      loss: str = "mse", pos_weight: float = 1.0) -> torch.Tensor:
+    """Null-aware loss dispatch: every head's loss is computed, the batch's type selects one.
+    ``loss``: the numeric and timestamp heads' (``--loss``); ``pos_weight``: the weight of a
+    positive boolean label (``--pos-weight``)."""
     labels = batch["labels"]
     stype = int(batch["target_stype"][0])
     y = labels.float()
-    num_loss = (out["numeric"] - y) ** 2
+    num_loss = regression_loss(out["numeric"], y, loss)
+    weight = None if pos_weight == 1.0 else torch.tensor(pos_weight)
     bool_loss = F.binary_cross_entropy_with_logits(out["boolean"], y.clamp(0, 1),
-                                                   reduction="none")
-    ts_loss = (out["timestamp"] - y) ** 2
+                                                   reduction="none", pos_weight=weight)
+    ts_loss = regression_loss(out["timestamp"], y, loss)
     if out["categorical"].shape[1] > 0 and stype == common.CATEGORICAL:
         cat_loss = F.cross_entropy(out["categorical"], labels.long(), reduction="none")
     else:  # not a categorical batch: zeros the selector ignores
@@ -473,7 +489,8 @@ def model_config(args: common.TrainArgs, tables: dict[str, torch.Tensor], text_d
     return ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
                        table_dim=tables["column"].shape[1], text_dim=text_dim,
                        num_classes=num_classes, block=args.attention_block,
-                       numeric_encoding=args.numeric_encoding, column_gain=args.column_gain)
+                       numeric_encoding=args.numeric_encoding, column_gain=args.column_gain,
+                       dropout=args.dropout)
 
 
 @dataclass
@@ -489,7 +506,8 @@ def train_steps(args: common.TrainArgs, world: World, sampler: dlkit.Sampler, mo
                 net: nn.Module, optimizer: torch.optim.Optimizer,
                 tables: dict[str, torch.Tensor], start: int, stop: int, *,
                 checkpoint: Path | None = None, fingerprint: dict[str, Any] | None = None,
-                recorder: common.Recorder | None = None, label: str = "step") -> Progress:
+                recorder: common.Recorder | None = None, label: str = "step",
+                pos_weight: float = 1.0) -> Progress:
     """Train steps ``start .. stop - 1`` on ``sampler``'s train stream (``net``: ``model``,
     or its DDP wrapper), the learning rate of each a function of its step; with
     ``checkpoint``, write one every ``--checkpoint-every`` steps and at ``stop``."""
@@ -504,7 +522,7 @@ def train_steps(args: common.TrainArgs, world: World, sampler: dlkit.Sampler, mo
         batch = to_torch(common.prepare(arrays, args))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(args, step)
-        loss = loss_per_sequence(net(batch, tables), batch).mean()
+        loss = loss_per_sequence(net(batch, tables), batch, args.loss, pos_weight).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -541,7 +559,9 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
     cfg = model_config(args, tables, sampler.database_metadata().embeddings.text_dim,
                        info.num_classes if info.stype == common.CATEGORICAL else 0)
     model = RelationalTransformer(cfg)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr,
+                                  weight_decay=args.weight_decay)
+    pos_weight = common.positive_weight(args, sampler)
     fingerprint = {**common.fingerprint(args, "torch"), "model": asdict(cfg)}
     checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
     step = 0
@@ -553,7 +573,7 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
     recorder = common.Recorder(args.record) if args.record and world.rank == 0 else None
     progress = train_steps(args, world, sampler, model, net, optimizer, tables, step,
                            args.steps, checkpoint=checkpoint, fingerprint=fingerprint,
-                           recorder=recorder)
+                           recorder=recorder, pos_weight=pos_weight)
     if recorder is not None:
         recorder.close()
 
@@ -562,8 +582,10 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
         common.emit(common.result(
             framework="torch", world_size=world.size, steps=args.steps, info=info,
             predictions=predictions, labels=labels,
-            baseline=common.baseline_predictions(sampler, args.task, len(labels)),
+            baseline=common.baseline_predictions(sampler, args.task, len(labels),
+                                                 loss=args.loss, pos_weight=pos_weight),
             waits=progress.waits, step_times=progress.step_times, losses=progress.losses,
+            loss=args.loss, pos_weight=pos_weight,
             context=args.context, seed=args.seed, resumed_from=step if args.resume else None))
     if world.distributed:
         dist.barrier()
