@@ -44,6 +44,8 @@ NUMERIC_ENCODINGS = ("shared", "column")
 LOSSES = ("mse", "l1", "huber")
 NUMERIC_SQUASHES = ("none", "log")
 ABSOLUTE_TIMES = ("keep", "drop")
+ANCHOR_FEATURES = ("keep", "mask")
+FK_ATTENTIONS = ("rows", "cells")
 ABSOLUTE_TIME_FEATURE = 14  # the z-scored time itself; 0..13 are calendar phases
 
 
@@ -214,6 +216,8 @@ class TrainArgs:
     dropout: float = 0.0
     numeric_squash: str = "none"
     absolute_time: str = "keep"
+    anchor_features: str = "keep"
+    fk_attention: str = "rows"
 
     @property
     def rows(self) -> int:
@@ -326,6 +330,15 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
                              "itself) of every cell, keeping the calendar phases; a temporal "
                              "split puts every validation time past every train time, where "
                              "a network extrapolates it; default keep")
+    parser.add_argument("--anchor-features", choices=ANCHOR_FEATURES, default="keep",
+                        help="mask: every cell of the anchor row but the target becomes a "
+                             "null cell (its column kept, its value gone), so the model "
+                             "predicts from the context alone (an ablation); default keep")
+    parser.add_argument("--fk-attention", choices=FK_ATTENTIONS, default="rows",
+                        help="the parent and child heads: rows (a row's cells pooled to their "
+                             "mean, row to row, default: cost linear in S) or cells (each cell "
+                             "attends to every cell of the rows its row links to: a parent's "
+                             "columns reach the target apart; cost S^2 per sequence)")
 
 
 def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
@@ -341,7 +354,8 @@ def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
             "min_lr_ratio": args.min_lr_ratio, "numeric_encoding": args.numeric_encoding,
             "column_gain": args.column_gain, "loss": args.loss, "pos_weight": args.pos_weight,
             "weight_decay": args.weight_decay, "dropout": args.dropout,
-            "numeric_squash": args.numeric_squash, "absolute_time": args.absolute_time}
+            "numeric_squash": args.numeric_squash, "absolute_time": args.absolute_time,
+            "anchor_features": args.anchor_features, "fk_attention": args.fk_attention}
 
 
 def learning_rate(args: TrainArgs, step: int) -> float:
@@ -423,6 +437,8 @@ def prepare(batch: Mapping[str, np.ndarray], args: TrainArgs) -> dict[str, np.nd
     ``--absolute-time``, ``fk_adj`` cut to the rows in use (:func:`crop_rows`). Done here,
     in numpy, so both frameworks' models read the same inputs."""
     out = anchor_only(batch) if args.context == "anchor-only" else dict(batch)
+    if args.anchor_features == "mask":
+        out = masked_anchor(out)
     if args.numeric_squash == "log":
         out["numeric_values"] = squash_log(np.asarray(out["numeric_values"]))
     if args.absolute_time == "drop":
@@ -430,6 +446,24 @@ def prepare(batch: Mapping[str, np.ndarray], args: TrainArgs) -> dict[str, np.nd
         times[..., ABSOLUTE_TIME_FEATURE] = 0
         out["timestamp_values"] = times
     return crop_rows(out)
+
+
+def masked_anchor(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The batch with every cell of the anchor row (sequence row 0) but the target made a null
+    cell: ``is_null`` 1 and its values 0 (docs/batch_format.md: a null cell's values are 0),
+    its column, type and position kept. A new dict; the input is not modified."""
+    out = dict(batch)
+    masked = (np.asarray(batch["seq_row_ids"]) == 0) & (np.asarray(batch["is_padding"]) == 0) \
+        & (np.asarray(batch["is_target"]) == 0)
+    for key in ("numeric_values", "timestamp_values", "bool_values", "categorical_embed_ids",
+                "text_embed_ids"):
+        array = np.array(batch[key], copy=True)
+        array[masked] = 0
+        out[key] = array
+    is_null = np.array(batch["is_null"], copy=True)
+    is_null[masked] = 1
+    out["is_null"] = is_null
+    return out
 
 
 def squash_log(values: np.ndarray) -> np.ndarray:

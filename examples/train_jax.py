@@ -183,6 +183,7 @@ class ModelConfig:
     numeric_encoding: str = "shared"  # or "column": a value direction per column too
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
     dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
+    fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
     loss: str = "mse"  # of a numeric or timestamp target (--loss)
     pos_weight: float = 1.0  # of a positive boolean label (--pos-weight, resolved)
 
@@ -360,11 +361,27 @@ def row_attention(q: jax.Array, k: jax.Array, v: jax.Array, rows: jax.Array,
     return jnp.where(valid[:, :, None, None], y, v)
 
 
+def link_attention(q: jax.Array, k: jax.Array, v: jax.Array, rows: jax.Array,
+                   valid: jax.Array, links: jax.Array) -> jax.Array:
+    """Attention from each cell to every cell of the rows its row reads along ``links``
+    [B, R, R], and to itself (the torch example's ``link_attention``,
+    ``--fk-attention cells``). [B, S, H, dh]; cost O(S^2)."""
+    s = q.shape[1]
+    r = links.shape[1]
+    safe = jnp.minimum(rows, r - 1)
+    linked = jax.vmap(lambda link, row: link[row[:, None], row[None, :]])(links, safe)
+    allowed = (linked & valid[:, :, None] & valid[:, None, :]) | jnp.eye(s, dtype=bool)
+    scores = jnp.where(allowed[:, None], jnp.einsum("bqhd,bkhd->bhqk", q, k), MASK_FILL)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
+
 def relation_attention(q: jax.Array, k: jax.Array, v: jax.Array,
-                       structure: dict[str, jax.Array], block: int) -> jax.Array:
+                       structure: dict[str, jax.Array], block: int,
+                       fk_cells: bool = False) -> jax.Array:
     """Heads take ``RELATIONS`` in turn: the same row and the same column by
     ``window_attention`` over ``out_perm`` / ``col_perm``, the foreign-key parents and
-    children by ``row_attention`` over ``fk_adj`` and its transpose. [B, S, H, dh]."""
+    children by ``row_attention`` over ``fk_adj`` and its transpose (``link_attention``
+    with ``fk_cells``). [B, S, H, dh]."""
     per = q.shape[2] // len(RELATIONS)
     parts = []
     for r, name in enumerate(RELATIONS):
@@ -378,8 +395,8 @@ def relation_attention(q: jax.Array, k: jax.Array, v: jax.Array,
         else:
             links = structure["fk_adj"] if name == "parents" else \
                 jnp.swapaxes(structure["fk_adj"], 1, 2)
-            parts.append(row_attention(qh, kh, vh, structure["rows"], structure["valid"],
-                                       links))
+            attend = link_attention if fk_cells else row_attention
+            parts.append(attend(qh, kh, vh, structure["rows"], structure["valid"], links))
     return jnp.concatenate(parts, axis=2)
 
 
@@ -389,7 +406,7 @@ def _attention(p: dict[str, Any], x: jax.Array, structure: dict[str, jax.Array],
     q, k, v = (t.reshape(b, s, cfg.heads, d // cfg.heads)
                for t in jnp.split(x @ p["qkv"], 3, axis=-1))
     q = q / math.sqrt(d // cfg.heads)
-    out = relation_attention(q, k, v, structure, cfg.block)
+    out = relation_attention(q, k, v, structure, cfg.block, cfg.fk_attention == "cells")
     return out.reshape(b, s, d) @ p["proj"]
 
 
@@ -618,7 +635,7 @@ def train(args: common.TrainArgs, procs: Processes,
                       out_dim=info.num_classes if info.stype == CATEGORICAL else 1,
                       stype=info.stype, block=args.attention_block,
                       numeric_encoding=args.numeric_encoding, column_gain=args.column_gain,
-                      dropout=args.dropout, loss=args.loss,
+                      dropout=args.dropout, fk_attention=args.fk_attention, loss=args.loss,
                       pos_weight=common.positive_weight(args, sampler))
     optimizer = make_optimizer(args)
     # Every process computes the same initial values (same key, same program).

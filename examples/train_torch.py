@@ -77,6 +77,7 @@ class ModelConfig:
     numeric_encoding: str = "shared"  # or "column": a value direction per column too
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
     dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
+    fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
 
 
 # --- model ----------------------------------------------------------------------------------
@@ -90,10 +91,11 @@ class RelationAttention(nn.Module):
     QK-normalised in float32: ``q / max(|q|, 1e-6)``, a learned temperature per head; the
     relations are computed by :func:`relation_attention` at a cost linear in ``S``."""
 
-    def __init__(self, d: int, heads: int, block: int):
+    def __init__(self, d: int, heads: int, block: int, fk_cells: bool = False):
         super().__init__()
         self.heads = heads
         self.block = block
+        self.fk_cells = fk_cells
         self.qkv = nn.Linear(d, 3 * d, bias=False)  # no bias: padding gives zero q/k, made safe
         self.out = nn.Linear(d, d, bias=False)
         # q and k are unit vectors, so the logits need a temperature (learned, per head)
@@ -105,7 +107,7 @@ class RelationAttention(nn.Module):
         q, k = q.float(), k.float()
         q = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-6) * self.log_scale.exp()
         k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-        y = relation_attention(q, k, v.float(), structure, self.block)
+        y = relation_attention(q, k, v.float(), structure, self.block, self.fk_cells)
         return self.out(y.to(x.dtype).transpose(1, 2).reshape(b, s, d))
 
 
@@ -113,10 +115,11 @@ class Block(nn.Module):
     """Pre-norm residual relation attention, then a feed-forward layer; ``dropout`` on each
     one's output before it joins the residual stream."""
 
-    def __init__(self, d: int, heads: int, block: int, dropout: float = 0.0):
+    def __init__(self, d: int, heads: int, block: int, dropout: float = 0.0,
+                 fk_cells: bool = False):
         super().__init__()
         self.attn_norm = nn.RMSNorm(d)
-        self.attn = RelationAttention(d, heads, block)
+        self.attn = RelationAttention(d, heads, block, fk_cells)
         self.ff_norm = nn.RMSNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
         self.drop = nn.Dropout(dropout)  # no parameters: the model's weights do not move
@@ -218,11 +221,28 @@ def row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch
     return torch.where(valid[:, None, :, None], y, v)
 
 
+def link_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+                   valid: torch.Tensor, links: torch.Tensor) -> torch.Tensor:
+    """Attention from each cell to every cell of the rows its row reads along ``links``
+    [B, R, R] (``links[b, i, j]``: row ``i`` reads row ``j``), and to itself: the dense
+    parents / children relation of :func:`relation_masks`, a parent's cells kept apart
+    instead of pooled (``--fk-attention cells``). [B, H, S, dh]; cost O(S^2)."""
+    b, _, s, _ = q.shape
+    r = links.shape[1]
+    safe = rows.clamp_max(r - 1)
+    linked = links[torch.arange(b)[:, None, None], safe[:, :, None], safe[:, None, :]]
+    allowed = linked & valid[:, :, None] & valid[:, None, :] | torch.eye(s, dtype=torch.bool)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k).masked_fill(~allowed[:, None], MASK_FILL)
+    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v)
+
+
 def relation_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       structure: dict[str, torch.Tensor], block: int) -> torch.Tensor:
+                       structure: dict[str, torch.Tensor], block: int,
+                       fk_cells: bool = False) -> torch.Tensor:
     """Heads take ``RELATIONS`` in turn (H / 4 heads each): the same row and the same column
     by :func:`window_attention` over ``out_perm`` / ``col_perm``; the foreign-key parents and
-    children by :func:`row_attention` over ``fk_adj`` and its transpose. [B, H, S, dh]."""
+    children by :func:`row_attention` over ``fk_adj`` and its transpose (by
+    :func:`link_attention` with ``fk_cells``). [B, H, S, dh]."""
     per = q.shape[1] // len(RELATIONS)
     parts = []
     for r, name in enumerate(RELATIONS):
@@ -236,8 +256,8 @@ def relation_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         else:
             links = structure["fk_adj"] if name == "parents" else \
                 structure["fk_adj"].transpose(1, 2)
-            parts.append(row_attention(qh, kh, vh, structure["rows"], structure["valid"],
-                                       links))
+            attend = link_attention if fk_cells else row_attention
+            parts.append(attend(qh, kh, vh, structure["rows"], structure["valid"], links))
     return torch.cat(parts, dim=1)
 
 
@@ -255,7 +275,8 @@ class RelationalTransformer(nn.Module):
         self.type_embedding = nn.Embedding(NUM_TYPES, d)
         self.null_embedding = nn.Embedding(NUM_TYPES, d)
         self.target_embedding = nn.Parameter(torch.randn(d) * 0.02)
-        self.blocks = nn.ModuleList(Block(d, cfg.heads, cfg.block, cfg.dropout)
+        self.blocks = nn.ModuleList(Block(d, cfg.heads, cfg.block, cfg.dropout,
+                                          cfg.fk_attention == "cells")
                                     for _ in range(cfg.layers))
         self.final_norm = nn.RMSNorm(d)
         self.heads = nn.Linear(d, 4)  # numeric, boolean logit, timestamp, null logit
@@ -490,7 +511,7 @@ def model_config(args: common.TrainArgs, tables: dict[str, torch.Tensor], text_d
                        table_dim=tables["column"].shape[1], text_dim=text_dim,
                        num_classes=num_classes, block=args.attention_block,
                        numeric_encoding=args.numeric_encoding, column_gain=args.column_gain,
-                       dropout=args.dropout)
+                       dropout=args.dropout, fk_attention=args.fk_attention)
 
 
 @dataclass

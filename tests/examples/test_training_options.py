@@ -1,6 +1,7 @@
 """The examples' loss and regularisation options (``--loss``, ``--pos-weight``,
 ``--weight-decay``, ``--dropout``) and input options (``--numeric-squash``,
-``--absolute-time``): torch and JAX against plain-Python definitions and each other."""
+``--absolute-time``, ``--anchor-features``): torch and JAX against plain-Python definitions
+and each other (``--fk-attention`` is in test_attention.py; here it only runs)."""
 
 from __future__ import annotations
 
@@ -157,6 +158,32 @@ def test_dropping_absolute_time_zeroes_only_the_last_timestamp_feature():
                                   batch["timestamp_values"])
 
 
+def test_masking_the_anchor_makes_its_cells_but_the_target_null():
+    """Row 0: a numeric, a categorical and the target cell; row 1: a numeric cell; then
+    padding. Only row 0's non-target cells change, to null cells with every value 0."""
+    s = 5
+    batch = {"seq_row_ids": np.array([[0, 0, 0, 1, 0]], np.uint16),
+             "is_padding": np.array([[0, 0, 0, 0, 1]], np.uint8),
+             "is_target": np.array([[0, 0, 1, 0, 0]], np.uint8),
+             "is_null": np.zeros((1, s), np.uint8),
+             "numeric_values": np.array([[2.0, 0.0, 0.0, -1.0, 0.0]], np.float32),
+             "timestamp_values": np.full((1, s, 15), 0.5, np.float32),
+             "bool_values": np.array([[1, 0, 0, 1, 0]], np.uint8),
+             "categorical_embed_ids": np.array([[0, 7, 0, 3, 0]], np.uint32),
+             "text_embed_ids": np.array([[0, 0, 0, 2, 0]], np.uint32),
+             "fk_adj": np.zeros((1, 8, 8), np.uint8)}
+    out = common.prepare(batch, _args("--anchor-features", "mask"))
+    np.testing.assert_array_equal(out["is_null"][0], [1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(out["numeric_values"][0], [0, 0, 0, -1, 0])
+    np.testing.assert_array_equal(out["bool_values"][0], [0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(out["categorical_embed_ids"][0], [0, 0, 0, 3, 0])
+    np.testing.assert_array_equal(out["text_embed_ids"][0], [0, 0, 0, 2, 0])
+    np.testing.assert_array_equal(out["timestamp_values"][0, :, 0], [0, 0, 0.5, 0.5, 0.5])
+    assert batch["is_null"].sum() == 0 and batch["numeric_values"][0, 0] == 2.0  # unchanged
+    kept = common.prepare(batch, _args())
+    np.testing.assert_array_equal(kept["is_null"], batch["is_null"])
+
+
 def test_jax_dropout_is_off_without_a_key_and_inverted_with_one():
     import jax
 
@@ -197,7 +224,9 @@ def test_torch_dropout_changes_training_outputs_only():
     (["--pos-weight", "x"], "not a number"), (["--pos-weight", "0"], "must be a finite"),
     (["--dropout", "1"], "[0, 1)"), (["--weight-decay", "-1"], ">= 0"),
     (["--loss", "l3"], "invalid choice"), (["--numeric-squash", "tanh"], "invalid choice"),
-    (["--absolute-time", "shift"], "invalid choice")])
+    (["--absolute-time", "shift"], "invalid choice"),
+    (["--anchor-features", "drop"], "invalid choice"),
+    (["--fk-attention", "mean"], "invalid choice")])
 def test_bad_values_are_refused(capsys, flags, message):
     with pytest.raises(SystemExit):
         _args(*flags)
@@ -211,12 +240,14 @@ def test_every_option_is_part_of_the_fingerprint():
                                                                "keep")
     for flags in (["--loss", "l1"], ["--pos-weight", "auto"], ["--weight-decay", "0.01"],
                   ["--dropout", "0.1"], ["--numeric-squash", "log"],
-                  ["--absolute-time", "drop"]):
+                  ["--absolute-time", "drop"], ["--anchor-features", "mask"],
+                  ["--fk-attention", "cells"]):
         assert common.fingerprint(_args(*flags), "torch") != base, flags
 
 
 ALL_OPTIONS = ["--loss", "huber", "--pos-weight", "auto", "--weight-decay", "0.01",
-               "--dropout", "0.1", "--numeric-squash", "log", "--absolute-time", "drop"]
+               "--dropout", "0.1", "--numeric-squash", "log", "--absolute-time", "drop",
+               "--anchor-features", "mask", "--fk-attention", "cells"]
 
 
 @pytest.mark.parametrize("variant", ["churn", "grand"])
