@@ -11,7 +11,8 @@ and observation times from ``tasks/<task>/``, their split from ``dlkit.Sampler.s
 on the train split and is scored on every validation seed: AUC for a boolean target, MAE in the
 column's own units for a numeric one. Arms, each run once per seed ``0..N-1``:
 
-- ``rt_full``: ``examples/train_torch.py`` (a subprocess; its result line's ``val_metric``);
+- ``rt_full``: ``examples/train_torch.py`` (a subprocess; its result line's ``val_metric``;
+  its learning rate decays over the run's ``--steps``, see ``run_example``);
 - ``rt_anchor_only``: the same with ``--context anchor-only``;
 - ``rt_aggregates``: only when the input's ``dlkit.toml`` has an ``[aggregates]`` section: the
   example on the database with aggregate cells, while ``rt_full`` and ``rt_anchor_only`` then
@@ -438,12 +439,24 @@ def _fit_gbdt(classifier: Any, regressor: Any, features: Features, labels: np.nd
     return metric(stype, predictions, labels[val]), seconds
 
 
+def example_command(db: Path, task: str, seed: int, steps: int, context: str,
+                    extra: Sequence[str], split_seed: int) -> list[str]:
+    """The example's command line. Its learning rate decays to its floor over the run's own
+    ``steps`` (``--decay-steps steps``, unless ``extra`` gives another): the example's
+    default (1,000, a function of the step alone so a resumed run matches) leaves a 300-step
+    run near its peak rate, and scores its last weights, a noisy iterate."""
+    schedule = [] if any(a.split("=")[0] == "--decay-steps" for a in extra) else \
+        ["--decay-steps", str(steps)]
+    return [sys.executable, str(TRAIN_SCRIPT), "--db", str(db), "--task", task,
+            "--steps", str(steps), "--seed", str(seed), "--context", context,
+            "--split-seed", str(split_seed), *schedule, *extra]
+
+
 def run_example(db: Path, task: str, seed: int, steps: int, context: str,
                 extra: Sequence[str], split_seed: int) -> dict[str, Any]:
-    """examples/train_torch.py's result line, and its wall time as ``seconds``."""
-    cmd = [sys.executable, str(TRAIN_SCRIPT), "--db", str(db), "--task", task,
-           "--steps", str(steps), "--seed", str(seed), "--context", context,
-           "--split-seed", str(split_seed), *extra]
+    """examples/train_torch.py's result line (:func:`example_command`), and its wall time as
+    ``seconds``."""
+    cmd = example_command(db, task, seed, steps, context, extra, split_seed)
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     seconds = time.perf_counter() - started

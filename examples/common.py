@@ -41,6 +41,12 @@ CONTEXTS = ("full", "anchor-only")
 CHILD_POLICIES = ("uniform", "recent", "quota")
 SCHEDULES = ("constant", "cosine", "linear")
 NUMERIC_ENCODINGS = ("shared", "column")
+LOSSES = ("mse", "l1", "huber")
+NUMERIC_SQUASHES = ("none", "log")
+ABSOLUTE_TIMES = ("keep", "drop")
+ANCHOR_FEATURES = ("keep", "mask")
+FK_ATTENTIONS = ("rows", "cells")
+ABSOLUTE_TIME_FEATURE = 14  # the z-scored time itself; 0..13 are calendar phases
 
 
 class UsageError(Exception):
@@ -140,6 +146,30 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _dropout(text: str) -> float:
+    value = _non_negative_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _pos_weight(text: str) -> str:
+    """``auto`` or a positive number, kept as text (``auto`` is resolved on the train split)."""
+    if text != "auto":
+        _positive_float(text)
+    return text
+
+
 def _unit_float(text: str) -> float:
     try:
         value = float(text)
@@ -180,6 +210,14 @@ class TrainArgs:
     min_lr_ratio: float = 0.1
     numeric_encoding: str = "shared"
     column_gain: float = 1.0
+    loss: str = "mse"            # numeric and timestamp targets
+    pos_weight: str = "1"        # boolean targets: a positive number, or "auto"
+    weight_decay: float = 1e-4
+    dropout: float = 0.0
+    numeric_squash: str = "none"
+    absolute_time: str = "keep"
+    anchor_features: str = "keep"
+    fk_attention: str = "rows"
 
     @property
     def rows(self) -> int:
@@ -270,6 +308,37 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
                         help="factor on the terms made from the column's embedding (its "
                              "token and, with --numeric-encoding column, its value direction; "
                              "default 1)")
+    parser.add_argument("--loss", choices=LOSSES, default="mse",
+                        help="loss of a numeric or timestamp target (z units): mse (squared "
+                             "error, default), l1 (absolute error: fits the median, the MAE's "
+                             "best constant) or huber (smooth L1, quadratic within 1 z unit)")
+    parser.add_argument("--pos-weight", type=_pos_weight, default="1",
+                        help="weight of a positive label in a boolean target's cross-entropy: "
+                             "a number, or auto (negatives / positives of the train split); "
+                             "default 1")
+    parser.add_argument("--weight-decay", type=_non_negative_float, default=1e-4,
+                        help="AdamW's decoupled weight decay (default 1e-4)")
+    parser.add_argument("--dropout", type=_dropout, default=0.0,
+                        help="dropout on each layer's attention and feed-forward outputs "
+                             "(train steps only; default 0)")
+    parser.add_argument("--numeric-squash", choices=NUMERIC_SQUASHES, default="none",
+                        help="log: a numeric cell's z-scored value v enters the model as "
+                             "sign(v) log(1 + |v|), so one heavy-tailed value (an aggregate "
+                             "sum far out) does not swamp its token; default none")
+    parser.add_argument("--absolute-time", choices=ABSOLUTE_TIMES, default="keep",
+                        help="drop: zero the last timestamp feature (the z-scored time "
+                             "itself) of every cell, keeping the calendar phases; a temporal "
+                             "split puts every validation time past every train time, where "
+                             "a network extrapolates it; default keep")
+    parser.add_argument("--anchor-features", choices=ANCHOR_FEATURES, default="keep",
+                        help="mask: every cell of the anchor row but the target becomes a "
+                             "null cell (its column kept, its value gone), so the model "
+                             "predicts from the context alone (an ablation); default keep")
+    parser.add_argument("--fk-attention", choices=FK_ATTENTIONS, default="rows",
+                        help="the parent and child heads: rows (a row's cells pooled to their "
+                             "mean, row to row, default: cost linear in S) or cells (each cell "
+                             "attends to every cell of the rows its row links to: a parent's "
+                             "columns reach the target apart; cost S^2 per sequence)")
 
 
 def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
@@ -283,7 +352,10 @@ def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
             "bfs_child_policy": args.bfs_child_policy, "attention_block": args.attention_block,
             "schedule": args.schedule, "decay_steps": args.decay_steps,
             "min_lr_ratio": args.min_lr_ratio, "numeric_encoding": args.numeric_encoding,
-            "column_gain": args.column_gain}
+            "column_gain": args.column_gain, "loss": args.loss, "pos_weight": args.pos_weight,
+            "weight_decay": args.weight_decay, "dropout": args.dropout,
+            "numeric_squash": args.numeric_squash, "absolute_time": args.absolute_time,
+            "anchor_features": args.anchor_features, "fk_attention": args.fk_attention}
 
 
 def learning_rate(args: TrainArgs, step: int) -> float:
@@ -361,9 +433,43 @@ def anchor_only(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def prepare(batch: Mapping[str, np.ndarray], args: TrainArgs) -> dict[str, np.ndarray]:
-    """The batch as the model should see it under ``--context``, ``fk_adj`` cut to the rows
-    in use (:func:`crop_rows`)."""
-    return crop_rows(anchor_only(batch) if args.context == "anchor-only" else dict(batch))
+    """The batch as the model should see it under ``--context``, ``--numeric-squash`` and
+    ``--absolute-time``, ``fk_adj`` cut to the rows in use (:func:`crop_rows`). Done here,
+    in numpy, so both frameworks' models read the same inputs."""
+    out = anchor_only(batch) if args.context == "anchor-only" else dict(batch)
+    if args.anchor_features == "mask":
+        out = masked_anchor(out)
+    if args.numeric_squash == "log":
+        out["numeric_values"] = squash_log(np.asarray(out["numeric_values"]))
+    if args.absolute_time == "drop":
+        times = np.array(out["timestamp_values"], copy=True)
+        times[..., ABSOLUTE_TIME_FEATURE] = 0
+        out["timestamp_values"] = times
+    return crop_rows(out)
+
+
+def masked_anchor(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The batch with every cell of the anchor row (sequence row 0) but the target made a null
+    cell: ``is_null`` 1 and its values 0 (docs/batch_format.md: a null cell's values are 0),
+    its column, type and position kept. A new dict; the input is not modified."""
+    out = dict(batch)
+    masked = (np.asarray(batch["seq_row_ids"]) == 0) & (np.asarray(batch["is_padding"]) == 0) \
+        & (np.asarray(batch["is_target"]) == 0)
+    for key in ("numeric_values", "timestamp_values", "bool_values", "categorical_embed_ids",
+                "text_embed_ids"):
+        array = np.array(batch[key], copy=True)
+        array[masked] = 0
+        out[key] = array
+    is_null = np.array(batch["is_null"], copy=True)
+    is_null[masked] = 1
+    out["is_null"] = is_null
+    return out
+
+
+def squash_log(values: np.ndarray) -> np.ndarray:
+    """``sign(v) log(1 + |v|)``, in the values' dtype: the identity's slope at 0, and a
+    value 100 z units out becomes 4.6 (0 stays 0, so padding and null cells stay 0)."""
+    return (np.sign(values) * np.log1p(np.abs(values))).astype(values.dtype)
 
 
 def crop_rows(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -390,14 +496,23 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
-def val_losses(predictions: np.ndarray, labels: np.ndarray, stype: int) -> np.ndarray:
-    """Per-sequence loss (float64) of outputs ``predictions`` against ``labels``."""
+def val_losses(predictions: np.ndarray, labels: np.ndarray, stype: int, loss: str = "mse",
+               pos_weight: float = 1.0) -> np.ndarray:
+    """Per-sequence loss (float64) of outputs ``predictions`` against ``labels``: the one the
+    models train with under ``--loss`` (numeric, timestamp) and ``--pos-weight`` (boolean)."""
     p = np.asarray(predictions, dtype=np.float64)
     if stype in (NUMERIC, TIMESTAMP):
-        return (p.reshape(-1) - np.asarray(labels, np.float64)) ** 2
+        error = p.reshape(-1) - np.asarray(labels, np.float64)
+        if loss == "l1":
+            return np.abs(error)
+        if loss == "huber":  # 0.5 e^2 within 1, |e| - 0.5 beyond (torch's smooth_l1_loss)
+            return np.where(np.abs(error) < 1, 0.5 * error**2, np.abs(error) - 0.5)
+        return error**2
     if stype == BOOLEAN:
+        # w y softplus(-z) + (1 - y) softplus(z): cross-entropy with the positives weighted
         z, y = p.reshape(-1), np.asarray(labels, np.float64)
-        return np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
+        softplus = np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))  # softplus(z)
+        return pos_weight * y * (softplus - z) + (1 - y) * softplus
     if stype == CATEGORICAL:
         return -_log_softmax(p)[np.arange(p.shape[0]), np.asarray(labels, np.int64)]
     raise ValueError(f"no loss for semantic type {stype}")
@@ -460,29 +575,66 @@ def _labels_from(values: np.ndarray, info: Any) -> np.ndarray:
     return values.astype(np.float32)
 
 
-def baseline_outputs(train: np.ndarray, stype: int, num_classes: int) -> np.ndarray:
-    """The constant output of the best label-blind model fitted on the train labels: their
-    mean (numeric, timestamp), the logit of their mean (boolean), the log of their class
-    frequencies with one added count per class (categorical; no class gets probability 0)."""
+def baseline_outputs(train: np.ndarray, stype: int, num_classes: int, loss: str = "mse",
+                     pos_weight: float = 1.0) -> np.ndarray:
+    """The constant output of the best label-blind model fitted on the train labels under
+    the training loss: their mean (numeric, timestamp; their median under ``l1``, the
+    zero of the clipped errors' sum under ``huber``), the logit of their mean with the positives counted
+    ``pos_weight`` times (boolean), the log of their class frequencies with one added count
+    per class (categorical; no class gets probability 0)."""
     if stype in (NUMERIC, TIMESTAMP):
-        return np.array([np.mean(train.astype(np.float64))])
+        values = train.astype(np.float64)
+        if loss == "l1":
+            return np.array([np.median(values)])
+        if loss == "huber":
+            return np.array([huber_location(values)])
+        return np.array([np.mean(values)])
     if stype == BOOLEAN:
-        p = float(np.clip(np.mean(train.astype(np.float64)), 1e-6, 1 - 1e-6))
+        p = float(np.mean(train.astype(np.float64)))
+        p = float(np.clip(pos_weight * p / (pos_weight * p + 1 - p), 1e-6, 1 - 1e-6))
         return np.array([math.log(p / (1 - p))])
     counts = np.bincount(train.astype(np.int64), minlength=num_classes).astype(np.float64)
     return np.log((counts + 1) / (counts.sum() + num_classes))[None, :]
 
 
-def baseline_predictions(sampler: Any, task: str, n: int, db: Any = None) -> np.ndarray:
+def huber_location(values: np.ndarray) -> float:
+    """The constant ``c`` minimising the smooth-L1 loss (threshold 1) over ``values``: the zero
+    of ``sum(clip(c - v, -1, 1))``, non-decreasing in ``c``, found by bisection."""
+    lo, hi = float(np.min(values)), float(np.max(values))
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if np.sum(np.clip(mid - values, -1.0, 1.0)) < 0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def baseline_predictions(sampler: Any, task: str, n: int, db: Any = None, loss: str = "mse",
+                         pos_weight: float = 1.0) -> np.ndarray:
     """``n`` copies of the constant baseline output of ``task`` (see ``baseline_outputs``)."""
     info = sampler.label_info(task)
-    out = baseline_outputs(train_labels(sampler, task, db), info.stype, info.num_classes)
+    out = baseline_outputs(train_labels(sampler, task, db), info.stype, info.num_classes,
+                           loss, pos_weight)
     if info.stype == CATEGORICAL:
         return np.repeat(out, n, axis=0)
     return np.repeat(out, n)
 
 
 # --- timing, recording, the result line -------------------------------------------------------
+
+
+def positive_weight(args: TrainArgs, sampler: Any) -> float:
+    """``--pos-weight`` as a number: ``auto`` is negatives / positives of the task's train
+    split (1 when the task is not boolean, or a class is missing)."""
+    if args.pos_weight != "auto":
+        return float(args.pos_weight)
+    if sampler.label_info(args.task).stype != BOOLEAN:
+        return 1.0
+    labels = train_labels(sampler, args.task)
+    positives = float(np.sum(labels > 0.5))
+    negatives = float(labels.size) - positives
+    return negatives / positives if positives and negatives else 1.0
 
 
 def percentile_ms(seconds: Sequence[float], q: float) -> float:
@@ -509,13 +661,14 @@ class Recorder:
 def result(*, framework: str, world_size: int, steps: int, info: Any,
            predictions: np.ndarray, labels: np.ndarray, baseline: np.ndarray,
            waits: Sequence[float], step_times: Sequence[float], losses: Sequence[float],
-           **extra: Any) -> dict[str, Any]:
+           loss: str = "mse", pos_weight: float = 1.0, **extra: Any) -> dict[str, Any]:
     """The result object: validation over the whole val split (``predictions`` and
-    ``labels`` of every val seed once), the baseline's loss on the same seeds, the consumer's
-    wait for a batch and the step time (both in ms, the first step excluded by the caller)."""
+    ``labels`` of every val seed once) under the training loss, the baseline's loss on the
+    same seeds, the consumer's wait for a batch and the step time (both in ms, the first step
+    excluded by the caller)."""
     stype = int(info.stype)
-    val = val_losses(predictions, labels, stype)
-    base = val_losses(baseline, labels, stype)
+    val = val_losses(predictions, labels, stype, loss, pos_weight)
+    base = val_losses(baseline, labels, stype, loss, pos_weight)
     tail = max(1, len(losses) // 10)
     step_ms = float(np.mean(step_times) * 1e3) if len(step_times) else float("nan")
     out = {
@@ -528,7 +681,7 @@ def result(*, framework: str, world_size: int, steps: int, info: Any,
         "train_loss_first": float(np.mean(losses[:tail])) if len(losses) else float("nan"),
         "train_loss_last": float(np.mean(losses[-tail:])) if len(losses) else float("nan"),
         "wait_p50_ms": percentile_ms(waits, 50), "wait_p99_ms": percentile_ms(waits, 99),
-        "step_ms": step_ms,
+        "step_ms": step_ms, "loss": loss, "pos_weight": float(pos_weight),
     }
     out.update(extra)
     return out

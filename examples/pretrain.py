@@ -260,7 +260,8 @@ def run_pretraining(args: common.TrainArgs, world: tt.World, mixture: dlkit.Samp
                     fingerprint: dict[str, Any]) -> tuple[list[float], int | None]:
     """``--pretrain-steps`` steps on the mixture, checkpointed and resumed as train_torch.py
     checkpoints its training: (the steps' losses, the step resumed from)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr,
+                                  weight_decay=args.weight_decay)
     checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
     step = 0
     if args.resume:
@@ -291,7 +292,8 @@ def finetune(args: common.TrainArgs, world: tt.World, sampler: dlkit.Sampler,
              label: str) -> Score:
     """``steps`` steps of ``model`` on ``sampler`` (a fresh optimizer, the schedule from step
     0), then its score on ``task``'s val split."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr,
+                                  weight_decay=args.weight_decay)
     tt.train_steps(args, world, sampler, model, ddp(model, world), optimizer, tables, 0, steps,
                    label=label)
     return score(model, tables, sampler, args, world, task)[0]

@@ -182,6 +182,10 @@ class ModelConfig:
     block: int = 32  # attention window block of the row and column relations
     numeric_encoding: str = "shared"  # or "column": a value direction per column too
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
+    dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
+    fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
+    loss: str = "mse"  # of a numeric or timestamp target (--loss)
+    pos_weight: float = 1.0  # of a positive boolean label (--pos-weight, resolved)
 
     @property
     def heads(self) -> int:
@@ -357,11 +361,27 @@ def row_attention(q: jax.Array, k: jax.Array, v: jax.Array, rows: jax.Array,
     return jnp.where(valid[:, :, None, None], y, v)
 
 
+def link_attention(q: jax.Array, k: jax.Array, v: jax.Array, rows: jax.Array,
+                   valid: jax.Array, links: jax.Array) -> jax.Array:
+    """Attention from each cell to every cell of the rows its row reads along ``links``
+    [B, R, R], and to itself (the torch example's ``link_attention``,
+    ``--fk-attention cells``). [B, S, H, dh]; cost O(S^2)."""
+    s = q.shape[1]
+    r = links.shape[1]
+    safe = jnp.minimum(rows, r - 1)
+    linked = jax.vmap(lambda link, row: link[row[:, None], row[None, :]])(links, safe)
+    allowed = (linked & valid[:, :, None] & valid[:, None, :]) | jnp.eye(s, dtype=bool)
+    scores = jnp.where(allowed[:, None], jnp.einsum("bqhd,bkhd->bhqk", q, k), MASK_FILL)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
+
 def relation_attention(q: jax.Array, k: jax.Array, v: jax.Array,
-                       structure: dict[str, jax.Array], block: int) -> jax.Array:
+                       structure: dict[str, jax.Array], block: int,
+                       fk_cells: bool = False) -> jax.Array:
     """Heads take ``RELATIONS`` in turn: the same row and the same column by
     ``window_attention`` over ``out_perm`` / ``col_perm``, the foreign-key parents and
-    children by ``row_attention`` over ``fk_adj`` and its transpose. [B, S, H, dh]."""
+    children by ``row_attention`` over ``fk_adj`` and its transpose (``link_attention``
+    with ``fk_cells``). [B, S, H, dh]."""
     per = q.shape[2] // len(RELATIONS)
     parts = []
     for r, name in enumerate(RELATIONS):
@@ -375,8 +395,8 @@ def relation_attention(q: jax.Array, k: jax.Array, v: jax.Array,
         else:
             links = structure["fk_adj"] if name == "parents" else \
                 jnp.swapaxes(structure["fk_adj"], 1, 2)
-            parts.append(row_attention(qh, kh, vh, structure["rows"], structure["valid"],
-                                       links))
+            attend = link_attention if fk_cells else row_attention
+            parts.append(attend(qh, kh, vh, structure["rows"], structure["valid"], links))
     return jnp.concatenate(parts, axis=2)
 
 
@@ -386,36 +406,57 @@ def _attention(p: dict[str, Any], x: jax.Array, structure: dict[str, jax.Array],
     q, k, v = (t.reshape(b, s, cfg.heads, d // cfg.heads)
                for t in jnp.split(x @ p["qkv"], 3, axis=-1))
     q = q / math.sqrt(d // cfg.heads)
-    out = relation_attention(q, k, v, structure, cfg.block)
+    out = relation_attention(q, k, v, structure, cfg.block, cfg.fk_attention == "cells")
     return out.reshape(b, s, d) @ p["proj"]
 
 
+def _dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+    """Inverted dropout (kept values scaled by ``1 / (1 - rate)``); none without a key."""
+    if key is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
 def forward(params: dict[str, Any], batch: dict[str, jax.Array], tables: dict[str, jax.Array],
-            cfg: ModelConfig) -> jax.Array:
-    """``[B, out_dim]`` raw outputs for each sequence's target cell."""
+            cfg: ModelConfig, dropout_key: jax.Array | None = None) -> jax.Array:
+    """``[B, out_dim]`` raw outputs for each sequence's target cell; ``dropout_key`` (train
+    steps) turns ``cfg.dropout`` on."""
     x = encode_cells(params, batch, tables, cfg.column_gain)
     structure = batch_structure(batch)
-    for layer in params["layers"]:
-        x = x + _attention(layer, _rms_norm(x, layer["attn_norm"]), structure, cfg)
+    keys = [None] * (2 * len(params["layers"])) if dropout_key is None else \
+        list(jax.random.split(dropout_key, 2 * len(params["layers"])))
+    for i, layer in enumerate(params["layers"]):
+        attended = _attention(layer, _rms_norm(x, layer["attn_norm"]), structure, cfg)
+        x = x + _dropout(attended, cfg.dropout, keys[2 * i])
         hidden = jax.nn.gelu(_rms_norm(x, layer["mlp_norm"]) @ layer["up"] + layer["up_b"])
-        x = x + hidden @ layer["down"] + layer["down_b"]
+        x = x + _dropout(hidden @ layer["down"] + layer["down_b"], cfg.dropout, keys[2 * i + 1])
     target = jnp.einsum("bs,bsd->bd", batch["is_target"].astype(jnp.float32), x)
     head = params["head"]
     hidden = jax.nn.gelu(_rms_norm(target, head["norm"]) @ head["hidden"] + head["hidden_b"])
     return hidden @ head["out"] + head["out_b"]
 
 
-def per_sequence_loss(outputs: jax.Array, labels: jax.Array, stype: int) -> jax.Array:
-    """``[B]``: squared error in z units (numeric, timestamp), binary cross-entropy on the
-    logit (boolean), cross-entropy (categorical). Seeds always have a target, so the
-    null-target term of the design's loss is zero here and left out."""
+def per_sequence_loss(outputs: jax.Array, labels: jax.Array, stype: int, loss: str = "mse",
+                      pos_weight: float = 1.0) -> jax.Array:
+    """``[B]``: ``loss`` in z units (numeric, timestamp: squared error, absolute error or
+    smooth L1), binary cross-entropy on the logit with the positives weighted ``pos_weight``
+    (boolean), cross-entropy (categorical). Seeds always have a target, so the null-target
+    term of the design's loss is zero here and left out."""
     if stype == BOOLEAN:
         logit = outputs[:, 0]
-        return jax.nn.softplus(logit) - labels * logit
+        # softplus(z) - y z, with the positive term w y softplus(-z) = w y (softplus(z) - z)
+        return (1 - labels) * jax.nn.softplus(logit) + pos_weight * labels * jax.nn.softplus(
+            -logit)
     if stype == CATEGORICAL:
         picked = jnp.take_along_axis(outputs, labels.astype(jnp.int32)[:, None], axis=1)[:, 0]
         return jax.nn.logsumexp(outputs, axis=1) - picked
-    return (outputs[:, 0] - labels) ** 2
+    error = outputs[:, 0] - labels
+    if loss == "l1":
+        return jnp.abs(error)
+    if loss == "huber":
+        return jnp.where(jnp.abs(error) < 1, 0.5 * error**2, jnp.abs(error) - 0.5)
+    return error**2
 
 
 def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
@@ -545,7 +586,7 @@ def lr_schedule(args: common.TrainArgs) -> Any:
 
 def make_optimizer(args: common.TrainArgs) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(1.0),
-                       optax.adamw(lr_schedule(args), weight_decay=1e-4))
+                       optax.adamw(lr_schedule(args), weight_decay=args.weight_decay))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -593,22 +634,30 @@ def train(args: common.TrainArgs, procs: Processes,
                       text_dim=sampler.database_metadata().embeddings.text_dim,
                       out_dim=info.num_classes if info.stype == CATEGORICAL else 1,
                       stype=info.stype, block=args.attention_block,
-                      numeric_encoding=args.numeric_encoding, column_gain=args.column_gain)
+                      numeric_encoding=args.numeric_encoding, column_gain=args.column_gain,
+                      dropout=args.dropout, fk_attention=args.fk_attention, loss=args.loss,
+                      pos_weight=common.positive_weight(args, sampler))
     optimizer = make_optimizer(args)
     # Every process computes the same initial values (same key, same program).
     params = jax.jit(lambda key: init_params(key, cfg),
                      out_shardings=procs.replicated)(jax.random.PRNGKey(args.seed))
     opt_state = jax.jit(optimizer.init, out_shardings=procs.replicated)(params)
 
-    def loss_fn(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        outputs = forward(params, batch, tables, cfg)
+    def loss_fn(params: Any, batch: dict[str, jax.Array], key: jax.Array) -> jax.Array:
+        outputs = forward(params, batch, tables, cfg, key if cfg.dropout else None)
         # The mean over the global batch: XLA sums the processes' gradients (all-reduce).
-        return masked_mean(per_sequence_loss(outputs, batch["labels"], cfg.stype),
+        return masked_mean(per_sequence_loss(outputs, batch["labels"], cfg.stype, cfg.loss,
+                                             cfg.pos_weight),
                            batch["sequence_mask"])
 
+    # the dropout masks of a step are a function of (seed, step): a resumed run draws the same
+    dropout_root = jax.random.fold_in(jax.random.PRNGKey(args.seed), 0x64726F70)
+
     @jax.jit
-    def train_step(params: Any, opt_state: Any, batch: dict[str, jax.Array]) -> tuple:
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+    def train_step(params: Any, opt_state: Any, batch: dict[str, jax.Array],
+                   step: jax.Array) -> tuple:
+        key = jax.random.fold_in(dropout_root, step)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, key)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -638,7 +687,8 @@ def train(args: common.TrainArgs, procs: Processes,
         started = time.perf_counter()
         local = common.prepare(sampler.next_train_batch(), args)
         waited = time.perf_counter() - started
-        params, opt_state, loss = train_step(params, opt_state, device_batch(local, procs))
+        params, opt_state, loss = train_step(params, opt_state, device_batch(local, procs),
+                                             jnp.int32(step))
         loss_value = float(local_value(loss))  # waits for the step (JAX dispatches async)
         if step > first_step:  # the first step compiles
             waits.append(waited)
@@ -669,8 +719,10 @@ def train(args: common.TrainArgs, procs: Processes,
     return common.result(
         framework="jax", world_size=procs.world_size, steps=args.steps, info=info,
         predictions=predictions, labels=labels,
-        baseline=common.baseline_predictions(sampler, args.task, len(labels)),
-        waits=waits, step_times=step_times, losses=losses, context=args.context,
+        baseline=common.baseline_predictions(sampler, args.task, len(labels), loss=cfg.loss,
+                                             pos_weight=cfg.pos_weight),
+        waits=waits, step_times=step_times, losses=losses, loss=cfg.loss,
+        pos_weight=cfg.pos_weight, context=args.context,
         seed=args.seed, resumed_from=first_step if args.resume else None)
 
 

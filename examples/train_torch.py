@@ -76,6 +76,8 @@ class ModelConfig:
     block: int = 32   # attention window block of the row and column relations
     numeric_encoding: str = "shared"  # or "column": a value direction per column too
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
+    dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
+    fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
 
 
 # --- model ----------------------------------------------------------------------------------
@@ -89,10 +91,11 @@ class RelationAttention(nn.Module):
     QK-normalised in float32: ``q / max(|q|, 1e-6)``, a learned temperature per head; the
     relations are computed by :func:`relation_attention` at a cost linear in ``S``."""
 
-    def __init__(self, d: int, heads: int, block: int):
+    def __init__(self, d: int, heads: int, block: int, fk_cells: bool = False):
         super().__init__()
         self.heads = heads
         self.block = block
+        self.fk_cells = fk_cells
         self.qkv = nn.Linear(d, 3 * d, bias=False)  # no bias: padding gives zero q/k, made safe
         self.out = nn.Linear(d, d, bias=False)
         # q and k are unit vectors, so the logits need a temperature (learned, per head)
@@ -104,23 +107,26 @@ class RelationAttention(nn.Module):
         q, k = q.float(), k.float()
         q = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-6) * self.log_scale.exp()
         k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-        y = relation_attention(q, k, v.float(), structure, self.block)
+        y = relation_attention(q, k, v.float(), structure, self.block, self.fk_cells)
         return self.out(y.to(x.dtype).transpose(1, 2).reshape(b, s, d))
 
 
 class Block(nn.Module):
-    """Pre-norm residual relation attention, then a feed-forward layer."""
+    """Pre-norm residual relation attention, then a feed-forward layer; ``dropout`` on each
+    one's output before it joins the residual stream."""
 
-    def __init__(self, d: int, heads: int, block: int):
+    def __init__(self, d: int, heads: int, block: int, dropout: float = 0.0,
+                 fk_cells: bool = False):
         super().__init__()
         self.attn_norm = nn.RMSNorm(d)
-        self.attn = RelationAttention(d, heads, block)
+        self.attn = RelationAttention(d, heads, block, fk_cells)
         self.ff_norm = nn.RMSNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.drop = nn.Dropout(dropout)  # no parameters: the model's weights do not move
 
     def forward(self, h: torch.Tensor, structure: dict[str, torch.Tensor]) -> torch.Tensor:
-        h = h + self.attn(self.attn_norm(h), structure)
-        return h + self.ff(self.ff_norm(h))
+        h = h + self.drop(self.attn(self.attn_norm(h), structure))
+        return h + self.drop(self.ff(self.ff_norm(h)))
 
 
 def relation_masks(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -215,11 +221,28 @@ def row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch
     return torch.where(valid[:, None, :, None], y, v)
 
 
+def link_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+                   valid: torch.Tensor, links: torch.Tensor) -> torch.Tensor:
+    """Attention from each cell to every cell of the rows its row reads along ``links``
+    [B, R, R] (``links[b, i, j]``: row ``i`` reads row ``j``), and to itself: the dense
+    parents / children relation of :func:`relation_masks`, a parent's cells kept apart
+    instead of pooled (``--fk-attention cells``). [B, H, S, dh]; cost O(S^2)."""
+    b, _, s, _ = q.shape
+    r = links.shape[1]
+    safe = rows.clamp_max(r - 1)
+    linked = links[torch.arange(b)[:, None, None], safe[:, :, None], safe[:, None, :]]
+    allowed = linked & valid[:, :, None] & valid[:, None, :] | torch.eye(s, dtype=torch.bool)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k).masked_fill(~allowed[:, None], MASK_FILL)
+    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v)
+
+
 def relation_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       structure: dict[str, torch.Tensor], block: int) -> torch.Tensor:
+                       structure: dict[str, torch.Tensor], block: int,
+                       fk_cells: bool = False) -> torch.Tensor:
     """Heads take ``RELATIONS`` in turn (H / 4 heads each): the same row and the same column
     by :func:`window_attention` over ``out_perm`` / ``col_perm``; the foreign-key parents and
-    children by :func:`row_attention` over ``fk_adj`` and its transpose. [B, H, S, dh]."""
+    children by :func:`row_attention` over ``fk_adj`` and its transpose (by
+    :func:`link_attention` with ``fk_cells``). [B, H, S, dh]."""
     per = q.shape[1] // len(RELATIONS)
     parts = []
     for r, name in enumerate(RELATIONS):
@@ -233,8 +256,8 @@ def relation_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         else:
             links = structure["fk_adj"] if name == "parents" else \
                 structure["fk_adj"].transpose(1, 2)
-            parts.append(row_attention(qh, kh, vh, structure["rows"], structure["valid"],
-                                       links))
+            attend = link_attention if fk_cells else row_attention
+            parts.append(attend(qh, kh, vh, structure["rows"], structure["valid"], links))
     return torch.cat(parts, dim=1)
 
 
@@ -252,7 +275,9 @@ class RelationalTransformer(nn.Module):
         self.type_embedding = nn.Embedding(NUM_TYPES, d)
         self.null_embedding = nn.Embedding(NUM_TYPES, d)
         self.target_embedding = nn.Parameter(torch.randn(d) * 0.02)
-        self.blocks = nn.ModuleList(Block(d, cfg.heads, cfg.block) for _ in range(cfg.layers))
+        self.blocks = nn.ModuleList(Block(d, cfg.heads, cfg.block, cfg.dropout,
+                                          cfg.fk_attention == "cells")
+                                    for _ in range(cfg.layers))
         self.final_norm = nn.RMSNorm(d)
         self.heads = nn.Linear(d, 4)  # numeric, boolean logit, timestamp, null logit
         # Class logits from a plain linear map: scoring the state against the (projected)
@@ -310,16 +335,28 @@ class RelationalTransformer(nn.Module):
                 else target.new_zeros(target.shape[0], 0)}
 
 
-def loss_per_sequence(out: dict[str, torch.Tensor],
-                      batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Null-aware loss dispatch: every head's loss is computed, the batch's type selects one."""
+def regression_loss(prediction: torch.Tensor, y: torch.Tensor, loss: str) -> torch.Tensor:
+    """Per-sequence ``--loss`` of a numeric or timestamp prediction (z units)."""
+    if loss == "l1":
+        return (prediction - y).abs()
+    if loss == "huber":
+        return F.smooth_l1_loss(prediction, y, reduction="none", beta=1.0)
+    return (prediction - y) ** 2
+
+
+def loss_per_sequence(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
+                      loss: str = "mse", pos_weight: float = 1.0) -> torch.Tensor:
+    """Null-aware loss dispatch: every head's loss is computed, the batch's type selects one.
+    ``loss``: the numeric and timestamp heads' (``--loss``); ``pos_weight``: the weight of a
+    positive boolean label (``--pos-weight``)."""
     labels = batch["labels"]
     stype = int(batch["target_stype"][0])
     y = labels.float()
-    num_loss = (out["numeric"] - y) ** 2
+    num_loss = regression_loss(out["numeric"], y, loss)
+    weight = None if pos_weight == 1.0 else torch.tensor(pos_weight)
     bool_loss = F.binary_cross_entropy_with_logits(out["boolean"], y.clamp(0, 1),
-                                                   reduction="none")
-    ts_loss = (out["timestamp"] - y) ** 2
+                                                   reduction="none", pos_weight=weight)
+    ts_loss = regression_loss(out["timestamp"], y, loss)
     if out["categorical"].shape[1] > 0 and stype == common.CATEGORICAL:
         cat_loss = F.cross_entropy(out["categorical"], labels.long(), reduction="none")
     else:  # not a categorical batch: zeros the selector ignores
@@ -485,7 +522,8 @@ def model_config(args: common.TrainArgs, tables: dict[str, torch.Tensor], text_d
     return ModelConfig(d_model=args.d_model, layers=args.layers, heads=4,
                        table_dim=tables["column"].shape[1], text_dim=text_dim,
                        num_classes=num_classes, block=args.attention_block,
-                       numeric_encoding=args.numeric_encoding, column_gain=args.column_gain)
+                       numeric_encoding=args.numeric_encoding, column_gain=args.column_gain,
+                       dropout=args.dropout, fk_attention=args.fk_attention)
 
 
 @dataclass
@@ -501,7 +539,8 @@ def train_steps(args: common.TrainArgs, world: World, sampler: dlkit.Sampler, mo
                 net: nn.Module, optimizer: torch.optim.Optimizer,
                 tables: dict[str, torch.Tensor], start: int, stop: int, *,
                 checkpoint: Path | None = None, fingerprint: dict[str, Any] | None = None,
-                recorder: common.Recorder | None = None, label: str = "step") -> Progress:
+                recorder: common.Recorder | None = None, label: str = "step",
+                pos_weight: float = 1.0) -> Progress:
     """Train steps ``start .. stop - 1`` on ``sampler``'s train stream (``net``: ``model``,
     or its DDP wrapper), the learning rate of each a function of its step; with
     ``checkpoint``, write one every ``--checkpoint-every`` steps and at ``stop``."""
@@ -516,7 +555,7 @@ def train_steps(args: common.TrainArgs, world: World, sampler: dlkit.Sampler, mo
         batch = to_torch(common.prepare(arrays, args))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(args, step)
-        loss = loss_per_sequence(net(batch, tables), batch).mean()
+        loss = loss_per_sequence(net(batch, tables), batch, args.loss, pos_weight).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -553,7 +592,9 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
     cfg = model_config(args, tables, sampler.database_metadata().embeddings.text_dim,
                        info.num_classes if info.stype == common.CATEGORICAL else 0)
     model = RelationalTransformer(cfg)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr,
+                                  weight_decay=args.weight_decay)
+    pos_weight = common.positive_weight(args, sampler)
     fingerprint = {**common.fingerprint(args, "torch"), "model": asdict(cfg)}
     checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
     step = 0
@@ -565,7 +606,7 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
     recorder = common.Recorder(args.record) if args.record and world.rank == 0 else None
     progress = train_steps(args, world, sampler, model, net, optimizer, tables, step,
                            args.steps, checkpoint=checkpoint, fingerprint=fingerprint,
-                           recorder=recorder)
+                           recorder=recorder, pos_weight=pos_weight)
     if recorder is not None:
         recorder.close()
 
@@ -574,8 +615,10 @@ def run_training(args: common.TrainArgs, world: World, sampler: dlkit.Sampler) -
         common.emit(common.result(
             framework="torch", world_size=world.size, steps=args.steps, info=info,
             predictions=predictions, labels=labels,
-            baseline=common.baseline_predictions(sampler, args.task, len(labels)),
+            baseline=common.baseline_predictions(sampler, args.task, len(labels),
+                                                 loss=args.loss, pos_weight=pos_weight),
             waits=progress.waits, step_times=progress.step_times, losses=progress.losses,
+            loss=args.loss, pos_weight=pos_weight,
             context=args.context, seed=args.seed, resumed_from=step if args.resume else None))
     if world.distributed:
         dist.barrier()

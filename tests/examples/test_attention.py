@@ -183,3 +183,30 @@ def test_sampler_knobs_are_flags_and_part_of_the_fingerprint():
                                                          "bfs_child_policy", "attention_block"}
     with pytest.raises(SystemExit):
         common.parse_args("torch", base + ["--bfs-child-policy", "newest"])
+
+
+@pytest.mark.parametrize("relation", ["parents", "children"])
+def test_cell_level_link_attention_is_the_dense_relation(batch, relation):
+    """``--fk-attention cells``: the parent and child heads are the dense masked attention of
+    ``relation_masks`` (every cell of a linked row, and the cell itself), in torch and JAX."""
+    import jax.numpy as jnp
+
+    q, k, v = _qkv(batch, heads=8, dh=4, seed=2)
+    tb = _torch_batch(batch)
+    masks = train_torch.relation_masks(tb).numpy()
+    r = RELATIONS.index(relation)
+    assert (masks[:, r] & ~np.eye(masks.shape[-1], dtype=bool)).any()
+    mine = train_torch.relation_attention(*(torch.from_numpy(t) for t in (q, k, v)),
+                                          train_torch.batch_structure(tb), 16,
+                                          fk_cells=True).numpy()
+    per = q.shape[1] // len(RELATIONS)
+    head = slice(r * per, (r + 1) * per)
+    want = _dense_attention(q[:, head], k[:, head], v[:, head], masks[:, r:r + 1])
+    np.testing.assert_allclose(mine[:, head], want, rtol=2e-4, atol=2e-5)
+    theirs = np.asarray(train_jax.relation_attention(
+        *(jnp.asarray(t.transpose(0, 2, 1, 3)) for t in (q, k, v)),
+        train_jax.batch_structure({k: jnp.asarray(v) for k, v in batch.items()
+                                   if k in ("seq_row_ids", "column_ids", "is_padding",
+                                            "fk_adj", "out_perm", "col_perm")}), 16,
+        fk_cells=True))
+    np.testing.assert_allclose(mine, theirs.transpose(0, 2, 1, 3), rtol=1e-4, atol=1e-5)

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -298,3 +299,14 @@ def test_without_aggregates_drops_only_that_section(tmp_path):
     assert config == {"tables": {"users": {"primary_key": "id"}},
                       "tasks": {"t": {"table": "users", "target": "x"}}}
     assert (out / "users.parquet").read_bytes() == (src / "users.parquet").read_bytes()
+
+
+def test_the_example_decays_over_the_run_unless_told_otherwise():
+    def decay(extra: list[str]) -> list[str]:
+        cmd = rd.example_command(Path("db"), "t", 0, 300, "full", extra, 0)
+        return [cmd[i + 1] if "=" not in a else a.split("=")[1]
+                for i, a in enumerate(cmd) if a.split("=")[0] == "--decay-steps"]
+
+    assert decay([]) == ["300"]
+    assert decay(["--decay-steps", "1000"]) == ["1000"]
+    assert decay(["--decay-steps=50", "--loss", "l1"]) == ["50"]
