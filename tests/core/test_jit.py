@@ -221,9 +221,10 @@ def test_interpreting_stops_once_it_has_cost_numbas_set_up():
     assert json.loads(done.stdout) == [True, True, False, True, False, False]
 
 
-def test_a_signal_during_a_kernels_first_call_waits_until_it_returns(monkeypatch):
-    """The first compiled call compiles: a Ctrl-C inside numba's compiler would be lost or
-    break it, so it is delivered once the call has returned (later calls are not held)."""
+def test_a_signal_during_a_kernels_compile_waits_until_it_is_compiled(monkeypatch):
+    """The first compiled call compiles: a signal inside numba's compiler would be lost or
+    break it, so it is delivered once the compiled code is in place, before the run; a signal
+    during a run (the first one included) is not held."""
     import os
     import signal
 
@@ -232,16 +233,41 @@ def test_a_signal_during_a_kernels_first_call_waits_until_it_returns(monkeypatch
     kernel = csr.check_ids
     seen: list[str] = []
 
-    def compiling(*args):  # stands for numba's dispatcher: the signal lands mid-call
-        os.kill(os.getpid(), signal.SIGINT)
-        seen.append("returned")
-        return -1
+    class Dispatcher:  # stands for numba's: the signal lands mid-compile, or mid-run
+        signal_in = "compile"
 
-    monkeypatch.setattr(kernel, "_dispatcher", compiling)
+        def typeof_pyval(self, value):
+            return type(value)
+
+        def compile(self, signature):
+            if self.signal_in == "compile":
+                os.kill(os.getpid(), signal.SIGINT)
+            seen.append("compiled")
+
+        def __call__(self, *args):
+            if self.signal_in == "run":
+                os.kill(os.getpid(), signal.SIGINT)
+            seen.append("ran")
+            return -1
+
+    fake = Dispatcher()
+    monkeypatch.setattr(kernel, "_dispatcher", fake)
     monkeypatch.setattr(kernel, "_warm", False)
     with pytest.raises(KeyboardInterrupt):
         kernel(None, 0, 1)
-    assert seen == ["returned"] and kernel._warm is True
-    with pytest.raises(KeyboardInterrupt):  # warm: the signal is not held
+    assert seen == ["compiled"] and kernel._warm is True  # held to the end of the compile
+    seen.clear()
+    monkeypatch.setattr(kernel, "_warm", False)
+    fake.signal_in = "run"
+    with pytest.raises(KeyboardInterrupt):
         kernel(None, 0, 1)
-    assert seen == ["returned"]
+    assert seen == ["compiled"]  # the run is interrupted where the signal lands
+
+
+@pytest.mark.parametrize(("value", "disabled"), [("1", True), ("0", False), ("", False),
+                                                 ("true", False)])
+def test_the_jit_switch_is_read_as_numba_reads_it(value, disabled):
+    from dlkit.core.jit import _jit_disabled
+
+    assert _jit_disabled({"NUMBA_DISABLE_JIT": value}) is disabled
+    assert _jit_disabled({}) is False

@@ -71,3 +71,24 @@ def test_a_task_without_seeds_is_named_in_one_warning_line(tmp_path):
         "warning: task 'review_rating' has no seeds in train/val/test: the page lists none "
         "there"]
     assert out.exists()
+
+
+def test_a_served_page_warns_before_it_serves(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.db.conftest import example_without_reviews
+
+    server = subprocess.Popen([sys.executable, "-m", "dlkit", "view",
+                               str(example_without_reviews(tmp_path)), "--serve", "-q"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert server.stdout.readline().decode().startswith("http://127.0.0.1:")
+        # printed before the URL: not held until the server stops
+        assert server.stderr.readline().decode() == (
+            "warning: task 'review_rating' has no seeds in train/val/test: the page lists "
+            "none there\n")
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert server.returncode == 0

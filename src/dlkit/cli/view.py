@@ -258,7 +258,7 @@ def view(
     if not serve:
         check_output_file(target, overwrite, inside=database, inside_what="the database")
     curves = tuple(s for path in (record or ()) for s in read_record(path))
-    with open_database(database) as db, printing_warnings(SamplerWarning):
+    with open_database(database) as db:
         known = [t.name for t in db.tasks]
         for name in task or ():
             if name not in known:
@@ -270,7 +270,7 @@ def view(
         if serve:
             _serve(db, options, curves, port, quiet)
             return
-        with progress(enabled=not quiet) as bar:
+        with progress(enabled=not quiet) as bar, printing_warnings(SamplerWarning):
             job = bar.add_task("sampling contexts", total=num_contexts(db, options))
             data = page_data(db, options, Mode.STATIC, curves,
                              progress=lambda n: bar.advance(job, n))
@@ -289,10 +289,12 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
            quiet: bool) -> None:
     """Serve the page until Ctrl-C or SIGTERM (exit 0); its URL is the one line on stdout."""
     from dlkit.errors import OutputError
+    from dlkit.sampler.schedule import SamplerWarning
     from dlkit.viewer.page import Mode, page_data, render_page
     from dlkit.viewer.serve import make_server
 
-    page = render_page(page_data(db, options, Mode.SERVE, curves))
+    with printing_warnings(SamplerWarning):  # printed before serving starts
+        page = render_page(page_data(db, options, Mode.SERVE, curves))
     try:
         server = make_server(db, page, port=port, seed=options.seed)
     except OSError as exc:
@@ -301,8 +303,8 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
     if not quiet:
         err_console.print(f"serving {plain(db.path)} on http://{host}:{bound}/ (Ctrl-C stops)",
                           highlight=False)
-    print(f"http://{host}:{bound}/", flush=True)
-    try:
+    try:  # from the URL on, a stop is no error (a client may stop it as soon as it reads it)
+        print(f"http://{host}:{bound}/", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) is how a server is stopped: no error
         if not quiet:

@@ -55,8 +55,18 @@ CACHE_SWITCH = "DLKIT_NUMBA_CACHE"
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 KERNEL_PACKAGE = Path(__file__).resolve().parent
-# numba's own switch, read as numba reads it (an integer), without importing numba
-JIT_DISABLED = bool(int(os.environ.get("NUMBA_DISABLE_JIT", "0") or "0"))
+
+
+def _jit_disabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """numba's own switch, read as numba reads it (an integer; anything else leaves the JIT
+    on), without importing numba."""
+    try:
+        return bool(int(environ.get("NUMBA_DISABLE_JIT", "0") or "0"))
+    except ValueError:
+        return False
+
+
+JIT_DISABLED = _jit_disabled()
 
 
 def cache_switch(environ: Mapping[str, str] = os.environ) -> bool:
@@ -188,15 +198,16 @@ _MODE = _Mode()
 def interpreted(when: bool = True) -> Iterator[None]:
     """Kernels called on this thread inside run as plain Python, when ``when``.
 
-    For inputs small enough that interpreting them beats numba's set-up. Integer wraparound
-    is intended in the hashing kernels, so numpy's overflow warnings are silenced inside.
+    For inputs small enough that interpreting them beats numba's set-up. NumPy's floating
+    point warnings are silenced inside, as compiled kernels are silent (integer wraparound is
+    intended in the hashing kernels, non-finite values are checked for, not warned of).
     """
     if not when or _MODE.interpreted:
         yield
         return
     _MODE.interpreted = True
     try:
-        with np.errstate(over="ignore"):
+        with np.errstate(all="ignore"):
             yield
     finally:
         _MODE.interpreted = False
@@ -255,15 +266,17 @@ class Kernel:
         if _MODE.interpreted or JIT_DISABLED:
             return self.py_func(*args)
         dispatcher = self._dispatcher or self.dispatcher
-        if self._warm:
-            return dispatcher(*args)
-        # The first call compiles (or loads) it and its callees: a Ctrl-C landing inside
-        # numba's compiler is lost or leaves it broken ("no compiled object yet"), so it
-        # waits until the compiled code is in place.
-        with deferred_interrupts():
-            result = dispatcher(*args)
-            self._warm = True
-        return result
+        if not self._warm:
+            # The first call compiles (or loads) it and its callees: a signal landing inside
+            # numba's compiler is lost or leaves it broken ("no compiled object yet"), so it
+            # waits until the compiled code is in place; the run itself is not held.
+            with deferred_interrupts():
+                try:
+                    dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
+                except Exception:  # noqa: BLE001, S110 - the call below raises it as numba words it
+                    pass
+                self._warm = True
+        return dispatcher(*args)
 
     def __repr__(self) -> str:
         return f"<dlkit kernel {self.py_func.__module__}.{self.py_func.__qualname__}>"
