@@ -119,6 +119,19 @@ def test_written_page_shows_the_samplers_batch(example_db, tmp_path, browser):
     page.close()
 
 
+def _set_fields(page, numbers: dict[str, str], choices: dict[str, str], shown: str) -> None:
+    """Fill a served page's setting fields, then wait until the fill line shows ``shown``
+    (a JavaScript string literal): the context of the new settings arrived."""
+    for testid, value in numbers.items():
+        page.fill(f"[data-testid={testid}]", value)
+    for testid, value in choices.items():
+        page.select_option(f"[data-testid={testid}]", value)
+    page.locator(f"[data-testid={next(iter(numbers))}]").dispatch_event("change")
+    page.wait_for_function("document.querySelector('[data-testid=fill]') && "
+                           "document.querySelector('[data-testid=fill]')"
+                           f".textContent.includes({shown})")
+
+
 def test_served_page_computes_any_setting(example_db, browser):
     server = subprocess.Popen([sys.executable, "-m", "dlkit", "view", str(example_db),
                                "--serve", "--port", "0", "-q"], stdout=subprocess.PIPE,
@@ -130,24 +143,12 @@ def test_served_page_computes_any_setting(example_db, browser):
         page.goto(url)
         page.select_option("[data-testid=task]", label="review_rating (reviews.rating)")
         page.select_option("[data-testid=split]", "test")
-        page.fill("[data-testid=S]", "40")
-        page.fill("[data-testid=W]", "3")
-        page.select_option("[data-testid=P]", "quota")
-        page.locator("[data-testid=W]").dispatch_event("change")
-        page.wait_for_function("document.querySelector('[data-testid=fill]') && "
-                               "document.querySelector('[data-testid=fill]')"
-                               ".textContent.includes(' of 40 cells')")
+        _set_fields(page, {"S": "40", "W": "3"}, {"P": "quota"}, "' of 40 cells'")
         _check_page_against_batch(page, example_db, "review_rating", "test", 40, 256, 3,
                                   "quota")
         # context examples: the sibling reviews of the seed's user fill a short walk
-        page.fill("[data-testid=S]", "256")
-        page.fill("[data-testid=W]", "1")
-        page.fill("[data-testid=E]", "3")
-        page.select_option("[data-testid=EP]", "parent")
-        page.locator("[data-testid=E]").dispatch_event("change")
-        page.wait_for_function("document.querySelector('[data-testid=fill]') && "
-                               "document.querySelector('[data-testid=fill]')"
-                               ".textContent.includes('from context examples')")
+        _set_fields(page, {"S": "256", "W": "1", "E": "3"}, {"EP": "parent"},
+                    "'from context examples'")
         _check_page_against_batch(page, example_db, "review_rating", "test", 256, 256, 1,
                                   "quota", 3, "parent")
         bad = page.request.get(url + "api/context?task=nope&anchor=0&S=1&R=1&W=1")

@@ -16,8 +16,8 @@ from dlkit.cli.console import (
     plain,
     print_json,
     print_note,
-    printing_warnings,
     progress,
+    sampler_warnings,
 )
 from dlkit.cli.params import (
     MAX_BATCH,
@@ -162,7 +162,6 @@ def bench(
         dlkit bench --workload synthetic --compute-ms 5 --consumer-ms 5 --workers 2
     """
     from dlkit.bench import BenchRequest, run_bench
-    from dlkit.sampler.schedule import SamplerWarning
 
     check_rank(rank, world_size)
 
@@ -182,7 +181,7 @@ def bench(
         manifest=None if manifest is None else str(manifest), dataset=dataset,
         world_size=world_size, rank=rank, stage=stage,
         trace=None if trace is None else str(trace), compare_torch=torch)
-    with printing_warnings(SamplerWarning):  # after the progress display is gone
+    with sampler_warnings():  # after the progress display is gone
         if quiet:
             report = run_bench(request)
         else:

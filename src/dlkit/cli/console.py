@@ -67,13 +67,15 @@ def print_warning(text: object) -> None:
 
 
 @contextlib.contextmanager
-def printing_warnings(category: type[Warning]) -> Iterator[None]:
-    """Warnings raised inside the block, each as one ``warning: ...`` line on stderr (not
-    Python's file:line and source line), once however many times it was raised (every
-    Sampler a command opens on a database warns again, and ``category``, the library's own,
-    is never filtered out), printed even when the block then fails or is interrupted."""
+def sampler_warnings() -> Iterator[None]:
+    """The sampler's warnings raised inside the block, each as one ``warning: ...`` line on
+    stderr (not Python's file:line and source line), once however many times it was raised
+    (every Sampler a command opens on a database warns again; the library's own category is
+    never filtered out), printed even when the block then fails or is interrupted."""
+    from dlkit.sampler.schedule import SamplerWarning  # imported by the commands that sample
+
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", category)
+        warnings.simplefilter("always", SamplerWarning)
         try:
             yield
         finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +15,8 @@ from dlkit.cli.console import (
     err_console,
     plain,
     print_json,
-    printing_warnings,
     progress,
+    sampler_warnings,
 )
 from dlkit.cli.params import (
     CONTEXT_EXAMPLES_HELP,
@@ -106,13 +105,6 @@ def _context_policy_option() -> Any:
                         metavar="<recent|random|parent>", help=CONTEXT_POLICY_HELP)
 
 
-def _sampler_warnings() -> contextlib.AbstractContextManager[None]:
-    """The sampler's warnings as one line each, printed even when the command then fails."""
-    from dlkit.sampler.schedule import SamplerWarning
-
-    return printing_warnings(SamplerWarning)
-
-
 def sampling_mode_name(mode: str) -> str:
     """The CLI's one spelling of a train order: v3 or v2 (a manifest holds the full name;
     --sampling-mode accepts either)."""
@@ -160,7 +152,7 @@ def manifest(
     check_output_file(out, overwrite, inside=db, inside_what="the database")
     from dlkit.sampler.run_manifest import write_run_manifest
 
-    with _sampler_warnings():
+    with sampler_warnings():
         summary = write_run_manifest(db, out, seed=seed, global_batch_size=global_batch_size,
                                      split_seed=split_seed, split_ratios=_ratios(split_ratios),
                                      sampling_mode=sampling_mode, overwrite=overwrite)
@@ -228,7 +220,7 @@ def batches(
     from dlkit.sampler.batch_files import BatchRequest, write_batches
 
     check_rank(rank, world_size)
-    with _sampler_warnings():
+    with sampler_warnings():
         request = BatchRequest(task=task, split=split, steps=steps, seed=seed,
                                split_seed=split_seed, split_ratios=_ratios(split_ratios),
                                batch_size=batch_size, rank=rank, world_size=world_size,

@@ -18,8 +18,8 @@ from dlkit.cli.console import (
     err_console,
     plain,
     print_json,
-    printing_warnings,
     progress,
+    sampler_warnings,
 )
 from dlkit.cli.params import CONTEXT_EXAMPLES_HELP, CONTEXT_POLICY_HELP, check_output_file
 from dlkit.errors import InvalidArgumentError
@@ -237,7 +237,6 @@ def view(
     from dlkit.atomic import atomic_write_bytes
     from dlkit.db import open_database
     from dlkit.nextbatch.tokens import TrainOrder
-    from dlkit.sampler.schedule import SamplerWarning
     from dlkit.viewer.curves import read_record
     from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, render_page
 
@@ -270,7 +269,7 @@ def view(
         if serve:
             _serve(db, options, curves, port, quiet)
             return
-        with progress(enabled=not quiet) as bar, printing_warnings(SamplerWarning):
+        with progress(enabled=not quiet) as bar, sampler_warnings():
             job = bar.add_task("sampling contexts", total=num_contexts(db, options))
             data = page_data(db, options, Mode.STATIC, curves,
                              progress=lambda n: bar.advance(job, n))
@@ -289,11 +288,10 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
            quiet: bool) -> None:
     """Serve the page until Ctrl-C or SIGTERM (exit 0); its URL is the one line on stdout."""
     from dlkit.errors import OutputError
-    from dlkit.sampler.schedule import SamplerWarning
     from dlkit.viewer.page import Mode, page_data, render_page
     from dlkit.viewer.serve import make_server
 
-    with printing_warnings(SamplerWarning):  # printed before serving starts
+    with sampler_warnings():  # printed before serving starts
         page = render_page(page_data(db, options, Mode.SERVE, curves))
     try:
         server = make_server(db, page, port=port, seed=options.seed)

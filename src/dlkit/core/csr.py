@@ -43,12 +43,23 @@ from typing import Any
 
 import numpy as np
 
-from dlkit.core.jit import kernel
+from dlkit.core.jit import is_interpreted, kernel
 
 # Below this many edges, a pass over both CSR directions (a check, a placement) runs on the
 # calling thread: a mixture opens hundreds of small databases, and starting a thread (a
 # millisecond or more on a busy machine) would cost more than the work it runs.
 THREADED_MIN_EDGES = 1 << 18
+
+
+def side_by_side(first: Any, second: Any, threaded: bool) -> tuple[Any, Any]:
+    """``(first(), second())``: ``second`` on a thread of its own when ``threaded`` (two
+    passes of nogil kernels, one per CSR direction, at once), both on this thread otherwise,
+    and always when kernels run interpreted (they hold the GIL: a thread would only wait)."""
+    if not threaded or is_interpreted():
+        return first(), second()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlkit-csr") as pool:
+        later = pool.submit(second)
+        return first(), later.result()
 
 # Lists no longer than this are insertion-sorted; longer ones are merge-sorted from
 # insertion-sorted runs of MERGE_RUN.

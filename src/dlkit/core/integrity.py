@@ -59,12 +59,12 @@ failure as before; on an intact database they never run.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 
-from dlkit.core.csr import THREADED_MIN_EDGES
-from dlkit.core.jit import is_interpreted, kernel
+from dlkit.core.csr import THREADED_MIN_EDGES, side_by_side
+from dlkit.core.jit import kernel
 from dlkit.core.keys import bytes_equal, mix64
 
 # Exponent bits of IEEE binary16 and binary64: all set means NaN or infinity.
@@ -256,14 +256,11 @@ def edges_agree(parent_offsets, parent_ids, row_times, child_offsets, child_ids,
     if parent_ids.shape[0] != child_ids.shape[0]:
         return False
     rows = parent_offsets.shape[0] - 1
-    if parent_ids.shape[0] < THREADED_MIN_EDGES or is_interpreted():
-        return bool(parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
-                    == child_side_sums(child_offsets, child_ids, child_times, 0, rows, keys))
-    with ThreadPoolExecutor(max_workers=1) as pool:  # the two sides at once (nogil kernels)
-        child = pool.submit(child_side_sums, child_offsets, child_ids, child_times, 0, rows,
-                            keys)
-        parent = parent_side_sums(parent_offsets, parent_ids, row_times, 0, rows, keys)
-        return bool(parent == child.result())
+    parent, child = side_by_side(
+        partial(parent_side_sums, parent_offsets, parent_ids, row_times, 0, rows, keys),
+        partial(child_side_sums, child_offsets, child_ids, child_times, 0, rows, keys),
+        threaded=parent_ids.shape[0] >= THREADED_MIN_EDGES)
+    return bool(parent == child)
 
 
 # --- columns, row times and tasks: one pass each over a bitmap and its values ---------------

@@ -9,6 +9,7 @@ holds one resident database with one configuration.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -327,12 +328,13 @@ class BatchBuilder:
         self.walk = config.walk
         self.examples = config.examples
         resident = read_resident(db)
-        problems = [sequence_length_problem(resident, config, view) for view in resident.tasks]
-        if resident.tasks and all(problems):  # nothing could ever be sampled
-            raise InvalidArgumentError(str(problems[0]))
-        # the tasks whose seed row fits: the others are refused when asked for by name
-        self.fitting_tasks = tuple(view for view, problem in zip(resident.tasks, problems)
-                                   if problem is None)
+        # why each task cannot be sampled (None: its seed row fits), refused when asked for
+        self._problems = {view.name: sequence_length_problem(resident, config, view)
+                          for view in resident.tasks}
+        if resident.tasks and all(self._problems.values()):  # nothing could ever be sampled
+            raise InvalidArgumentError(str(next(iter(self._problems.values()))))
+        self.fitting_tasks = tuple(view for view in resident.tasks
+                                   if self._problems[view.name] is None)
         self._resident: ResidentDatabase | None = place(resident, config.huge_pages,
                                                         local_copies)
         self.tasks = self._resident.tasks
@@ -366,7 +368,7 @@ class BatchBuilder:
     def task(self, name_or_index: str | int) -> TaskView:
         """The task named (or at that index), refused when its seed row does not fit."""
         view = find_task(self.tasks, name_or_index)
-        problem = sequence_length_problem(self.resident, self.config, view)
+        problem = self._problems[view.name]
         if problem is not None:
             raise InvalidArgumentError(problem)
         return view
@@ -413,6 +415,7 @@ class MixtureMember:
 BATCH_MEMORY_SHARE = 2
 
 
+@functools.cache  # build_batch asks for every batch; the shapes of a run are a few
 def batch_bytes(B: int, S: int, R: int) -> int:
     """Bytes of a batch of ``B`` sequences of ``S`` cells and ``R`` rows and of its walk's
     scratch (the per-batch text embeddings, at most one per cell, left out): ``fk_adj``

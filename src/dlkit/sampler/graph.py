@@ -11,14 +11,13 @@ row id).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
 import numpy as np
 
 from dlkit.core.bfs import RECORD_WIDTH, child_edge_records, parent_edge_records
-from dlkit.core.csr import THREADED_MIN_EDGES
+from dlkit.core.csr import THREADED_MIN_EDGES, side_by_side
 from dlkit.core.records import Graph
 from dlkit.sampler.catalog import readonly_view
 from dlkit.sampler.database import SamplerDatabase
@@ -110,17 +109,11 @@ def huge_page_graph(graph: Graph, memory: Memory | None = None) -> Graph:
     if memory.fill:
         # Two gathers of random reads, each a nogil kernel: one on each of two threads, but
         # for a small graph, which they build in less time than a thread takes to start.
-        builds = (partial(parent_edge_records, graph.parent_ids, graph.row_times,
-                          graph.parent_offsets, graph.child_offsets, parent_records),
-                  partial(child_edge_records, graph.child_ids, graph.parent_offsets,
-                          graph.child_offsets, child_records))
-        if edges < THREADED_RECORD_EDGES:
-            for build in builds:
-                build()
-        else:
-            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlkit-records") as pool:
-                for future in [pool.submit(build) for build in builds]:
-                    future.result()
+        side_by_side(partial(parent_edge_records, graph.parent_ids, graph.row_times,
+                             graph.parent_offsets, graph.child_offsets, parent_records),
+                     partial(child_edge_records, graph.child_ids, graph.parent_offsets,
+                             graph.child_offsets, child_records),
+                     threaded=edges >= THREADED_RECORD_EDGES)
         parent_records.setflags(write=False)
         child_records.setflags(write=False)
     return graph._replace(parent_offsets=memory.copy(graph.parent_offsets),

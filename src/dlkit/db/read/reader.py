@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import mmap
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -218,14 +218,9 @@ def _open_graph(meta: DatabaseMetadata, maps: FileMaps, checks: Checks,
     # Each direction's checks on a thread of their own (nogil kernels): on a database larger
     # than memory they read the graph from disk, a few GB. A small graph's are checked in
     # less time than a thread takes to start.
-    if E < THREADED_CHECK_EDGES:
-        sides = (_first_bad_ids(a["parent_offsets"], a["parent_ids"], E, V),
-                 _first_bad_ids(a["child_offsets"], a["child_ids"], E, V))
-    else:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            child_side = pool.submit(_first_bad_ids, a["child_offsets"], a["child_ids"], E, V)
-            parent_side = _first_bad_ids(a["parent_offsets"], a["parent_ids"], E, V)
-            sides = (parent_side, child_side.result())
+    sides = csr.side_by_side(partial(_first_bad_ids, a["parent_offsets"], a["parent_ids"], E, V),
+                             partial(_first_bad_ids, a["child_offsets"], a["child_ids"], E, V),
+                             threaded=E >= THREADED_CHECK_EDGES)
     for (off_name, ids_name), (bad_offset, bad_id) in zip(
             (("parent_offsets", "parent_ids"), ("child_offsets", "child_ids")), sides):
         if bad_offset >= 0:
