@@ -52,6 +52,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import metrics  # noqa: E402
+import options  # noqa: E402
+import rt_torch  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import train_torch as tt  # noqa: E402
@@ -73,7 +76,7 @@ class PretrainArgs:
     databases: tuple[str, ...]
     held_out: int       # position in ``databases``
     finetune_steps: int
-    train: common.TrainArgs
+    train: options.TrainArgs
 
 
 def parse_args(argv: Sequence[str] | None = None) -> PretrainArgs:
@@ -91,11 +94,11 @@ def parse_args(argv: Sequence[str] | None = None) -> PretrainArgs:
                              "directory's name")
     parser.add_argument("--task", default=None,
                         help="the held-out database's task (default: its only one)")
-    parser.add_argument("--pretrain-steps", required=True, type=common._positive_int,
+    parser.add_argument("--pretrain-steps", required=True, type=options._positive_int,
                         help="train steps on the mixture")
-    parser.add_argument("--finetune-steps", required=True, type=common._positive_int,
+    parser.add_argument("--finetune-steps", required=True, type=options._positive_int,
                         help="train steps on the held-out task, fine-tuning and from scratch")
-    common.add_training_flags(parser)
+    options.add_training_flags(parser)
     ns = parser.parse_args(argv)
     if ns.resume and not ns.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
@@ -113,19 +116,19 @@ def parse_args(argv: Sequence[str] | None = None) -> PretrainArgs:
     if len(databases) < 2:
         parser.error("--db needs the held-out database and at least one to pretrain on")
     held_out = matches[0]
-    return PretrainArgs(databases, held_out, ns.finetune_steps, common.train_args(
+    return PretrainArgs(databases, held_out, ns.finetune_steps, options.train_args(
         ns, db=databases[held_out], task=ns.task or "", steps=ns.pretrain_steps))
 
 
 class PretrainModel(nn.Module):
-    """``train_torch.RelationalTransformer`` (its scalar heads per target type) shared by
+    """``rt_torch.RelationalTransformer`` (its scalar heads per target type) shared by
     every database and task, and a class head per categorical component (``class_heads``:
     its key -> its classes). ``route`` maps a batch's (``database_idx``, ``task_idx``) to
     its class head: set it for the sampler the batches come from."""
 
-    def __init__(self, cfg: tt.ModelConfig, class_heads: dict[str, int]):
+    def __init__(self, cfg: rt_torch.ModelConfig, class_heads: dict[str, int]):
         super().__init__()
-        self.trunk = tt.RelationalTransformer(cfg)
+        self.trunk = rt_torch.RelationalTransformer(cfg)
         self.classes = nn.ModuleDict({key: nn.Linear(cfg.d_model, n)
                                       for key, n in class_heads.items()})
         self.route: dict[tuple[int, int], str] = {}
@@ -140,12 +143,12 @@ class PretrainModel(nn.Module):
         return out
 
 
-def sampler_of(args: common.TrainArgs, world: tt.World, source: Any,
+def sampler_of(args: options.TrainArgs, world: tt.World, source: Any,
                **selection: Any) -> dlkit.Sampler:
     """A sampler with the example's settings over ``source`` (a path or a list of them)."""
     return dlkit.Sampler(source, rank=world.rank, world_size=world.size,
                          split_seed=args.split_seed, seed=args.seed,
-                         batch_size=common.local_batch_size(args, world.size),
+                         batch_size=options.local_batch_size(args, world.size),
                          sequence_length=args.sequence_length, max_rows=args.rows,
                          bfs_child_width=args.bfs_child_width,
                          bfs_child_policy=args.bfs_child_policy,
@@ -196,7 +199,7 @@ def pretrain(p: PretrainArgs, world: tt.World) -> int:
         class_heads = {}
         for c in mixture.components:
             component = mixture.label_info(c.task, database=c.database_idx)
-            if component.stype == common.CATEGORICAL:
+            if component.stype == metrics.CATEGORICAL:
                 class_heads[head_key(c)] = component.num_classes
         tables = tt.lookup_tables(mixture)
         cfg = tt.model_config(args, tables,
@@ -206,7 +209,7 @@ def pretrain(p: PretrainArgs, world: tt.World) -> int:
         initial = copy.deepcopy(model.state_dict())
         model.route = {(c.database_idx, c.task_idx): head_key(c) for c in mixture.components
                        if head_key(c) in class_heads}
-        fingerprint = {**common.fingerprint(args, "torch-pretrain"), "model": asdict(cfg),
+        fingerprint = {**options.fingerprint(args, "torch-pretrain"), "model": asdict(cfg),
                        "databases": [list(entry) for entry in mixture.databases],
                        "held_out": held, "task": task}
         losses, resumed_from = run_pretraining(args, world, mixture, model, tables,
@@ -228,9 +231,9 @@ def pretrain(p: PretrainArgs, world: tt.World) -> int:
         held_tables = tt.lookup_tables(alone)
         zero_shot, labels = score(fresh(model.state_dict()), held_tables, alone, args, world,
                                   task)
-        outputs = common.baseline_predictions(alone, task, len(labels))
-        baseline = Score(common.metric_of(outputs, labels, int(info.stype), float(info.std)),
-                         float(common.val_losses(outputs, labels, int(info.stype)).mean()))
+        outputs = metrics.baseline_predictions(alone, task, len(labels))
+        baseline = Score(metrics.metric_of(outputs, labels, int(info.stype), float(info.std)),
+                         float(metrics.val_losses(outputs, labels, int(info.stype)).mean()))
         start = alone.state_dict()
         fine_tuned = finetune(args, world, alone, fresh(model.state_dict()), held_tables,
                               p.finetune_steps, task, "fine-tune step")
@@ -238,10 +241,10 @@ def pretrain(p: PretrainArgs, world: tt.World) -> int:
         scratch = finetune(args, world, alone, fresh(initial), held_tables, p.finetune_steps,
                            task, "scratch step")
     if world.rank == 0:
-        common.emit({
+        metrics.emit({
             "framework": "torch", "world_size": world.size, "databases": names,
             "held_out": held, "task": task, "target": info.stype_name,
-            "metric": common.METRIC_NAMES[int(info.stype)], "val_count": int(len(labels)),
+            "metric": metrics.METRIC_NAMES[int(info.stype)], "val_count": int(len(labels)),
             "pretrain_steps": args.steps, "finetune_steps": p.finetune_steps,
             "zero_shot": zero_shot.metric, "fine_tuned": fine_tuned.metric,
             "scratch": scratch.metric, "baseline": baseline.metric,
@@ -255,7 +258,7 @@ def pretrain(p: PretrainArgs, world: tt.World) -> int:
     return 0
 
 
-def run_pretraining(args: common.TrainArgs, world: tt.World, mixture: dlkit.Sampler,
+def run_pretraining(args: options.TrainArgs, world: tt.World, mixture: dlkit.Sampler,
                     model: PretrainModel, tables: dict[str, torch.Tensor],
                     fingerprint: dict[str, Any]) -> tuple[list[float], int | None]:
     """``--pretrain-steps`` steps on the mixture, checkpointed and resumed as train_torch.py
@@ -287,7 +290,7 @@ def ddp(model: PretrainModel, world: tt.World) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, find_unused_parameters=bool(model.classes))
 
 
-def finetune(args: common.TrainArgs, world: tt.World, sampler: dlkit.Sampler,
+def finetune(args: options.TrainArgs, world: tt.World, sampler: dlkit.Sampler,
              model: PretrainModel, tables: dict[str, torch.Tensor], steps: int, task: str,
              label: str) -> Score:
     """``steps`` steps of ``model`` on ``sampler`` (a fresh optimizer, the schedule from step
@@ -300,14 +303,14 @@ def finetune(args: common.TrainArgs, world: tt.World, sampler: dlkit.Sampler,
 
 
 def score(model: nn.Module, tables: dict[str, torch.Tensor], sampler: dlkit.Sampler,
-          args: common.TrainArgs, world: tt.World, task: str,
+          args: options.TrainArgs, world: tt.World, task: str,
           **where: Any) -> tuple[Score, np.ndarray]:
     """``model``'s score on ``task``'s val split, and the split's labels."""
     info = sampler.label_info(task, **where)
     stype = int(info.stype)
     outputs, labels = tt.evaluate(model, tables, sampler, args, world, stype, task, **where)
-    return Score(common.metric_of(outputs, labels, stype, float(info.std)),
-                 float(common.val_losses(outputs, labels, stype).mean())), labels
+    return Score(metrics.metric_of(outputs, labels, stype, float(info.std)),
+                 float(metrics.val_losses(outputs, labels, stype).mean())), labels
 
 
 def _mean(losses: list[float], first: bool) -> float:

@@ -12,12 +12,14 @@ import pytest
 from tests.examples.launch import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
-import common  # noqa: E402
+import options  # noqa: E402
+import rt_jax  # noqa: E402
+import rt_torch  # noqa: E402
 import torch  # noqa: E402
 import train_jax  # noqa: E402
-import train_torch  # noqa: E402
+import transforms  # noqa: E402
 
-RELATIONS = train_torch.RELATIONS
+RELATIONS = rt_torch.RELATIONS
 
 
 @pytest.fixture(scope="module", params=["uniform", "quota"])
@@ -28,7 +30,7 @@ def batch(request, planted_db):
     with dlkit.Sampler(db, batch_size=4, sequence_length=80, max_rows=80,
                        task_weights={task: 1.0}, num_prefetch=0,
                        bfs_child_policy=request.param) as sampler:
-        return common.crop_rows(sampler.next_train_batch())
+        return transforms.crop_rows(sampler.next_train_batch())
 
 
 def _qkv(batch, heads=4, dh=3, seed=0):
@@ -84,13 +86,13 @@ def test_torch_relation_attention_matches_its_definition(batch, relation):
     batch fits the window, so the window is exact); parents and children: the row-level
     definition, in loops. Each relation exercises more than the diagonal."""
     q, k, v = _qkv(batch)
-    structure = train_torch.batch_structure(_torch_batch(batch))
-    got = train_torch.relation_attention(*(torch.from_numpy(t) for t in (q, k, v)),
-                                         structure, block=64).numpy()
+    structure = rt_torch.batch_structure(_torch_batch(batch))
+    got = rt_torch.relation_attention(*(torch.from_numpy(t) for t in (q, k, v)),
+                                      structure, block=64).numpy()
     r = RELATIONS.index(relation)
     head = slice(r, r + 1)
     if relation in ("row", "column"):
-        masks = train_torch.relation_masks(_torch_batch(batch)).numpy()
+        masks = rt_torch.relation_masks(_torch_batch(batch)).numpy()
         off_diagonal = masks[:, r] & ~np.eye(masks.shape[-1], dtype=bool)
         assert off_diagonal.any()
         want = _dense_attention(q[:, head], k[:, head], v[:, head], masks[:, r:r + 1])
@@ -111,11 +113,11 @@ def test_a_small_window_sees_its_neighbours_only(batch):
     position[np.arange(b)[:, None], order] = np.arange(s, dtype=np.float32)
     v = np.broadcast_to(position[:, None, :, None], q.shape).copy()
     tb = _torch_batch(batch)
-    got = train_torch.window_attention(
+    got = rt_torch.window_attention(
         torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), tb["col_perm"],
         tb["column_ids"], tb["is_padding"] == 0, block=2).numpy()
     assert np.all(np.abs(got[:, 0, :, 0] - position) <= 4 + 1e-4)
-    masks = train_torch.relation_masks(tb).numpy()[:, 3:4]
+    masks = rt_torch.relation_masks(tb).numpy()[:, 3:4]
     dense = _dense_attention(q, k, v, masks)
     assert not np.allclose(got, dense, atol=1e-3)
 
@@ -127,13 +129,13 @@ def test_torch_and_jax_compute_the_same_attention(batch):
 
     q, k, v = _qkv(batch, heads=8, dh=4, seed=1)
     for block in (3, 16):
-        mine = train_torch.relation_attention(
+        mine = rt_torch.relation_attention(
             *(torch.from_numpy(t) for t in (q, k, v)),
-            train_torch.batch_structure(_torch_batch(batch)), block).numpy()
-        theirs = np.asarray(train_jax.relation_attention(
+            rt_torch.batch_structure(_torch_batch(batch)), block).numpy()
+        theirs = np.asarray(rt_jax.relation_attention(
             *(jnp.asarray(t.transpose(0, 2, 1, 3)) for t in (q, k, v)),
-            train_jax.batch_structure({k: jnp.asarray(v) for k, v in batch.items()
-                                       if k in ("seq_row_ids", "column_ids", "is_padding",
+            rt_jax.batch_structure({k: jnp.asarray(v) for k, v in batch.items()
+                                    if k in ("seq_row_ids", "column_ids", "is_padding",
                                                 "fk_adj", "out_perm", "col_perm")}), block))
         np.testing.assert_allclose(mine, theirs.transpose(0, 2, 1, 3), rtol=1e-4, atol=1e-5)
 
@@ -146,14 +148,14 @@ def test_crop_rows_keeps_every_link_between_rows_with_cells(batch):
     assert not full[:, used:, :].any() and not full[:, :, used:].any()
 
 
-@pytest.mark.parametrize("schedule", common.SCHEDULES)
+@pytest.mark.parametrize("schedule", options.SCHEDULES)
 def test_learning_rate_schedule(schedule):
     """Warm-up to --lr, then the decay's formula to the floor at --decay-steps, then flat;
     the JAX example's optax schedule gives the same numbers."""
-    args = common.parse_args("torch", ["--db", "d", "--task", "t", "--steps", "1", "--lr",
-                                       "0.01", "--warmup", "10", "--schedule", schedule,
-                                       "--decay-steps", "110", "--min-lr-ratio", "0.2"])
-    lr = [common.learning_rate(args, step) for step in range(200)]
+    args = options.parse_args("torch", ["--db", "d", "--task", "t", "--steps", "1", "--lr",
+                                        "0.01", "--warmup", "10", "--schedule", schedule,
+                                        "--decay-steps", "110", "--min-lr-ratio", "0.2"])
+    lr = [options.learning_rate(args, step) for step in range(200)]
     assert lr[0] == pytest.approx(0.001) and lr[9] == pytest.approx(0.01)
     if schedule == "constant":
         assert all(x == pytest.approx(0.01) for x in lr[9:])
@@ -170,19 +172,19 @@ def test_learning_rate_schedule(schedule):
 
 def test_sampler_knobs_are_flags_and_part_of_the_fingerprint():
     base = ["--db", "d", "--task", "t", "--steps", "1", "--sequence-length", "256"]
-    args = common.parse_args("torch", base)
+    args = options.parse_args("torch", base)
     assert (args.rows, args.bfs_child_width, args.bfs_child_policy, args.attention_block,
             args.schedule) == (256, 16, "uniform", 32, "cosine")
-    other = common.parse_args("jax", base + ["--max-rows", "64", "--bfs-child-width", "4",
-                                             "--bfs-child-policy", "quota",
-                                             "--attention-block", "8"])
+    other = options.parse_args("jax", base + ["--max-rows", "64", "--bfs-child-width", "4",
+                                              "--bfs-child-policy", "quota",
+                                              "--attention-block", "8"])
     assert (other.rows, other.bfs_child_width, other.bfs_child_policy,
             other.attention_block) == (64, 4, "quota", 8)
-    mine, theirs = common.fingerprint(args, "torch"), common.fingerprint(other, "torch")
+    mine, theirs = options.fingerprint(args, "torch"), options.fingerprint(other, "torch")
     assert {k for k in mine if mine[k] != theirs[k]} == {"max_rows", "bfs_child_width",
                                                          "bfs_child_policy", "attention_block"}
     with pytest.raises(SystemExit):
-        common.parse_args("torch", base + ["--bfs-child-policy", "newest"])
+        options.parse_args("torch", base + ["--bfs-child-policy", "newest"])
 
 
 @pytest.mark.parametrize("relation", ["parents", "children"])
@@ -193,20 +195,20 @@ def test_cell_level_link_attention_is_the_dense_relation(batch, relation):
 
     q, k, v = _qkv(batch, heads=8, dh=4, seed=2)
     tb = _torch_batch(batch)
-    masks = train_torch.relation_masks(tb).numpy()
+    masks = rt_torch.relation_masks(tb).numpy()
     r = RELATIONS.index(relation)
     assert (masks[:, r] & ~np.eye(masks.shape[-1], dtype=bool)).any()
-    mine = train_torch.relation_attention(*(torch.from_numpy(t) for t in (q, k, v)),
-                                          train_torch.batch_structure(tb), 16,
-                                          fk_cells=True).numpy()
+    mine = rt_torch.relation_attention(*(torch.from_numpy(t) for t in (q, k, v)),
+                                       rt_torch.batch_structure(tb), 16,
+                                       fk_cells=True).numpy()
     per = q.shape[1] // len(RELATIONS)
     head = slice(r * per, (r + 1) * per)
     want = _dense_attention(q[:, head], k[:, head], v[:, head], masks[:, r:r + 1])
     np.testing.assert_allclose(mine[:, head], want, rtol=2e-4, atol=2e-5)
-    theirs = np.asarray(train_jax.relation_attention(
+    theirs = np.asarray(rt_jax.relation_attention(
         *(jnp.asarray(t.transpose(0, 2, 1, 3)) for t in (q, k, v)),
-        train_jax.batch_structure({k: jnp.asarray(v) for k, v in batch.items()
-                                   if k in ("seq_row_ids", "column_ids", "is_padding",
+        rt_jax.batch_structure({k: jnp.asarray(v) for k, v in batch.items()
+                                if k in ("seq_row_ids", "column_ids", "is_padding",
                                             "fk_adj", "out_perm", "col_perm")}), 16,
         fk_cells=True))
     np.testing.assert_allclose(mine, theirs.transpose(0, 2, 1, 3), rtol=1e-4, atol=1e-5)

@@ -11,10 +11,10 @@ import pytest
 from tests.examples.launch import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
-import common  # noqa: E402
+import options  # noqa: E402
+import rt_jax  # noqa: E402
+import rt_torch  # noqa: E402
 import torch  # noqa: E402
-import train_jax  # noqa: E402
-import train_torch  # noqa: E402
 
 TABLE_DIM, TEXT_DIM, D = 8, 4, 16
 # four numeric cells of one sequence: (column, z-scored value)
@@ -40,12 +40,12 @@ def _columns() -> np.ndarray:
 
 
 def _torch_tokens(encoding: str, gain: float = 1.0
-                  ) -> tuple[np.ndarray, train_torch.RelationalTransformer]:
+                  ) -> tuple[np.ndarray, rt_torch.RelationalTransformer]:
     torch.manual_seed(0)
-    cfg = train_torch.ModelConfig(d_model=D, layers=1, heads=4, table_dim=TABLE_DIM,
-                                  text_dim=TEXT_DIM, num_classes=0, numeric_encoding=encoding,
-                                  column_gain=gain)
-    model = train_torch.RelationalTransformer(cfg)
+    cfg = rt_torch.ModelConfig(d_model=D, layers=1, heads=4, table_dim=TABLE_DIM,
+                               text_dim=TEXT_DIM, num_classes=0, numeric_encoding=encoding,
+                               column_gain=gain)
+    model = rt_torch.RelationalTransformer(cfg)
     batch = {k: torch.as_tensor(v) for k, v in _batch().items()}
     tables = {"column": torch.from_numpy(_columns()), "categorical": torch.zeros(1, TABLE_DIM)}
     with torch.no_grad():
@@ -56,14 +56,14 @@ def _jax_tokens(encoding: str, gain: float = 1.0) -> tuple[np.ndarray, dict]:
     import jax
     import jax.numpy as jnp
 
-    cfg = train_jax.ModelConfig(d_model=D, heads_per_relation=1, layers=1, table_dim=TABLE_DIM,
-                                text_dim=TEXT_DIM, out_dim=1, stype=0,
-                                numeric_encoding=encoding, column_gain=gain)
-    params = train_jax.init_params(jax.random.PRNGKey(0), cfg)
+    cfg = rt_jax.ModelConfig(d_model=D, heads_per_relation=1, layers=1, table_dim=TABLE_DIM,
+                             text_dim=TEXT_DIM, out_dim=1, stype=0,
+                             numeric_encoding=encoding, column_gain=gain)
+    params = rt_jax.init_params(jax.random.PRNGKey(0), cfg)
     batch = {k: jnp.asarray(v) for k, v in _batch().items()}
     tables = {"column_embeddings": jnp.asarray(_columns()),
               "categorical_embeddings": jnp.zeros((1, TABLE_DIM))}
-    return np.asarray(train_jax.encode_cells(params, batch, tables, gain)), params
+    return np.asarray(rt_jax.encode_cells(params, batch, tables, gain)), params
 
 
 def _value_parts(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -132,14 +132,14 @@ def test_shared_encoding_keeps_the_model_it_had():
 
 def test_the_flag_parses_and_is_part_of_the_fingerprint():
     base = ["--db", "d", "--task", "t", "--steps", "1"]
-    shared = common.parse_args("torch", base)
-    column = common.parse_args("jax", base + ["--numeric-encoding", "column"])
+    shared = options.parse_args("torch", base)
+    column = options.parse_args("jax", base + ["--numeric-encoding", "column"])
     assert (shared.numeric_encoding, column.numeric_encoding) == ("shared", "column")
-    mine, theirs = common.fingerprint(shared, "torch"), common.fingerprint(column, "torch")
+    mine, theirs = options.fingerprint(shared, "torch"), options.fingerprint(column, "torch")
     assert {k for k in mine if mine[k] != theirs[k]} == {"numeric_encoding"}
-    gained = common.fingerprint(common.parse_args("torch", base + ["--column-gain", "8"]),
-                                "torch")
+    gained = options.fingerprint(options.parse_args("torch", base + ["--column-gain", "8"]),
+                                 "torch")
     assert {k for k in mine if mine[k] != gained[k]} == {"column_gain"}
     for bad in (["--numeric-encoding", "log"], ["--column-gain", "0"]):
         with pytest.raises(SystemExit):
-            common.parse_args("torch", base + bad)
+            options.parse_args("torch", base + bad)

@@ -16,7 +16,10 @@ from tests.examples.launch import EXAMPLES, PYTHON, clean_env
 
 sys.path.insert(0, str(EXAMPLES))
 import common  # noqa: E402  (examples/common.py)
+import options  # noqa: E402
+import rt_jax  # noqa: E402
 import train_jax  # noqa: E402
+import transforms  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +62,7 @@ def naive_masks(batch) -> np.ndarray:
 def test_relation_masks_match_a_plain_loop(batch):
     import jax.numpy as jnp
 
-    got = np.asarray(train_jax.relation_masks({k: jnp.asarray(v) for k, v in batch.items()
+    got = np.asarray(rt_jax.relation_masks({k: jnp.asarray(v) for k, v in batch.items()
                                                 if k in ("seq_row_ids", "column_ids",
                                                          "is_padding", "fk_adj")}))
     want = naive_masks(batch)
@@ -73,9 +76,9 @@ def test_relation_masks_match_a_plain_loop(batch):
 def test_anchor_only_leaves_no_foreign_key_relation(batch):
     import jax.numpy as jnp
 
-    cut = common.anchor_only(batch)
-    masks = np.asarray(train_jax.relation_masks({k: jnp.asarray(v) for k, v in cut.items()
-                                                 if k in ("seq_row_ids", "column_ids",
+    cut = transforms.anchor_only(batch)
+    masks = np.asarray(rt_jax.relation_masks({k: jnp.asarray(v) for k, v in cut.items()
+                                              if k in ("seq_row_ids", "column_ids",
                                                           "is_padding", "fk_adj")}))
     off_diagonal = masks & ~np.eye(masks.shape[-1], dtype=bool)
     assert not off_diagonal[:, 1:3].any()          # no parents, no children
@@ -87,11 +90,11 @@ def test_int64_gather_is_exact_beyond_int32():
     np.testing.assert_array_equal(train_jax.gather_int64(values), values)
 
 
-def _args(tmp_path, **overrides) -> common.TrainArgs:
+def _args(tmp_path, **overrides) -> options.TrainArgs:
     argv = ["--db", str(tmp_path), "--task", "t", "--steps", "1"]
-    return common.parse_args("jax", argv) if not overrides else \
-        common.parse_args("jax", argv + [f"--{k.replace('_', '-')}={v}"
-                                         for k, v in overrides.items()])
+    return options.parse_args("jax", argv) if not overrides else \
+        options.parse_args("jax", argv + [f"--{k.replace('_', '-')}={v}"
+                                          for k, v in overrides.items()])
 
 
 def test_checkpoint_round_trip_and_refusals(tmp_path):
@@ -103,7 +106,7 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
     params = {"w": jnp.arange(6.0).reshape(2, 3), "b": [jnp.ones(3), jnp.zeros(())]}
     optimizer = optax.adamw(1e-3)
     _, opt_state = optimizer.update(params, optimizer.init(params), params)  # moments != 0
-    fingerprint = common.fingerprint(_args(tmp_path), "jax")
+    fingerprint = options.fingerprint(_args(tmp_path), "jax")
     path = tmp_path / "ckpt" / train_jax.CHECKPOINT_FILE
     sampler_state = {"format": "x", "train": {"step": 7}}
     train_jax.save_checkpoint(path, 7, params, opt_state, sampler_state, fingerprint)
@@ -118,7 +121,7 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert np.asarray(got).dtype == np.asarray(want).dtype
 
-    other = common.fingerprint(_args(tmp_path, seed=9), "jax")
+    other = options.fingerprint(_args(tmp_path, seed=9), "jax")
     with pytest.raises(common.UsageError, match="seed: checkpoint 0, now 9"):
         train_jax.load_checkpoint(path, zeros, optimizer.init(zeros), other, procs)
     wrong_shape = {"w": jnp.zeros((3, 2)), "b": [jnp.ones(3), jnp.zeros(())]}

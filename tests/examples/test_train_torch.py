@@ -1,6 +1,6 @@
 """examples/train_torch.py in one process (the torchrun tests are in test_torchrun.py): the
 result line, the anchor-only ablation, exact resume from a checkpoint, and the numpy helpers
-of examples/common.py checked against plain definitions."""
+of examples/transforms.py and examples/metrics.py checked against plain definitions."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from tests.examples.launch import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
 import common  # noqa: E402
+import metrics  # noqa: E402
+import options  # noqa: E402
 import train_torch  # noqa: E402
+import transforms  # noqa: E402
 
 import dlkit  # noqa: E402
 
@@ -121,7 +124,7 @@ def test_a_changed_checkpoint_is_refused_whole_before_any_weight_is_loaded(
     _train(capsys, db, task, "--steps", "1", "--checkpoint-dir", str(ckpt))
     path = ckpt / train_torch.CHECKPOINT_FILE
     good = path.read_bytes()
-    fingerprint = common.fingerprint(common.parse_args(
+    fingerprint = options.fingerprint(options.parse_args(
         "torch", ["--db", str(db), "--task", task, *TINY, "--steps", "1"]), "torch")
     assert train_torch.load_checkpoint(path, fingerprint)["step"] == 1
 
@@ -151,14 +154,14 @@ def test_a_changed_checkpoint_is_refused_whole_before_any_weight_is_loaded(
                    "or corrupted after it was written\n")
 
 
-# --- examples/common.py -----------------------------------------------------------------------
+# --- examples/transforms.py, examples/metrics.py -----------------------------------------------
 
 
 def test_anchor_only_keeps_exactly_the_anchor_rows_cells(planted_db):
     db, task = planted_db
     with dlkit.Sampler(db, batch_size=8, sequence_length=64, max_rows=64) as sampler:
         batch = sampler.next_train_batch()
-    cut = common.anchor_only(batch)
+    cut = transforms.anchor_only(batch)
     for b in range(8):
         real = batch["is_padding"][b] == 0
         anchor = real & (batch["seq_row_ids"][b] == 0)
@@ -185,7 +188,7 @@ def test_auc_matches_pairwise_definition():
     labels = rng.random(200) < 0.4
     pos, neg = scores[labels], scores[~labels]
     pairs = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
-    assert common.auc(scores, labels) == pytest.approx(pairs, abs=1e-12)
+    assert metrics.auc(scores, labels) == pytest.approx(pairs, abs=1e-12)
 
 
 def test_losses_and_baseline_match_their_definitions():
@@ -193,16 +196,16 @@ def test_losses_and_baseline_match_their_definitions():
     z = np.array([-2.0, 0.5, 3.0, 8.0])
     p = 1 / (1 + np.exp(-z))
     bce = -(y * np.log(p) + (1 - y) * np.log1p(-p))
-    np.testing.assert_allclose(common.val_losses(z, y, common.BOOLEAN), bce, rtol=1e-6)
+    np.testing.assert_allclose(metrics.val_losses(z, y, metrics.BOOLEAN), bce, rtol=1e-6)
     logits = np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 5.0]])
     ce = [np.log(np.exp(logits[0]).sum()) - 1.0, np.log(np.exp(logits[1]).sum()) - 0.0]
-    np.testing.assert_allclose(common.val_losses(logits, np.array([0, 0]), common.CATEGORICAL),
+    np.testing.assert_allclose(metrics.val_losses(logits, np.array([0, 0]), metrics.CATEGORICAL),
                                ce)
     train = np.array([0, 0, 1, 2, 2, 2])
-    base = common.baseline_outputs(train, common.CATEGORICAL, 4)
+    base = metrics.baseline_outputs(train, metrics.CATEGORICAL, 4)
     np.testing.assert_allclose(np.exp(base[0]), [3 / 10, 2 / 10, 4 / 10, 1 / 10])
-    assert common.baseline_outputs(np.array([1.0, 0.0, 0.0, 0.0]), common.BOOLEAN, 0)[0] == \
+    assert metrics.baseline_outputs(np.array([1.0, 0.0, 0.0, 0.0]), metrics.BOOLEAN, 0)[0] == \
         pytest.approx(np.log(0.25 / 0.75))
-    assert common.baseline_outputs(np.array([1.0, 2.0, 6.0]), common.NUMERIC, 0)[0] == 3.0
-    assert common.metric_of(np.array([1.0, 3.0]), np.array([2.0, 2.0]), common.NUMERIC,
-                            std=10.0) == pytest.approx(10.0)
+    assert metrics.baseline_outputs(np.array([1.0, 2.0, 6.0]), metrics.NUMERIC, 0)[0] == 3.0
+    assert metrics.metric_of(np.array([1.0, 3.0]), np.array([2.0, 2.0]), metrics.NUMERIC,
+                             std=10.0) == pytest.approx(10.0)
