@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import options
 
-NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL = 0, 1, 2, 3
+# dlkit's semantic types (the batch's semantic_types and target_stype), in its order
+NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
+NUM_STYPES = 5
 METRIC_NAMES = {NUMERIC: "mae", BOOLEAN: "auc", TIMESTAMP: "mae", CATEGORICAL: "accuracy"}
 
 
@@ -117,9 +119,9 @@ def baseline_outputs(train: np.ndarray, stype: int, num_classes: int, loss: str 
                      pos_weight: float = 1.0) -> np.ndarray:
     """The constant output of the best label-blind model fitted on the train labels under
     the training loss: their mean (numeric, timestamp; their median under ``l1``, the
-    zero of the clipped errors' sum under ``huber``), the logit of their mean with the positives counted
-    ``pos_weight`` times (boolean), the log of their class frequencies with one added count
-    per class (categorical; no class gets probability 0)."""
+    zero of the clipped errors' sum under ``huber``), the logit of their mean with the
+    positives counted ``pos_weight`` times (boolean), the log of their class frequencies with
+    one added count per class (categorical; no class gets probability 0)."""
     if stype in (NUMERIC, TIMESTAMP):
         values = train.astype(np.float64)
         if loss == "l1":

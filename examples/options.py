@@ -39,7 +39,7 @@ def _int_at_least(minimum: int):
     return parse
 
 
-_positive_int = _int_at_least(1)
+positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
@@ -139,7 +139,7 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
                     "Logs go to stderr; the last stdout line is one JSON object (rank 0).")
     parser.add_argument("--db", required=True, help="database directory (dlkit preprocess)")
     parser.add_argument("--task", required=True, help="task to train and validate")
-    parser.add_argument("--steps", required=True, type=_positive_int, help="train steps")
+    parser.add_argument("--steps", required=True, type=positive_int, help="train steps")
     add_training_flags(parser)
     ns = parser.parse_args(argv)
     if ns.resume and not ns.checkpoint_dir:
@@ -158,10 +158,10 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
     """Every flag of ``TrainArgs`` but the database, the task and the steps."""
     parser.add_argument("--seed", type=_non_negative_int, default=0,
                         help="sampling seed and model initialisation (default 0)")
-    parser.add_argument("--batch-size", type=_positive_int, default=32,
+    parser.add_argument("--batch-size", type=positive_int, default=32,
                         help="GLOBAL batch: each of the world-size ranks takes "
                              "batch-size / world-size sequences (default 32)")
-    parser.add_argument("--sequence-length", type=_positive_int, default=512,
+    parser.add_argument("--sequence-length", type=positive_int, default=512,
                         help="cells per sequence (default 512)")
     parser.add_argument("--context", choices=CONTEXTS, default="full",
                         help="anchor-only: keep only the anchor row's cells (an ablation)")
@@ -177,11 +177,11 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
                         help="peak learning rate (default 3e-3)")
     parser.add_argument("--warmup", type=_non_negative_int, default=20,
                         help="linear warm-up steps (default 20)")
-    parser.add_argument("--d-model", type=_positive_int, default=64, help="width (default 64)")
-    parser.add_argument("--layers", type=_positive_int, default=2, help="layers (default 2)")
-    parser.add_argument("--checkpoint-every", type=_positive_int, default=100,
+    parser.add_argument("--d-model", type=positive_int, default=64, help="width (default 64)")
+    parser.add_argument("--layers", type=positive_int, default=2, help="layers (default 2)")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=100,
                         help="steps between checkpoints (default 100)")
-    parser.add_argument("--num-threads", type=_positive_int, default=1,
+    parser.add_argument("--num-threads", type=positive_int, default=1,
                         help="dlkit producer threads per process (default 1)")
     parser.add_argument("--split-seed", type=_non_negative_int, default=0,
                         help="seed of the train/val/test hash split (default 0)")
@@ -193,7 +193,7 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bfs-child-policy", choices=CHILD_POLICIES, default="uniform",
                         help="which children a row over the width keeps: uniform (default), "
                              "recent (the latest), quota (each child table its share)")
-    parser.add_argument("--attention-block", type=_positive_int, default=32,
+    parser.add_argument("--attention-block", type=positive_int, default=32,
                         help="block of the row and column attention windows: a cell sees the "
                              "cells of its row / column within its block of the sorted cell "
                              "order and the two beside it (default 32)")
@@ -201,7 +201,7 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
                         help="learning rate after the warm-up: constant, or a cosine / linear "
                              "decay to --min-lr-ratio x --lr at step --decay-steps (default "
                              "cosine)")
-    parser.add_argument("--decay-steps", type=_positive_int, default=1000,
+    parser.add_argument("--decay-steps", type=positive_int, default=1000,
                         help="step at which the decay reaches its floor (default 1000; a "
                              "function of the step alone, not of --steps, so a resumed run "
                              "takes the steps of an uninterrupted one)")

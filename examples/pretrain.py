@@ -94,9 +94,9 @@ def parse_args(argv: Sequence[str] | None = None) -> PretrainArgs:
                              "directory's name")
     parser.add_argument("--task", default=None,
                         help="the held-out database's task (default: its only one)")
-    parser.add_argument("--pretrain-steps", required=True, type=options._positive_int,
+    parser.add_argument("--pretrain-steps", required=True, type=options.positive_int,
                         help="train steps on the mixture")
-    parser.add_argument("--finetune-steps", required=True, type=options._positive_int,
+    parser.add_argument("--finetune-steps", required=True, type=options.positive_int,
                         help="train steps on the held-out task, fine-tuning and from scratch")
     options.add_training_flags(parser)
     ns = parser.parse_args(argv)

@@ -20,9 +20,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from metrics import BOOLEAN, CATEGORICAL, NUM_STYPES
 
-NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
-NUM_STYPES = 5
 # Attention relations, one group of heads each (same row, FK parents, FK children, same column)
 RELATIONS = ("row", "parents", "children", "column")
 
