@@ -182,6 +182,13 @@ class SqlSourceError(DlkitError, OSError):
     code = "SQL_SOURCE_ERROR"
 
 
+class TooManyOpenFilesError(DlkitError, OSError):
+    """The process may open no more files (each mapped file of an open database holds a
+    descriptor while its arrays live): the message names the file and the limit."""
+
+    code = "TOO_MANY_OPEN_FILES"
+
+
 class OutOfMemoryError(DlkitError, MemoryError):
     """The work asked for needs more memory than the machine gives (e.g. a micro-batch of
     billions of indices, which is materialised whole)."""

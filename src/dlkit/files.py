@@ -15,6 +15,11 @@ import os
 import stat
 from typing import Any
 
+try:
+    import resource
+except ImportError:  # not on Windows: there is no per-process limit to raise
+    resource = None  # type: ignore[assignment]
+
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -49,3 +54,29 @@ def json_object_at(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def open_file_limit() -> int | None:
+    """How many descriptors this process may hold (its soft limit); None when unlimited or
+    unknown."""
+    if resource is None:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def raise_open_file_limit() -> bool:
+    """Raise this process's soft limit of open files to its hard limit, as ``ulimit -n
+    $(ulimit -Hn)`` would; whether it rose. Called when a map finds no descriptor left: a
+    mixture of many large databases holds one per mapped file, and the usual soft limit
+    (1024) sits far below the hard one a process may take without privileges."""
+    if resource is None:
+        return False
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard or soft == resource.RLIM_INFINITY:
+        return False
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):  # a hard limit above the kernel's nr_open (macOS: OPEN_MAX)
+        return False
+    return True

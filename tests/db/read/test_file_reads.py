@@ -103,3 +103,51 @@ def test_verify_finds_the_same_failures_in_read_or_mapped_files_on_one_or_two_th
     assert check_database(db, verify_hashes=True) == read
     monkeypatch.setattr(mapped, "READ_BELOW_BYTES", 0)
     assert check_database(db, verify_hashes=True) == read
+
+
+# Opens ``count`` copies of a database with every file mapped, under the descriptor limits
+# (soft, hard) given, in a process of its own (the limits are the process's).
+_OPEN_UNDER_LIMITS = """
+import resource, sys
+from dlkit.db import open_database
+from dlkit.db.read import mapped
+from dlkit.errors import TooManyOpenFilesError
+mapped.READ_BELOW_BYTES = 0
+db, soft, hard, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+opened = []
+try:
+    for _ in range(count):
+        opened.append(open_database(db))
+except TooManyOpenFilesError as exc:
+    print(exc.code, exc.path, exc.message, sep="\\n")
+    sys.exit(7)
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+def _open_under_limits(db: Path, soft: int, hard: int, count: int):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", _OPEN_UNDER_LIMITS, str(db), str(soft),
+                           str(hard), str(count)], capture_output=True, text=True, timeout=120)
+
+
+def test_a_map_that_finds_no_descriptor_raises_the_soft_limit_to_the_hard_one(example_db):
+    files = len(binary_files(example_db))
+    soft, hard = files + 24, 4 * files + 64  # one copy fits under soft, three need more
+    run = _open_under_limits(example_db, soft, hard, 3)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) == hard
+
+
+def test_no_descriptor_left_is_one_error_naming_the_file(example_db):
+    files = len(binary_files(example_db))
+    limit = files + 24
+    run = _open_under_limits(example_db, limit, limit, 3)
+    assert run.returncode == 7, run.stderr
+    code, path, message = run.stdout.splitlines()
+    assert code == "TOO_MANY_OPEN_FILES"
+    assert Path(path).is_relative_to(example_db) and Path(path).is_file()
+    assert f"too many open files (this process may hold {limit})" in message

@@ -13,12 +13,13 @@ classes and :class:`Database` are what ``open_database`` returns (``docs/databas
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -29,8 +30,8 @@ from dlkit.db.keys import decode_key
 from dlkit.db.manifest import FileEntry
 from dlkit.db.metadata_records import DatabaseMetadata
 from dlkit.db.task_rules import TaskRules
-from dlkit.errors import DatabaseError
-from dlkit.files import open_regular
+from dlkit.errors import DatabaseError, OutOfMemoryError, TooManyOpenFilesError
+from dlkit.files import open_file_limit, open_regular, raise_open_file_limit
 from dlkit.text import unknown_name
 
 if TYPE_CHECKING:
@@ -187,11 +188,17 @@ class FileMaps:
         if rel in self.sizes and size != self.sizes[rel]:
             self.checks.fail(rel, "file.size", f"{size} bytes, manifest says {self.sizes[rel]}",
                              fatal=True)
-        try:
-            fd = open_regular(path)
-        except OSError as exc:
-            self.checks.fail(rel, "file.type", f"cannot map: {exc.strerror or exc}", fatal=True)
-        with os.fdopen(fd, "rb") as f:
+        for attempt in range(2):
+            try:
+                return self._read_or_map(path, size)
+            except OSError as exc:
+                if exc.errno == errno.EMFILE and attempt == 0 and raise_open_file_limit():
+                    continue
+                self._refuse(rel, path, exc)
+        raise AssertionError("unreachable")  # the second attempt returns or refuses
+
+    def _read_or_map(self, path: Path, size: int) -> mmap.mmap | bytes | None:
+        with os.fdopen(open_regular(path), "rb") as f:
             if size == 0:
                 return None
             if size < READ_BELOW_BYTES:
@@ -199,6 +206,23 @@ class FileMaps:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.mmaps.append(mm)
         return mm
+
+    def _refuse(self, rel: str, path: Path, exc: OSError) -> NoReturn:
+        """One error for a file that could not be read or mapped: the process's limits are
+        not the database's fault, so they are not reported as a damaged file."""
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            limit = open_file_limit()
+            held = f" (this process may hold {limit})" if limit is not None else ""
+            raise TooManyOpenFilesError(
+                f"cannot map: too many open files{held}; each mapped file of an open database "
+                "holds one until its arrays are dropped: drop databases and samplers no longer "
+                "used, or raise the limit (ulimit -n)", path=path) from None
+        if exc.errno == errno.ENOMEM:
+            raise OutOfMemoryError(
+                f"cannot map: {exc.strerror} (the process's address space, or its count of "
+                "maps, vm.max_map_count, is used up)", path=path) from None
+        self.checks.fail(rel, "file.type", f"cannot map: {exc.strerror or exc}", fatal=True)
+        raise AssertionError("unreachable")  # a fatal failure raises
 
     def array(self, rel: str, dtype: npt.DTypeLike, count: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
         dtype = np.dtype(dtype)
