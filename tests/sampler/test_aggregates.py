@@ -2,7 +2,9 @@
 
 Random schemas: a parent table ``users`` and two child tables (``events`` with a numeric and
 a boolean column, both with nulls and null times, and ``visits``), times drawn from a few
-seconds so that ties at the observation time are common, random label lags and boundaries.
+seconds so that ties at the observation time are common, random label lags and boundaries,
+and a random ``known_after`` lag of the boolean column (a table after the one whose rows hold
+the aggregate cells, so a lag found by position instead of by name lands on the wrong cell).
 Every aggregate cell of every sequence is recomputed from the Parquet rows: the children of
 the cell's row, visible and known at the sequence's observation time, summed in (time, row)
 order, then encoded as docs/batch_format.md says.
@@ -56,7 +58,8 @@ def schemas(draw):
     strict = draw(st.booleans())
     counts = draw(st.booleans())
     width = draw(st.integers(0, 3))
-    return users, events, visits, lag, strict, counts, width
+    flag_lag = draw(st.sampled_from([0, 0, 2, 5]))
+    return users, events, visits, lag, strict, counts, width, flag_lag
 
 
 def _table(columns: dict, times: str = "t") -> pa.Table:
@@ -74,7 +77,8 @@ def _table(columns: dict, times: str = "t") -> pa.Table:
     return pa.table(arrays)
 
 
-def _toml(lag: int, strict: bool, counts: bool) -> str:
+def _toml(lag: int, strict: bool, counts: bool, flag_lag: int = 0) -> str:
+    known_after = f'\nknown_after = {{ flag = "{flag_lag}s" }}' if flag_lag else ""
     boundary = '\nboundary = "strict"' if strict else ""
     label_lag = f'\nlabel_lag = "{lag}s"' if lag else ""
     return f"""
@@ -86,7 +90,7 @@ time_column = "t"
 primary_key = "eid"
 time_column = "t"
 foreign_keys = {{ uid = "users" }}
-types = {{ flag = "boolean" }}
+types = {{ flag = "boolean" }}{known_after}
 [tables.visits]
 primary_key = "vid"
 time_column = "t"
@@ -169,16 +173,18 @@ def _check_stats(meta: dict, users: dict, children_of: dict) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schemas())
 def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
-    users, events, visits, lag, strict, counts, width = example
+    users, events, visits, lag, strict, counts, width, flag_lag = example
     root = tmp_path_factory.mktemp("agg")
     src = write_db(root / "src", {"users": _table(users), "events": _table(events),
-                                  "visits": _table(visits)}, _toml(lag, strict, counts))
+                                  "visits": _table(visits)}, _toml(lag, strict, counts, flag_lag))
     preprocess(src, root / "db", fsync=False)
     db = open_database(root / "db")
     meta = db.metadata.to_json()
     cells = meta["aggregates"]
     num_columns = meta["num_columns"]
     n_users = len(users["uid"])
+    flag_id = int(db.table("events").column("flag").column_id)
+    column_lag = {"x": lag * SECOND, "flag": flag_lag * SECOND}
     # children of each user: (time, global row, source row, table); global rows follow the
     # table order users, events, visits
     children_of: dict[int, list] = {u: [] for u in range(n_users)}
@@ -198,7 +204,7 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
     builders = [BatchBuilder(db, BatchConfig(sequence_length=64, max_rows=32,
                                              bfs_child_width=width, context_examples=examples),
                              seed=3) for examples in (0, 3)]
-    seen = 0
+    seen = flags_checked = 0
     for builder, task in [(b, task) for b in builders for task in b.tasks]:
         if task.num_seeds == 0:
             continue
@@ -210,6 +216,13 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
             task_strict = strict and task.name == "ev"
             for p in range(int(built.cell_counts[b])):
                 cid = int(arrays["column_ids"][b, p])
+                if cid == flag_id:  # an events row's own flag: hidden until known
+                    row = int(built.visited_rows[b, int(arrays["seq_row_ids"][b, p])])
+                    t = events["t"][row - n_users]
+                    unknown = (t is not None and obs_us is not None
+                               and t * SECOND + flag_lag * SECOND > obs_us)
+                    assert arrays["is_hidden"][b, p] == unknown, ("flag", b, p)
+                    flags_checked += 1
                 if cid < num_columns:
                     continue
                 cell = cells[cid - num_columns]
@@ -219,7 +232,7 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
                         if table == cell["child_table"]]
                 task_target = task.name == "ev" and cell["column"] == "x"
                 value, null, hidden = _reference(cell, kids, obs_us, task_strict,
-                                                 lag * SECOND if cell["column"] == "x" else 0,
+                                                 column_lag.get(cell["column"], 0),
                                                  task_target)
                 assert arrays["semantic_types"][b, p] == 0
                 assert arrays["is_null"][b, p] == null, (cell["name"], b, p)
@@ -231,6 +244,8 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
     assert len(cells) == expected_cells
     if n_users:
         assert seen > 0  # every users seed has its own aggregate cells
+    if next(t for t in builders[0].tasks if t.name == "ev").num_seeds:
+        assert flags_checked > 0  # every events seed shows its own flag
     db.close()
 
 

@@ -240,6 +240,9 @@ def build_catalog(db: SamplerDatabase, graph: Graph) -> ColumnCatalog:
     names, starts, stypes, column_ids, value_slots, valid_slots = [], [0], [], [], [], []
     means, stds, cat_starts, cat_counts = [], [], [], []
     col_agg: list[int] = []
+    # A cell's lag: its column's known_after; an aggregate cell has none of its own (the
+    # lags of the child columns it sums apply inside it).
+    lags: list[int] = []
     for table in db.tables:
         n = int(table.num_rows)
         if int(table_offsets[table.index + 1] - table_offsets[table.index]) != n:
@@ -270,6 +273,7 @@ def build_catalog(db: SamplerDatabase, graph: Graph) -> ColumnCatalog:
             valid_slots.append(len(lists[np.uint8]))
             lists[np.uint8].append(valid)
             names.append((table.name, column.name))
+            lags.append(int(getattr(column, "known_after_us", 0)))
             stypes.append(stype)
             column_ids.append(int(column.column_id))
             means.append(mean)
@@ -279,6 +283,7 @@ def build_catalog(db: SamplerDatabase, graph: Graph) -> ColumnCatalog:
         for j, cell in aggregate_cells(db, table.name):
             col_agg.extend([-1] * (len(names) - len(col_agg)) + [j])
             names.append((table.name, cell.name))
+            lags.append(0)
             stypes.append(NUMERIC)
             column_ids.append(int(cell.column_id))
             value_slots.append(-1)
@@ -290,12 +295,7 @@ def build_catalog(db: SamplerDatabase, graph: Graph) -> ColumnCatalog:
         starts.append(len(names))
     # A column's lag: the largest of its own (the schema's known_after) and the label lags
     # of the tasks predicting it.
-    label_lag = np.zeros(len(names), dtype=np.int64)
-    c = 0
-    for table in db.tables:
-        for column in table.columns:
-            label_lag[c] = int(getattr(column, "known_after_us", 0))
-            c += 1
+    label_lag = np.asarray(lags, dtype=np.int64)
     for task in db.tasks:
         lag = rules_of(task).label_lag_us
         if lag:
