@@ -55,6 +55,21 @@ def test_curves_plots_every_numeric_series(tmp_path):
     svg = out.read_text()
     assert 'data-series="loss"' in svg and 'data-series="metric"' in svg
     assert 'data-series="step"' not in svg and 'data-series="task_idx"' not in svg
+    record.write_text('{"step": 0, "loss": 1.0, "database_idx": 0}\n'
+                      '{"step": 1, "loss": NaN, "database_idx": 1}\n'
+                      '{"step": 2, "loss": Infinity}\n{"step": 3, "loss": 0.5}\n')
+    diverged = run_dlkit("curves", record, "-o", tmp_path / "n.svg")
+    assert diverged.returncode == 0, diverged.stderr.decode()
+    assert f"warning: {record}: loss is not finite at 2 steps, from step 1" in (
+        diverged.stderr.decode())
+    svg = (tmp_path / "n.svg").read_text()
+    assert "not finite at 2 steps, from step 1" in svg and 'data-series="database_idx"' not in svg
+    as_json = json.loads(run_dlkit("curves", record, "-o", tmp_path / "j.svg", "--json").stdout)
+    assert as_json["not_finite"] == {"loss": [1, 2]}
+    kept = record.read_bytes()
+    err = assert_clean_failure(run_dlkit("curves", record, "-o", record, "--overwrite"),
+                               "INVALID_ARGUMENT")
+    assert "same file as the record" in err and record.read_bytes() == kept
     record.write_text('{"step": 0, "loss": 1}\nnot json\n')
     err = assert_clean_failure(run_dlkit("curves", record, "-o", tmp_path / "d.svg"),
                                "INPUT_INVALID")

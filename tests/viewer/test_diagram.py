@@ -89,6 +89,29 @@ def test_cli_draws_a_source_directory_and_a_database(example_db, tmp_path):
     assert {(e["table"], e["parent"]) for e in as_json["edges"]} == EDGES
 
 
+def test_cli_never_writes_over_what_it_draws(example_db, tmp_path):
+    """Not into the database drawn, nor over the dlkit.toml read (with --overwrite too)."""
+    import shutil
+
+    from tests.cli.helpers import assert_clean_failure, run_dlkit
+
+    db = tmp_path / "db"
+    shutil.copytree(example_db, db)
+    metadata = (db / "metadata.json").read_bytes()
+    into = run_dlkit("schema", "diagram", db, "-o", db / "metadata.json", "--overwrite")
+    assert "inside the database" in assert_clean_failure(into, "INVALID_ARGUMENT")
+    assert (db / "metadata.json").read_bytes() == metadata
+    source = tmp_path / "source"
+    shutil.copytree(EXAMPLE, source)
+    schema = (source / "dlkit.toml").read_bytes()
+    for given in (source, source / "dlkit.toml"):
+        over = run_dlkit("schema", "diagram", given, "-o", source / "dlkit.toml", "--overwrite")
+        assert "same file as the input" in assert_clean_failure(over, "INVALID_ARGUMENT")
+        assert (source / "dlkit.toml").read_bytes() == schema
+    beside = run_dlkit("schema", "diagram", source, "-o", source / "schema.mmd")
+    assert beside.returncode == 0 and (source / "schema.mmd").is_file()
+
+
 @pytest.mark.parametrize("fmt", ["mermaid", "dot"])
 def test_text_formats_need_no_graphviz(example_db, fmt, monkeypatch):
     import dlkit.viewer.diagram as diagram

@@ -416,14 +416,18 @@ def printing_relbench_warnings() -> Iterator[None]:
         print_warning(warning.message)
 
 
+def _is_database(source: Path) -> bool:
+    return (source.is_dir() and (source / "metadata.json").is_file()
+            and (source / "manifest.json").is_file())
+
+
 def _diagram_of(source: Path) -> SchemaDiagram:
     """The diagram of a database, a dlkit.toml, or a directory of Parquet tables (its
     dlkit.toml, else a draft inferred from the data)."""
     from dlkit.db.schema.spec import SCHEMA_FILE, load_schema
     from dlkit.viewer.diagram import diagram_of_metadata, diagram_of_schema
 
-    if source.is_dir() and (source / "metadata.json").is_file() \
-            and (source / "manifest.json").is_file():
+    if _is_database(source):
         from dlkit.db import open_database
 
         with open_database(source) as db:
@@ -473,8 +477,14 @@ def schema_diagram(
     if fmt not in _FORMATS:
         raise InvalidArgumentError(f"--format must be one of auto, {', '.join(_FORMATS)}, got "
                                    f"{fmt!r}", code="USAGE")
-    if out is not None:
-        check_output_file(out, overwrite)
+    if out is not None:  # never into the database drawn, nor over the schema it reads
+        from dlkit.db.schema.spec import SCHEMA_FILE
+
+        if _is_database(source):
+            check_output_file(out, overwrite, inside=source, inside_what="the database")
+        else:
+            schema = source / SCHEMA_FILE if source.is_dir() else source
+            check_output_file(out, overwrite, inputs={f"the input {schema.name}": schema})
     diagram = _diagram_of(source)
     if as_json:
         print_json(diagram.to_json())

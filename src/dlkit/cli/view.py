@@ -5,7 +5,7 @@ Sampler draws from it and how training went (``dlkit schema diagram`` is with th
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -18,6 +18,7 @@ from dlkit.cli.console import (
     err_console,
     plain,
     print_json,
+    print_warning,
     progress,
     sampler_warnings,
 )
@@ -237,7 +238,6 @@ def view(
     from dlkit.atomic import atomic_write_bytes
     from dlkit.db import open_database
     from dlkit.nextbatch.tokens import TrainOrder
-    from dlkit.viewer.curves import read_record
     from dlkit.viewer.page import Mode, PageOptions, knob_grid, num_contexts, page_data, render_page
 
     rows = _int_list(max_rows, "--max-rows", 1)
@@ -256,7 +256,7 @@ def view(
     target = out if out is not None else Path(f"{database.resolve().name or 'database'}.html")
     if not serve:
         check_output_file(target, overwrite, inside=database, inside_what="the database")
-    curves = tuple(s for path in (record or ()) for s in read_record(path))
+    curves = _read_records(record or ())
     with open_database(database) as db:
         known = [t.name for t in db.tasks]
         for name in task or ():
@@ -311,6 +311,20 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
         server.server_close()
 
 
+def _read_records(paths: Sequence[Path], quiet: bool = False) -> tuple[Series, ...]:
+    """Every series of the --record files, with one warning line for each that has values
+    that are not finite (a diverged run)."""
+    from dlkit.viewer.curves import read_record
+
+    series = []
+    for path in paths:
+        for one in read_record(path):
+            if one.not_finite and not quiet:
+                print_warning(f"{path}: {one.name} is {one.not_finite_note()}")
+            series.append(one)
+    return tuple(series)
+
+
 @app.command(rich_help_panel=PANEL)
 def curves(
     record: list[Path] = typer.Argument(..., help="--record JSONL files of training runs."),
@@ -325,13 +339,14 @@ def curves(
         dlkit curves run.jsonl -o curves.svg
     """
     from dlkit.atomic import atomic_write_bytes
-    from dlkit.viewer.curves import curves_svg, read_record
+    from dlkit.viewer.curves import curves_svg
 
-    check_output_file(out, overwrite)
-    series = tuple(s for path in record for s in read_record(path))
+    check_output_file(out, overwrite, inputs={f"the record {path}": path for path in record})
+    series = _read_records(record, quiet=quiet or as_json)
     atomic_write_bytes(out, curves_svg(series).encode("utf-8"), overwrite=overwrite)
     if as_json:
-        print_json({"output": str(out), "series": [s.name for s in series]})
+        print_json({"output": str(out), "series": [s.name for s in series],
+                    "not_finite": {s.name: list(s.not_finite) for s in series if s.not_finite}})
     elif not quiet:
         err_console.print(f"wrote {plain(out)}: {', '.join(plain(s.name) for s in series)}",
                           highlight=False)

@@ -15,7 +15,8 @@ from pathlib import Path
 from dlkit.errors import InputFormatError
 from dlkit.files import read_regular
 
-_SKIP = frozenset({"step", "task_idx"})  # numbers that are positions, not measurements
+# numbers that are positions, not measurements
+_SKIP = frozenset({"step", "task_idx", "database_idx"})
 WIDTH, HEIGHT, PAD = 560, 180, 44
 
 
@@ -24,6 +25,16 @@ class Series:
     name: str
     steps: tuple[int, ...]
     values: tuple[float, ...]
+    # steps whose value was NaN or infinite: not drawn, but said (a diverged run must not look
+    # like one that stopped)
+    not_finite: tuple[int, ...] = ()
+
+    def not_finite_note(self) -> str:
+        """``"not finite at 3 steps, from step 40"``, or "" when every value is finite."""
+        if not self.not_finite:
+            return ""
+        n = len(self.not_finite)
+        return f"not finite at {n} step{'s' if n != 1 else ''}, from step {self.not_finite[0]}"
 
 
 def read_record(path: str | Path) -> tuple[Series, ...]:
@@ -34,6 +45,7 @@ def read_record(path: str | Path) -> tuple[Series, ...]:
         raise InputFormatError(f"cannot read the record: {exc.strerror or exc}",
                                path=str(path)) from None
     points: dict[str, list[tuple[int, float]]] = {}
+    not_finite: dict[str, list[int]] = {}
     for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
         if not line.strip():
             continue
@@ -49,12 +61,15 @@ def read_record(path: str | Path) -> tuple[Series, ...]:
         for key, value in record.items():
             if key in _SKIP or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
+            series = points.setdefault(key, [])
             if math.isfinite(value):
-                points.setdefault(key, []).append((step, float(value)))
+                series.append((step, float(value)))
+            else:
+                not_finite.setdefault(key, []).append(step)
     if not points:
         raise InputFormatError("no numeric series (such as loss) in any line", path=str(path))
-    return tuple(Series(k, tuple(s for s, _ in v), tuple(x for _, x in v))
-                 for k, v in points.items())
+    return tuple(Series(k, tuple(s for s, _ in v), tuple(x for _, x in v),
+                        tuple(not_finite.get(k, ()))) for k, v in points.items())
 
 
 def moving_average(values: tuple[float, ...], window: int) -> list[float]:
@@ -68,7 +83,18 @@ def moving_average(values: tuple[float, ...], window: int) -> list[float]:
 
 
 def series_svg(series: Series) -> str:
-    """One chart: the raw values faint, their moving average bold, axes with the ranges."""
+    """One chart: the raw values faint, their moving average bold, axes with the ranges, and
+    in red the steps whose value was not finite."""
+    name = html.escape(series.name)
+    warning = (f'<text x="{WIDTH - 10}" y="14" text-anchor="end" fill="#c0392b">'
+               f'{html.escape(series.not_finite_note())}</text>' if series.not_finite else "")
+    if not series.values:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" class="curve" data-series="{name}" '
+                f'width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+                f'font-family="sans-serif" font-size="11">'
+                f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>{warning}'
+                f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT / 2:.0f}" text-anchor="middle" '
+                f'font-weight="bold">{name}: no finite value</text></svg>')
     lo, hi = min(series.values), max(series.values)
     if hi == lo:
         lo, hi = lo - 0.5, hi + 0.5
@@ -84,7 +110,6 @@ def series_svg(series: Series) -> str:
     window = max(1, len(series.values) // 20)
     smooth = " ".join(xy(s, v) for s, v in zip(
         series.steps, moving_average(series.values, window), strict=True))
-    name = html.escape(series.name)
     bottom = HEIGHT - PAD + 10
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="curve" data-series="{name}" '
@@ -99,6 +124,7 @@ def series_svg(series: Series) -> str:
         f'<text x="{WIDTH - 10}" y="{bottom + 14}" text-anchor="end">{s1}</text>'
         f'<text x="{WIDTH / 2:.0f}" y="{bottom + 28}" text-anchor="middle" font-weight="bold">'
         f'{name} (moving average over {window} step{"s" if window > 1 else ""})</text>'
+        f'{warning}'
         f'<polyline points="{raw}" fill="none" stroke="#3498db" stroke-opacity="0.35"/>'
         f'<polyline points="{smooth}" fill="none" stroke="#2c3e50" stroke-width="2"/>'
         "</svg>")
