@@ -104,8 +104,8 @@ def test_cli_never_writes_over_what_it_draws(example_db, tmp_path):
     source = tmp_path / "source"
     shutil.copytree(EXAMPLE, source)
     schema = (source / "dlkit.toml").read_bytes()
-    for given in (source, source / "dlkit.toml"):
-        over = run_dlkit("schema", "diagram", given, "-o", source / "dlkit.toml", "--overwrite")
+    for drawn in (source, source / "dlkit.toml"):
+        over = run_dlkit("schema", "diagram", drawn, "-o", source / "dlkit.toml", "--overwrite")
         assert "same file as the input" in assert_clean_failure(over, "INVALID_ARGUMENT")
         assert (source / "dlkit.toml").read_bytes() == schema
     beside = run_dlkit("schema", "diagram", source, "-o", source / "schema.mmd")

@@ -96,7 +96,8 @@ class SequenceView:
 
     def to_json_value(self) -> dict[str, Any]:
         """Typed values: numbers as numbers, booleans as true/false, nulls as null, every time
-        in ISO 8601 (UTC, ``Z``), texts whole; a masked or hidden cell keeps its marker."""
+        in ISO 8601 (UTC, ``Z``), texts whole. A masked or hidden cell's value is null too (its
+        ``is_target`` / ``is_hidden`` says why), so every value has its column's type."""
         value = {k: v for k, v in self.__dict__.items() if k not in ("target_typed", "children")}
         value["children"] = [dict(c.__dict__) for c in self.children]
         value["target"] = self.target_typed
@@ -162,17 +163,18 @@ def typed_value(db: SamplerDatabase, column: Any, local: int) -> Any:
     return text_of(int(v)) if text_of is not None else int(v)
 
 
-def aggregate_value(cell: Any, encoded: float) -> float:
+def aggregate_value(cell: Any, encoded: float) -> int | float:
     """The as-of value an aggregate cell holds, from its encoding (docs/batch_format.md):
-    a count exactly (an integer), a sum or mean to about float32 precision."""
+    a count exactly (an integer), a sum or mean to float32's 7 significant digits (all the
+    encoding carries: 120, not 119.99999667846673)."""
     value = encoded * float(cell.std) + float(cell.mean)
     if cell.kind == "count":
-        return float(round(math.expm1(value)))
+        return round(math.expm1(value))
     if cell.kind == "sum":
         if abs(value) < 1e-6:  # a float32 z-score's rounding around an empty sum
             return 0.0
-        return math.copysign(math.expm1(abs(value)), value)
-    return value
+        value = math.copysign(math.expm1(abs(value)), value)
+    return float(f"{value:.7g}")
 
 
 def _typed_key(table: Any, local: int) -> Any:
@@ -261,11 +263,11 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
             number = aggregate_value(cell, float(a["numeric_values"][0, p]))
             shown = HIDDEN if hidden else NULL if null else f"{number:.6g}"
             rows_cells[i].append(CellView(p, column_name, "numeric", shown, null, False, hidden,
-                                          shown if hidden else None if null else number))
+                                          None if hidden or null else number))
             continue
         column = _column(table, column_name, row)
         value = MASKED if target else HIDDEN if hidden else format_value(db, column, local)
-        typed = value if target or hidden else typed_value(db, column, local)
+        typed = None if target or hidden else typed_value(db, column, local)
         rows_cells[i].append(CellView(p, column_name, STYPE_NAMES[int(column.stype)], value,
                                       bool(a["is_null"][0, p]), target, hidden, typed))
     # Examples follow the seed's own walk: every row from the first example row on. That is
