@@ -123,6 +123,13 @@ def test_bad_durations_are_named(bad):
         parse_duration(bad, "label_lag", "x")
 
 
+def test_a_duration_too_long_says_so():
+    parse_duration("53375995d", "label_lag", "x")  # 2^62 us is about 53,375,995.6 days
+    with pytest.raises(SchemaError, match=r"label_lag '53375996d' is too long: at most "
+                                          r"53,375,995d"):
+        parse_duration("53375996d", "label_lag", "x")
+
+
 @pytest.mark.parametrize("task,message", [
     ('table = "users"\ntarget = "age"\nsplit = "time"\nval_from = 2024-01-01',
      "needs val_from and test_from"),

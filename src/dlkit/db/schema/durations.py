@@ -37,7 +37,10 @@ def parse_duration(value: Any, what: str, source: str) -> int:
             total += int(match.group(1)) * DURATION_US[match.group(2)]
             pos = match.end()
         else:
-            if pos and not text[pos:].strip() and total <= MAX_DURATION_US:
+            if pos and not text[pos:].strip():
+                if total > MAX_DURATION_US:
+                    raise _err(source, f"{what} {value!r} is too long: at most "
+                                       f"{MAX_DURATION_US // DURATION_US['d']:,}d (2^62 us)")
                 return total
     raise _err(source, f"{what} must be a duration like \"6h\", \"7d\" or \"1d12h\" (units "
                        f"us, ms, s, m, h, d, w), got {value!r}")

@@ -402,6 +402,7 @@ def preprocess(
     input_path = Path(input_dir)
     if not input_path.is_dir():
         raise SchemaError("input is not a directory of Parquet files", path=input_path)
+    schema_path: Path | None = None  # the file a schema problem found in the data is in
     if not isinstance(schema, Schema):
         schema_path = Path(schema) if schema is not None else input_path / SCHEMA_FILE
         schema = load_schema(schema_path, default_name=input_path.resolve().name)
@@ -414,7 +415,12 @@ def preprocess(
                        kernels_ready=kernels_ready)
     threading.Thread(target=_warm_up, args=(embedder, kernels_ready), name="dlkit-warm-up",
                      daemon=True).start()
-    builder.scan()
+    try:
+        builder.scan()
+    except SchemaError as exc:  # a schema entry the data contradicts: name the schema's file
+        if exc.path is None and schema_path is not None:
+            raise SchemaError(exc.message, path=schema_path) from None
+        raise
     out = AtomicDirectory(target, DATABASE, overwrite=overwrite)
     with out as root:
         digest = builder.run(out, root, fsync)
