@@ -108,6 +108,9 @@ def test_link_prediction_tasks_are_left_out_or_refused_by_name(dlkit, tmp_path):
     r = dlkit("import", "relbench", FAKE, tmp_path / "db", "--task", "user-item-purchase")
     assert r.returncode == 5 and "SCHEMA_INVALID" in r.stderr
     assert "user-item-purchase" in r.stderr and "Traceback" not in r.stderr
+    # named alone, the error lists every task that can be imported instead
+    assert "choose the others with " + " ".join(
+        f"--task {t}" for t in sorted(ENTITY_TASKS)) in " ".join(r.stderr.split())
     r = dlkit("import", "relbench", FAKE, tmp_path / "db", "--no-fsync", "--quiet")
     assert r.returncode == 0, r.stderr
     assert "warning: task 'user-item-purchase' left out" in r.stderr

@@ -49,7 +49,7 @@ from dlkit.db.schema.spec import (
 )
 from dlkit.db.write.plan import infer_string_column
 from dlkit.db.write.source import DEFAULT_BATCH_ROWS, TableSource
-from dlkit.errors import InvalidArgumentError, SchemaError
+from dlkit.errors import DlkitError, InvalidArgumentError, SchemaError
 from dlkit.text import unknown_name
 
 # The metadata keys RelBench's Table.save writes (JSON values).
@@ -361,7 +361,8 @@ def read_relbench(root: str | Path, *, tasks: Sequence[str] | None = None) -> Re
                       "listing destination rows) is not supported by dlkit yet",
                       RelbenchWarning, stacklevel=2)
     elif link:
-        others = [t.name for t in entity]
+        others = [t.name for t in entity] or _entity_task_names(
+            root, [d for d in available if d.name not in link], tables)
         hint = (" choose the others with " + " ".join(f"--task {t}" for t in others)
                 if others else "")
         raise SchemaError(
@@ -371,6 +372,20 @@ def read_relbench(root: str | Path, *, tasks: Sequence[str] | None = None) -> Re
             " leave it out by naming the tasks to import"),
             path=task_root)
     return RelbenchLayout(root=root, tables=tuple(tables.values()), tasks=tuple(entity))
+
+
+def _entity_task_names(root: Path, directories: list[Path],
+                       tables: dict[str, RelbenchTable]) -> list[str]:
+    """The tasks among ``directories`` dlkit can import (to name in an error about the
+    others): any that cannot be read or is link prediction is left out."""
+    names = []
+    for directory in directories:
+        try:
+            if not isinstance(_read_task(root, directory, tables), str):
+                names.append(directory.name)
+        except DlkitError:
+            continue
+    return names
 
 
 def _column_types(source: TableSource, skip: set[str], batch_rows: int,
