@@ -118,6 +118,7 @@ def info(
     """
     from dlkit.db import open_database
     from dlkit.db.read.info import database_info
+    from dlkit.db.schema.render import render_duration
 
     with open_database(database) as db:
         summary = database_info(db, seeds_per_split=_split_counts(db, split_seed))
@@ -139,6 +140,16 @@ def info(
                        plain(t.time_column or "-"), columns, _utc(t.time_range.first_us),
                        _utc(t.time_range.last_us))
     console.print(tables)
+    for t in summary.tables:  # what a row shows late, and what it holds beyond its columns
+        if t.known_after_us:
+            lags = ", ".join(f"{plain(c)} {render_duration(us)}"
+                             for c, us in t.known_after_us.items())
+            console.print(f"{plain(t.name)}: known after their row's time: {lags}",
+                          highlight=False)
+        if t.aggregate_cells:
+            console.print(f"{plain(t.name)}: {counted(len(t.aggregate_cells), 'aggregate cell')}"
+                          f" per row: {', '.join(plain(c) for c in t.aggregate_cells)}",
+                          highlight=False)
     if summary.foreign_keys:
         fks = Table(title="foreign keys", title_justify="left", header_style="bold")
         for name in ("child.column", "parent", "edges", "null", "dangling",
@@ -159,7 +170,7 @@ def info(
             per = "/".join(f"{k.seeds_per_split.get(s, 0):,}" for s in SPLITS)
             tasks.add_row(plain(k.name), plain(f"{k.table}.{k.target}"), k.target_type,
                           f"{k.num_seeds:,}", per, k.split_rule,
-                          f"{k.label_lag_us / 1e6:g} s" if k.label_lag_us else "0", k.boundary)
+                          render_duration(k.label_lag_us), k.boundary)
         console.print(tasks)
     e = summary.embeddings
     console.print(f"embeddings: {plain(e.embedder)}, text {e.text_dim}, column {e.column_dim}, "

@@ -91,3 +91,39 @@ def test_tasks_embeddings_and_identity(info, example_db):
 
 def test_degrees_of_no_rows():
     assert Degrees.of(np.zeros(0, dtype=np.int64)) == Degrees(0.0, 0.0, 0, 0.0)
+
+
+def test_lagged_columns_and_aggregate_cells_are_listed(tmp_path, dlkit):
+    """Each table's known_after columns and the aggregate cells its rows hold, as the
+    dlkit.toml declares them, in --json and in the text."""
+    from dlkit.db import preprocess
+    from tests.db.conftest import write_db
+
+    users = pa.table({"uid": [0, 1], "t": pa.array([0, 0], pa.timestamp("s", tz="UTC"))})
+    orders = pa.table({"oid": [0, 1, 2], "uid": [0, 1, 1], "amount": [1.0, 2.0, 3.0],
+                       "t": pa.array([1, 2, 3], pa.timestamp("s", tz="UTC"))})
+    src = write_db(tmp_path / "src", {"users": users, "orders": orders}, """
+[tables.users]
+primary_key = "uid"
+time_column = "t"
+[tables.orders]
+primary_key = "oid"
+time_column = "t"
+foreign_keys = { uid = "users" }
+known_after = { amount = "36h" }
+[aggregates]
+counts = true
+columns = { orders = ["amount"] }
+""")
+    preprocess(src, tmp_path / "db", fsync=False)
+    with open_database(tmp_path / "db") as db:
+        tables = {t.name: t for t in database_info(db).tables}
+    assert tables["orders"].known_after_us == {"amount": 36 * 3600 * 10**6}
+    assert tables["orders"].aggregate_cells == () and tables["users"].known_after_us == {}
+    assert tables["users"].aggregate_cells == (
+        "number of orders of users", "sum of amount of orders of users",
+        "mean of amount of orders of users")
+    text = dlkit("info", tmp_path / "db")
+    assert text.returncode == 0, text.stderr
+    assert "orders: known after their row's time: amount 36h" in text.stdout
+    assert "users: 3 aggregate cells per row: number of orders of users," in text.stdout

@@ -10,7 +10,7 @@ either (numpy reductions over the memory maps).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,10 @@ class TableInfo:
     time_column: str | None
     columns_by_type: dict[str, int]
     time_range: TimeRange
+    # columns whose values show only this long after their row's time (known_after), in us
+    known_after_us: dict[str, int] = field(default_factory=dict)
+    # the as-of aggregate cells each of the table's rows holds ([aggregates]), by name
+    aggregate_cells: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,8 +154,11 @@ def database_info(db: Database, *, seeds_per_split: dict[str, dict[str, int]] | 
         for column in table.columns:
             by_type[STYPE_NAMES[column.stype]] = by_type.get(STYPE_NAMES[column.stype], 0) + 1
         lo, hi = int(offsets[t.index]), int(offsets[t.index + 1])
-        tables.append(TableInfo(t.name, t.num_rows, t.primary_key, t.time_column, by_type,
-                                _time_range(np.asarray(graph.row_times[lo:hi]))))
+        tables.append(TableInfo(
+            t.name, t.num_rows, t.primary_key, t.time_column, by_type,
+            _time_range(np.asarray(graph.row_times[lo:hi])),
+            {c.name: int(c.known_after_us) for c in table.columns if c.known_after_us},
+            tuple(cell.name for cell in meta.aggregates if cell.parent_table == t.name)))
     foreign_keys = []
     row_table = np.asarray(graph.row_table)
     parent_offsets = np.asarray(graph.parent_offsets, dtype=np.int64)
