@@ -182,6 +182,14 @@ class SqlSourceError(DlkitError, OSError):
     code = "SQL_SOURCE_ERROR"
 
 
+class SqlInputError(SqlSourceError, InputFormatError):
+    """The SQL database itself is at fault, not the way to it: its file is missing or is no
+    database, or a column holds what dlkit cannot read as one type. An input error (exit 5),
+    as a malformed input file is; still a :class:`SqlSourceError` for callers catching those."""
+
+    code = "SQL_INPUT_INVALID"
+
+
 class OutOfMemoryError(DlkitError, MemoryError):
     """The work asked for needs more memory than the machine gives (e.g. a micro-batch of
     billions of indices, which is materialised whole)."""
