@@ -182,6 +182,14 @@ class SqlSourceError(DlkitError, OSError):
     code = "SQL_SOURCE_ERROR"
 
 
+class SqlInputError(SqlSourceError, InputFormatError):
+    """The SQL database itself is at fault, not the way to it: its file is missing or is no
+    database, or a column holds what dlkit cannot read as one type. An input error (exit 5),
+    as a malformed input file is; still a :class:`SqlSourceError` for callers catching those."""
+
+    code = "SQL_INPUT_INVALID"
+
+
 class TooManyOpenFilesError(DlkitError, OSError):
     """The process may open no more files (each mapped file of an open database holds a
     descriptor while its arrays live): the message names the file and the limit."""

@@ -126,7 +126,7 @@ def test_excluding_a_parent_drops_its_foreign_keys(sqlite_url, tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ('[tables.nope]\ntime_column = "x"\n', "no table 'nope' in the database"),
-    ('[tables.users]\ntime_column = "joined"\n', "table 'users' has no column 'joined'"),
+    ('[tables.users]\ntime_column = "joined"\n', "no column 'joined' in table 'users'"),
     ('[tables.users]\npath = "users.parquet"\n', "path is not allowed here"),
     ('exclude_tables = ["ghost"]\n', "no table 'ghost'"),
     ('[tables.users\n', "not valid TOML"),
@@ -142,10 +142,10 @@ def test_a_partial_schema_naming_what_the_catalog_lacks_is_an_error(sqlite_url, 
 
 
 def test_a_bad_time_flag_names_the_column(sqlite_url, tmp_path):
-    with pytest.raises(SchemaError, match="'users' has no column 'when'"):
+    with pytest.raises(InvalidArgumentError, match="no column 'when' in table 'users'"):
         import_sql(sqlite_url, tmp_path / "db",
                    options=SqlSchemaOptions(time_columns=("users.when",)), fsync=False)
-    with pytest.raises(SchemaError, match="expected TABLE.COLUMN"):
+    with pytest.raises(InvalidArgumentError, match="expected TABLE.COLUMN"):
         import_sql(sqlite_url, tmp_path / "db",
                    options=SqlSchemaOptions(time_columns=("users",)), fsync=False)
 

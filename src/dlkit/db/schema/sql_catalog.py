@@ -9,7 +9,7 @@ Three engines, one class each behind :class:`SqlConnection`:
   not columns: ADBC's SQLite driver guesses a type from the first rows and fails on a later
   row of another type). Integers only: int64; integers and reals: float64; text: string
   (a column declared ``DATE``, ``DATETIME`` or ``TIMESTAMP`` holding ISO 8601 texts:
-  timestamp); blobs: left out.
+  timestamp, a text with a zone offset moved to UTC); blobs: left out.
 * DuckDB (``duckdb:///path``): ``duckdb_columns()`` and ``duckdb_constraints()``; rows
   through DuckDB's own Arrow export.
 * PostgreSQL (``postgresql://user@host:port/db``, a Unix socket as
@@ -17,6 +17,9 @@ Three engines, one class each behind :class:`SqlConnection`:
   ``pg_constraint``; rows through the ADBC driver (``adbc-driver-postgresql``). ``numeric``
   columns are read as float64 (the driver would hand them over as text), ``uuid`` ones as
   text.
+
+Views (materialized ones too) are listed, not read: their rows are a query's, with no keys.
+A foreign key into another SQL schema (PostgreSQL) names that schema.
 
 Rows are read in primary-key order (a table without one: ordered by every column, nulls
 first, texts in byte order), so the
@@ -37,9 +40,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from dlkit.errors import InvalidArgumentError, MissingExtraError, SchemaError, SqlSourceError
+from dlkit.db.schema.iso_times import first_non_time, iso_times
+from dlkit.errors import InvalidArgumentError, MissingExtraError, SqlInputError, SqlSourceError
 
 EXTRA_HINT = "pip install 'dlkit[sql]'"
 
@@ -98,7 +101,9 @@ def parse_sql_url(url: str) -> SqlUrl:
         raise InvalidArgumentError(f"database URL {display!r}: no file path after "
                                    f"{scheme}:///")
     if not Path(path).is_file():
-        raise SqlSourceError(f"no database file {path!r}", path=display)
+        raise SqlInputError("no database file (" + ("not a regular file" if Path(path).exists()
+                                                    else "no such file") + f"; from {display})",
+                            path=path)
     if dialect is Dialect.DUCKDB:
         return SqlUrl(dialect, path, namespace or "main", display)
     return SqlUrl(dialect, path, None, display)
@@ -112,11 +117,13 @@ class SqlColumn:
 
 @dataclass(frozen=True)
 class SqlForeignKey:
-    """``columns`` of the child refer to ``parent_columns`` of table ``parent``."""
+    """``columns`` of the child refer to ``parent_columns`` of table ``parent``, a table of
+    the same SQL schema unless ``parent_schema`` names another."""
 
     columns: tuple[str, ...]
     parent: str
     parent_columns: tuple[str, ...]
+    parent_schema: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,7 @@ class SqlTable:
 class SqlCatalog:
     url: SqlUrl
     tables: tuple[SqlTable, ...]  # sorted by name (bytes of UTF-8)
+    views: tuple[str, ...] = ()  # views and materialized views, sorted: never read
 
     def table(self, name: str) -> SqlTable:
         for t in self.tables:
@@ -180,22 +188,26 @@ def _is_text(sql_type: str) -> bool:
 
 
 def _with_keys(url: SqlUrl, columns: dict[str, list[SqlColumn]],
-               constraints: Sequence[Sequence[Any]], *, primary: str) -> SqlCatalog:
+               constraints: Sequence[Sequence[Any]], views: Sequence[str], *,
+               primary: str) -> SqlCatalog:
     """The catalog of ``columns`` with the keys of ``constraints``: rows of (table, kind,
-    columns, referenced table, referenced columns), ``kind == primary`` for a primary key and
-    anything else for a foreign key."""
+    columns, referenced table, referenced columns[, referenced table's SQL schema]),
+    ``kind == primary`` for a primary key and anything else for a foreign key."""
     pks: dict[str, tuple[str, ...]] = {}
     fks: dict[str, list[SqlForeignKey]] = {}
-    for table, kind, cols, parent, pcols in constraints:
+    for table, kind, cols, parent, pcols, *parent_schema in constraints:
         if kind == primary:
             pks[table] = tuple(cols)
         else:
-            fks.setdefault(table, []).append(SqlForeignKey(tuple(cols), parent, tuple(pcols)))
+            other = parent_schema[0] if parent_schema and parent_schema[0] != url.namespace \
+                else None
+            fks.setdefault(table, []).append(
+                SqlForeignKey(tuple(cols), parent, tuple(pcols), other))
     return _finish(url, [SqlTable(t, tuple(cs), pks.get(t, ()), tuple(fks.get(t, ())))
-                         for t, cs in columns.items()])
+                         for t, cs in columns.items()], views)
 
 
-def _finish(url: SqlUrl, tables: list[SqlTable]) -> SqlCatalog:
+def _finish(url: SqlUrl, tables: list[SqlTable], views: Sequence[str] = ()) -> SqlCatalog:
     """Tables sorted by name; each one's foreign keys in the order of their columns in the
     table (engines list them in different orders: SQLite newest first)."""
     out = []
@@ -204,7 +216,8 @@ def _finish(url: SqlUrl, tables: list[SqlTable]) -> SqlCatalog:
         fks = sorted(t.foreign_keys, key=lambda f: (
             [position.get(c, len(position)) for c in f.columns], f.parent, f.parent_columns))
         out.append(SqlTable(t.name, t.columns, t.primary_key, tuple(fks)))
-    return SqlCatalog(url=url, tables=tuple(out))
+    return SqlCatalog(url=url, tables=tuple(out),
+                      views=tuple(sorted(views, key=lambda v: v.encode("utf-8", "surrogatepass"))))
 
 
 # --- SQLite ---------------------------------------------------------------------------------
@@ -219,9 +232,9 @@ class SqliteConnection:
             self.db = sqlite3.connect(Path(url.target).absolute().as_uri() + "?mode=ro",
                                       uri=True)
             self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as exc:
-            raise SqlSourceError(f"cannot open the SQLite database: {exc}",
-                                 path=url.display) from None
+        except sqlite3.Error as exc:  # the file is unreadable or no SQLite database
+            raise SqlInputError(f"cannot open the SQLite database: {exc}",
+                                path=url.display) from None
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
         try:
@@ -233,6 +246,7 @@ class SqliteConnection:
         names = [r[0] for r in self._rows(
             "SELECT name FROM sqlite_master WHERE type = 'table' "
             "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
+        views = [r[0] for r in self._rows("SELECT name FROM sqlite_master WHERE type = 'view'")]
         tables = []
         for name in names:
             info = self._rows(f"SELECT name, type, pk FROM pragma_table_info({_literal(name)})")
@@ -256,7 +270,7 @@ class SqliteConnection:
                 fks.append(SqlForeignKey(tuple(r[2] for r in rows), parent,
                                          tuple(str(t) for t in to)))
             tables.append(SqlTable(name, columns, pk, tuple(fks)))
-        return _finish(self.url, tables)
+        return _finish(self.url, tables, views)
 
     def count_rows(self, table: SqlTable) -> int:
         return int(self._rows(f"SELECT count(*) FROM {_quote(table.name)}")[0][0])
@@ -277,10 +291,16 @@ class SqliteConnection:
         if blobs and not (texts or ints or reals):
             return None  # binary data: not a feature dlkit reads
         if blobs or (texts and (ints or reals)):
-            raise SqlSourceError(
+            kinds = ", ".join(
+                f"{n:,} {kind}{'s' if n != 1 else ''} e.g. {self._example(table, column, kind)}"
+                for kind, n in (("integer", ints), ("real", reals), ("text", texts),
+                                ("blob", blobs)) if n)
+            raise SqlInputError(
                 f"table {table.name!r}, column {column.name!r} holds values of several kinds "
-                f"({ints:,} integers, {reals:,} reals, {texts:,} texts, {blobs:,} blobs); make "
-                "it one type (e.g. a view with CAST) or exclude the table",
+                f"({kinds}): dlkit reads one type per column; store one kind in it (e.g. "
+                f"UPDATE {_quote(table.name)} SET {_quote(column.name)} = "
+                f"CAST({_quote(column.name)} AS TEXT) in a copy of the database; views are not "
+                f"imported) or leave the table out (--exclude-table {table.name})",
                 path=self.url.display)
         if texts or not (ints or reals):  # texts, or no value at all: the declared type says
             if _SQLITE_TIME.search(declared):
@@ -290,6 +310,12 @@ class SqliteConnection:
             return pa.int64() if "INT" in declared else \
                 pa.float64() if _affinity_real(declared) else pa.string()
         return pa.float64() if reals else pa.int64()
+
+    def _example(self, table: SqlTable, column: SqlColumn, kind: str) -> str:
+        """One value of storage class ``kind`` in ``column``, as a message shows it."""
+        rows = self._rows(f"SELECT {_quote(column.name)} FROM {_quote(table.name)} "
+                          f"WHERE typeof({_quote(column.name)}) = {_literal(kind)} LIMIT 1")
+        return _shown(rows[0][0]) if rows else "?"
 
     def open_reader(self, table: SqlTable, batch_rows: int
                     ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
@@ -306,6 +332,7 @@ class SqliteConnection:
         try:
             cursor = self.db.execute(f"SELECT {select} FROM {_quote(table.name)}"
                                      + _order_by(table))
+            done = 0
             while True:
                 rows = cursor.fetchmany(batch_rows)
                 if not rows:
@@ -313,10 +340,11 @@ class SqliteConnection:
                 arrays = []
                 for (column, t), values in zip(kept, zip(*rows)):
                     if pa.types.is_timestamp(t):
-                        arrays.append(_parse_times(pa.array(values, pa.string()), table.name,
-                                                   column.name, self.url.display))
+                        arrays.append(_parse_times(pa.array(values, pa.string()), table, column,
+                                                   done, self.url.display))
                     else:
                         arrays.append(pa.array(values, type=t))
+                done += len(rows)
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
         except sqlite3.Error as exc:
             raise SqlSourceError(f"table {table.name!r}: {exc}", path=self.url.display) from None
@@ -329,16 +357,42 @@ def _affinity_real(sql_type: str) -> bool:
     return any(w in sql_type for w in ("REAL", "FLOA", "DOUB", "NUMERIC", "DECIMAL"))
 
 
-def _parse_times(values: pa.Array, table: str, column: str, where: str) -> pa.Array:
-    try:
-        return pc.cast(values, pa.timestamp("us"))
-    except pa.ArrowInvalid as exc:
-        raise SqlSourceError(f"table {table!r}, column {column!r} is declared a date or time "
-                             f"but holds a text that is not ISO 8601: {exc}",
-                             path=where) from None
+def _parse_times(values: pa.Array, table: SqlTable, column: SqlColumn, rows_before: int,
+                 where: str) -> pa.Array:
+    times = iso_times(values)
+    if times is not None:
+        return times
+    bad = first_non_time(values)
+    if bad is None:  # the batch failed though no value alone does (not seen so far)
+        problem = "texts do not all parse as times"
+    else:
+        order = ", ".join(table.primary_key) or "every column"
+        problem = (f"row {rows_before + bad + 1:,} (ordered by {order}) holds "
+                   f"{_shown(values[bad].as_py())}, which is no ISO 8601 date or time (e.g. "
+                   "2024-01-02 03:04:05, 2024-01-02T03:04:05+05:00)")
+    raise SqlInputError(f"table {table.name!r}, column {column.name!r} is declared "
+                        f"{column.sql_type} (a date or time) but its {problem}: fix the value, or "
+                        "declare the column TEXT", path=where)
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """A value as a message quotes it, long texts and blobs cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # --- DuckDB ---------------------------------------------------------------------------------
+
+_DUCKDB_MAGIC = (8, b"DUCK")  # offset and bytes of the storage format's magic number
+
+
+def _is_duckdb_file(path: str) -> bool:
+    offset, magic = _DUCKDB_MAGIC
+    try:
+        with open(path, "rb") as f:
+            return f.read(offset + len(magic))[offset:] == magic
+    except OSError:
+        return False
 
 
 class DuckdbConnection:
@@ -353,8 +407,9 @@ class DuckdbConnection:
         try:
             self.db = duckdb.connect(url.target, read_only=True)
         except duckdb.Error as exc:
-            raise SqlSourceError(f"cannot open the DuckDB database: {exc}",
-                                 path=url.display) from None
+            # the file's fault (exit 5) or the engine's (a lock another process holds: exit 1)
+            error = SqlSourceError if _is_duckdb_file(url.target) else SqlInputError
+            raise error(f"cannot open the DuckDB database: {exc}", path=url.display) from None
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
         try:
@@ -378,7 +433,9 @@ class DuckdbConnection:
             f"referenced_column_names FROM duckdb_constraints() WHERE {where} "
             "AND constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY') "
             "ORDER BY table_name, constraint_index")
-        return _with_keys(self.url, columns, constraints, primary="PRIMARY KEY")
+        views = [v for (v,) in self._rows(
+            f"SELECT view_name FROM duckdb_views() WHERE {where} AND NOT internal")]
+        return _with_keys(self.url, columns, constraints, views, primary="PRIMARY KEY")
 
     def _from(self, table: SqlTable) -> str:
         return f"{_quote(self.url.namespace or 'main')}.{_quote(table.name)}"
@@ -458,12 +515,17 @@ class PostgresConnection:
                 "SELECT cl.relname::text, c.contype::text, "
                 + key_names.format(keys="c.conkey", rel="c.conrelid") + ", fcl.relname::text, "
                 + key_names.format(keys="c.confkey", rel="c.confrelid")
-                + " FROM pg_constraint c JOIN pg_class cl ON cl.oid = c.conrelid "
+                + ", fns.nspname::text FROM pg_constraint c "
+                "JOIN pg_class cl ON cl.oid = c.conrelid "
                 "JOIN pg_namespace ns ON ns.oid = cl.relnamespace "
                 "LEFT JOIN pg_class fcl ON fcl.oid = c.confrelid "
+                "LEFT JOIN pg_namespace fns ON fns.oid = fcl.relnamespace "
                 f"WHERE ns.nspname = {ns} AND c.contype IN ('p', 'f') "
                 "ORDER BY cl.relname, c.conname")
-        return _with_keys(self.url, columns, constraints, primary="p")
+        views = [v for (v,) in self._rows(
+            f"SELECT relname::text FROM pg_class WHERE relkind IN ('v', 'm') AND relnamespace = "
+            f"(SELECT oid FROM pg_namespace WHERE nspname = {ns})")]
+        return _with_keys(self.url, columns, constraints, views, primary="p")
 
     def _from(self, table: SqlTable) -> str:
         return f"{_quote(self.url.namespace or 'public')}.{_quote(table.name)}"
@@ -517,13 +579,3 @@ def connect(url: str | SqlUrl) -> SqlConnection:
         return DuckdbConnection(parsed)
     return PostgresConnection(parsed)
 
-
-def check_catalog(catalog: SqlCatalog) -> None:
-    """Every foreign key refers to a table of the catalog."""
-    names = {t.name for t in catalog.tables}
-    for table in catalog.tables:
-        for fk in table.foreign_keys:
-            if fk.parent not in names:
-                raise SchemaError(f"table {table.name!r}: foreign key ({', '.join(fk.columns)}) "
-                                  f"refers to {fk.parent!r}, which is not a table of the "
-                                  "database (or not in its schema)", path=catalog.url.display)

@@ -8,20 +8,24 @@ precedence is flags, then the partial schema, then the catalog:
 
 * top level: ``name``, ``[tasks.*]`` and any other section are the partial schema's;
   ``exclude_tables = [...]`` (partial schema only) leaves tables out; a foreign key to a
-  left-out table goes too, and its columns are excluded;
+  left-out table goes too, and its columns are excluded, as are those of a foreign key to a
+  table the import cannot have (in another SQL schema, or missing);
 * ``[tables.T]``: ``T`` must be a table of the catalog (else an error naming it); its
   ``primary_key`` replaces the catalog's; its ``foreign_keys`` entries are added to the
   catalog's (an entry of the same name replaces the catalog's); a column in its ``exclude``
-  drops the catalog's foreign keys that use it; every other key (``time_column``,
-  ``types``, ...) is taken as written. ``path`` is refused: the rows come from the database.
-  A column it names that the table lacks is an error naming both.
+  drops the catalog's foreign keys that use it (with a note); every other key
+  (``time_column``, ``types``, ...) is taken as written. ``path`` is refused: the rows come
+  from the database. A column it names that the table lacks is an error naming both.
 
 A table name that is not a dlkit name (1-128 of ``A-Z a-z 0-9 _ . -``, not starting with
 ``.`` or ``-``) is mapped: every other character becomes ``_`` (and a leading ``.``/``-``
-too); two tables mapped to the same name (ignoring case) are refused. The written schema's
-header lists each mapping. A partial schema's ``[tables.*]`` headers, ``exclude_tables``
-and ``--time`` may use either name; references inside it (a task's ``table``, a foreign
-key's parent) use the dlkit name.
+too); two tables mapped to the same name (ignoring case) are refused unless all but one are
+excluded. The written schema's header lists each mapping, and every note. A partial
+schema's ``[tables.*]`` headers, ``exclude_tables`` and ``--time`` may use either name;
+references inside it (a task's ``table``, a foreign key's parent) use the dlkit name.
+
+A flag naming what the database lacks is an :class:`InvalidArgumentError` naming the flag;
+the partial schema's mistakes are :class:`SchemaError` s naming its file.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +42,8 @@ import pyarrow as pa
 from dlkit.db.format import path_name_problem
 from dlkit.db.schema.render import toml_key, toml_str
 from dlkit.db.schema.sql_catalog import SqlCatalog, SqlForeignKey, SqlTable
-from dlkit.errors import SchemaError
+from dlkit.errors import DlkitError, InvalidArgumentError, SchemaError
+from dlkit.text import unknown_name
 
 EXCLUDE_TABLES = "exclude_tables"  # the partial schema's own top-level key
 _COLUMN_LISTS = ("exclude",)
@@ -75,45 +80,72 @@ def dlkit_table_name(name: str) -> str:
     return mapped
 
 
-def table_names(catalog: SqlCatalog) -> dict[str, str]:
-    """SQL name -> dlkit name for every table; raises when two land on one name."""
+def shown(name: str) -> str:
+    """A table or column name as a note writes it: bare when it reads as one word, else
+    quoted (a table ``..`` with a column ``t`` is ``'..'.t``, never ``...t``)."""
+    return name if name.isidentifier() else repr(name)
+
+
+def mapped_names(catalog: SqlCatalog) -> dict[str, str]:
+    """SQL name -> dlkit name of every table of the catalog (two may share one: see
+    :func:`table_names`)."""
+    return {t.name: dlkit_table_name(t.name) for t in catalog.tables}
+
+
+def table_names(catalog: SqlCatalog, excluded: Collection[str] = ()) -> dict[str, str]:
+    """SQL name -> dlkit name of every table not ``excluded``; raises when two land on one
+    name (an excluded table takes no name, so excluding one of two settles it)."""
     out: dict[str, str] = {}
     seen: dict[str, str] = {}
     for table in catalog.tables:
+        if table.name in excluded:
+            continue
         mapped = dlkit_table_name(table.name)
         other = seen.get(mapped.casefold())
         if other is not None:
             raise SchemaError(f"tables {other!r} and {table.name!r} both become dlkit table "
                               f"{mapped!r} (names are directory names, compared ignoring case): "
-                              "exclude one (--exclude-table) or rename it in the database",
-                              path=catalog.url.display)
+                              f"exclude one (--exclude-table {table.name}) or rename it in the "
+                              "database", path=catalog.url.display)
         seen[mapped.casefold()] = table.name
         out[table.name] = mapped
     return out
 
 
-def resolve_table(name: str, names: dict[str, str], where: str, source: str) -> str:
-    """The SQL name of the table a partial schema or flag calls ``name``."""
+def _input_error(message: str, source: str | None) -> DlkitError:
+    """The error of a mistake in the partial schema file ``source`` (a :class:`SchemaError`
+    naming it) or, ``source`` None, in a flag's value (an :class:`InvalidArgumentError`,
+    ``message`` naming the flag)."""
+    if source is None:
+        return InvalidArgumentError(message)
+    return SchemaError(message, path=source)
+
+
+def resolve_table(name: str, names: Mapping[str, str], where: str, source: str | None) -> str:
+    """The SQL name of the table a partial schema (``source``) or a flag (None) calls
+    ``name``: its SQL name, or its dlkit name when that is one table's alone."""
     if name in names:
         return name
-    for sql_name, mapped in names.items():
-        if mapped == name:
-            return sql_name
-    raise SchemaError(f"{where}: no table {name!r} in the database (tables: "
-                      f"{', '.join(names.values()) or 'none'})", path=source)
+    found = [sql_name for sql_name, mapped in names.items() if mapped == name]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise _input_error(f"{where}: {name!r} is the dlkit name of tables "
+                          f"{', '.join(map(repr, found))}: name one by its SQL name", source)
+    raise _input_error(f"{where}: " + unknown_name("table", name, list(names.values()),
+                                                  "the database"), source)
 
 
 def _check_columns(table: SqlTable, columns: Iterable[str], dropped: Mapping[str, str],
-                   where: str, source: str) -> None:
-    have = {c.name for c in table.columns}
+                   where: str, source: str | None) -> None:
+    have = [c.name for c in table.columns]
     for column in columns:
         if column in dropped:
-            raise SchemaError(f"{where}: column {column!r} is left out of the import "
-                              f"({dropped[column]})", path=source)
+            raise _input_error(f"{where}: column {column!r} is left out of the import "
+                              f"({dropped[column]})", source)
         if column not in have:
-            raise SchemaError(f"{where}: table {table.name!r} has no column {column!r} "
-                              f"(columns: {', '.join(c.name for c in table.columns)})",
-                              path=source)
+            raise _input_error(f"{where}: " + unknown_name("column", column, have,
+                                                          f"table {table.name!r}"), source)
 
 
 def _fk_columns(value: Any) -> list[str]:
@@ -140,6 +172,13 @@ def _partial_columns(raw: dict[str, Any]) -> list[str]:
     return names
 
 
+def _fk_label(table: str, columns: Iterable[str], parent: str, schema: str | None = None
+              ) -> str:
+    """``orders(user_id) -> users``, ``orders(user) -> other_schema.users``."""
+    where = f"{shown(schema)}." if schema is not None else ""
+    return f"{shown(table)}({', '.join(map(shown, columns))}) -> {where}{shown(parent)}"
+
+
 def _catalog_keys(table: SqlTable, catalog: dict[str, SqlTable], names: dict[str, str],
                   kept: set[str], notes: list[str]) -> tuple[Any, dict[str, Any], set[str]]:
     """``(primary_key value, foreign_keys entries, columns of foreign keys left out)``."""
@@ -151,8 +190,16 @@ def _catalog_keys(table: SqlTable, catalog: dict[str, SqlTable], names: dict[str
     fks: dict[str, Any] = {}
     left_out: set[str] = set()
     for fk in table.foreign_keys:
+        label = _fk_label(table.name, fk.columns, fk.parent, fk.parent_schema)
+        if fk.parent_schema is not None or fk.parent not in catalog:
+            # the import has no such table: its references are no edges, as an excluded
+            # parent's are not
+            why = (f"its table is in SQL schema {fk.parent_schema!r}, not the one imported"
+                   if fk.parent_schema is not None else "the database has no such table")
+            notes.append(f"foreign key {label} left out: {why}; its columns excluded")
+            left_out.update(fk.columns)
+            continue
         parent = catalog[fk.parent]
-        label = f"{table.name}({', '.join(fk.columns)}) -> {fk.parent}"
         if fk.parent not in kept:
             notes.append(f"foreign key {label} left out with its table; its columns excluded")
             left_out.update(fk.columns)
@@ -160,8 +207,8 @@ def _catalog_keys(table: SqlTable, catalog: dict[str, SqlTable], names: dict[str
         ordered = _in_key_order(fk, parent)
         if ordered is None:
             notes.append(f"foreign key {label} left out: it refers to "
-                         f"({', '.join(fk.parent_columns)}), not to the primary key of "
-                         f"{fk.parent}")
+                         f"({', '.join(map(shown, fk.parent_columns))}), not to the primary "
+                         f"key of {shown(fk.parent)}")
             continue
         if len(ordered) == 1:
             column = ordered[0]
@@ -190,15 +237,17 @@ def _in_key_order(fk: SqlForeignKey, parent: SqlTable) -> tuple[str, ...] | None
 
 def merge_schema(catalog: SqlCatalog, arrow_schemas: Mapping[str, pa.Schema],
                  dropped: Mapping[str, Mapping[str, str]], partial: dict[str, Any] | None,
-                 options: SqlSchemaOptions, *, partial_source: str, default_name: str
-                 ) -> MergedSchema:
+                 options: SqlSchemaOptions, *, partial_source: str | None = None,
+                 default_name: str) -> MergedSchema:
     """The merged schema of the tables in ``arrow_schemas`` (SQL name -> the Arrow schema of
-    the rows read; ``dropped[table][column]``: why a column was left out)."""
+    the rows read; ``dropped[table][column]``: why a column was left out). ``partial_source``:
+    the partial schema's file, which its errors name."""
     partial = dict(partial or {})
-    source = partial_source
-    names = table_names(catalog)
-    by_sql = {t.name: t for t in catalog.tables}
+    source = partial_source or "the partial schema"
     kept = set(arrow_schemas)
+    every_name = mapped_names(catalog)
+    names = table_names(catalog, excluded=set(every_name) - kept)
+    by_sql = {t.name: t for t in catalog.tables}
     notes: list[str] = []
     partial.pop(EXCLUDE_TABLES, None)
     raw_tables = partial.pop("tables", {}) or {}
@@ -206,7 +255,7 @@ def merge_schema(catalog: SqlCatalog, arrow_schemas: Mapping[str, pa.Schema],
         raise SchemaError("tables must be a table of [tables.<name>] sections", path=source)
     given: dict[str, dict[str, Any]] = {}
     for name, raw in raw_tables.items():
-        sql_name = resolve_table(name, names, f"[tables.{name}]", source)
+        sql_name = resolve_table(name, every_name, f"[tables.{name}]", source)
         if sql_name not in kept:
             raise SchemaError(f"[tables.{name}]: the table is excluded from the import",
                               path=source)
@@ -221,12 +270,12 @@ def merge_schema(catalog: SqlCatalog, arrow_schemas: Mapping[str, pa.Schema],
     for item in options.time_columns:
         table_part, dot, column = item.rpartition(".")
         if not dot or not table_part or not column:
-            raise SchemaError(f"--time {item!r}: expected TABLE.COLUMN", path=source)
-        sql_name = resolve_table(table_part, names, f"--time {item}", source)
+            raise InvalidArgumentError(f"--time {item}: expected TABLE.COLUMN")
+        sql_name = resolve_table(table_part, every_name, f"--time {item}", None)
         if sql_name not in kept:
-            raise SchemaError(f"--time {item}: table {table_part!r} is excluded", path=source)
+            raise InvalidArgumentError(f"--time {item}: table {table_part!r} is excluded")
         _check_columns(by_sql[sql_name], [column], dropped.get(sql_name, {}),
-                       f"--time {item}", source)
+                       f"--time {item}", None)
         given.setdefault(sql_name, {})["time_column"] = column
 
     tables: dict[str, dict[str, Any]] = {}
@@ -237,8 +286,12 @@ def merge_schema(catalog: SqlCatalog, arrow_schemas: Mapping[str, pa.Schema],
         pk, fks, left_out = _catalog_keys(table, by_sql, names, kept, notes)
         for column in raw.get("exclude", []) if isinstance(raw.get("exclude"), list) else []:
             for entry, value in list(fks.items()):
-                if column in (_fk_columns(value) or [entry]):
+                columns = _fk_columns(value) or [entry]
+                if column in columns:
                     del fks[entry]
+                    parent = value["table"] if isinstance(value, dict) else value
+                    notes.append(f"foreign key {_fk_label(table.name, columns, parent)} left "
+                                 f"out: its column {column!r} is excluded")
         entry_out: dict[str, Any] = {}
         if "primary_key" in raw:
             pk = raw["primary_key"]
@@ -263,7 +316,10 @@ def merge_schema(catalog: SqlCatalog, arrow_schemas: Mapping[str, pa.Schema],
         if names[table.name] != table.name:
             notes.append(f"table {table.name!r} is dlkit table {names[table.name]!r}")
         for column, why in dropped.get(table.name, {}).items():
-            notes.append(f"{table.name}.{column} left out: {why}")
+            notes.append(f"{shown(table.name)}.{shown(column)} left out: {why}")
+    if catalog.views:
+        notes.append("views not imported (dlkit reads base tables): "
+                     + ", ".join(map(shown, catalog.views)))
     name = partial.pop("name", None) or options.name or default_name
     doc: dict[str, Any] = {"format_version": partial.pop("format_version", 1), "name": name,
                            "tables": tables}

@@ -37,7 +37,6 @@ from dlkit.db.schema.sql_catalog import (
     SqlConnection,
     SqlTable,
     SqlUrl,
-    check_catalog,
     connect,
     parse_sql_url,
 )
@@ -45,13 +44,14 @@ from dlkit.db.schema.sql_schema import (
     EXCLUDE_TABLES,
     MergedSchema,
     SqlSchemaOptions,
+    mapped_names,
     merge_schema,
     resolve_table,
     table_names,
 )
 from dlkit.db.write.report import PreprocessReport, Progress
 from dlkit.db.write.source import DEFAULT_BATCH_ROWS
-from dlkit.errors import OutputError, SchemaError, SqlSourceError
+from dlkit.errors import OutputError, SchemaError, SqlInputError, SqlSourceError
 from dlkit.files import read_regular
 
 SCRATCH_MARK = ".dlkit-sql-"
@@ -96,8 +96,10 @@ def load_partial(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
 
 
 def _excluded_tables(catalog: SqlCatalog, partial: dict[str, Any] | None,
-                     options: SqlSchemaOptions, source: str) -> set[str]:
-    names = table_names(catalog)
+                     options: SqlSchemaOptions, source: str | None) -> set[str]:
+    """The SQL names of the tables left out; the names of the others are then checked for
+    collisions (so that excluding one of two colliding tables settles it)."""
+    names = mapped_names(catalog)
     raw = (partial or {}).get(EXCLUDE_TABLES, [])
     if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
         raise SchemaError(f"{EXCLUDE_TABLES} must be a list of table names", path=source)
@@ -105,7 +107,8 @@ def _excluded_tables(catalog: SqlCatalog, partial: dict[str, Any] | None,
     for name in raw:
         out.add(resolve_table(name, names, EXCLUDE_TABLES, source))
     for name in options.exclude_tables:
-        out.add(resolve_table(name, names, "--exclude-table", "flags"))
+        out.add(resolve_table(name, names, f"--exclude-table {name}", None))
+    table_names(catalog, out)
     return out
 
 
@@ -135,7 +138,7 @@ def _export_table(conn: SqlConnection, table: SqlTable, path: Path, batch_rows: 
 def export_tables(conn: SqlConnection, catalog: SqlCatalog, excluded: set[str], scratch: Path,
                   batch_rows: int, progress: Progress
                   ) -> tuple[dict[str, pa.Schema], dict[str, dict[str, str]]]:
-    names = table_names(catalog)
+    names = table_names(catalog, excluded)
     tables = [t for t in catalog.tables if t.name not in excluded]
     total = sum(conn.count_rows(t) for t in tables)
     schemas: dict[str, pa.Schema] = {}
@@ -159,6 +162,16 @@ def _default_name(url: SqlUrl) -> str:
     return Path(url.target).stem or "database"
 
 
+def _merge_source(url: SqlUrl, partial: str | os.PathLike[str] | None,
+                  options: SqlSchemaOptions) -> str:
+    """What the merged schema comes from, as its errors name it (the file it is written to
+    does not exist yet, and may never): ``sqlite:///x.db with p.toml, --time t.c``."""
+    given = [str(partial)] if partial is not None else []
+    given += [f"--time {item}" for item in options.time_columns]
+    given += [f"--name {options.name}"] if options.name is not None else []
+    return url.display + (f" with {', '.join(given)}" if given else "")
+
+
 def import_sql(
     url: str,
     output: str | os.PathLike[str],
@@ -179,7 +192,9 @@ def import_sql(
 
     ``partial``: a partial ``dlkit.toml`` merged over the catalog; ``schema_out``: where to
     write the merged schema (default ``OUTPUT.dlkit.toml``; none when ``write_schema`` is
-    False). Raises :class:`SqlSourceError` (unreachable or unreadable database),
+    False). Raises :class:`SqlSourceError` (unreachable database; its subclass
+    :class:`SqlInputError`, an input error, for a missing file, a file that is no database,
+    or a column of values dlkit cannot read),
     :class:`MissingExtraError` (driver not installed), :class:`SchemaError`,
     :class:`DataError`, :class:`OutputError` as ``preprocess`` does.
     """
@@ -199,13 +214,12 @@ def import_sql(
             raise OutputError("already exists (pass --overwrite to replace it)",
                               path=schema_path)
     partial_doc = load_partial(partial)
-    partial_source = str(partial) if partial is not None else "flags"
+    partial_source = str(partial) if partial is not None else None
     conn = connect(parsed)
     try:
         catalog = conn.catalog()
-        check_catalog(catalog)
         if not catalog.tables:
-            raise SqlSourceError("the database has no tables"
+            raise SqlInputError("the database has no tables"
                                  + (f" in schema {parsed.namespace!r}" if parsed.namespace
                                     else ""), path=parsed.display)
         excluded = _excluded_tables(catalog, partial_doc, options, partial_source)
@@ -218,8 +232,7 @@ def import_sql(
             merged: MergedSchema = merge_schema(
                 catalog, schemas, dropped, partial_doc, options, partial_source=partial_source,
                 default_name=_default_name(parsed))
-            schema = parse_schema(merged.text, source=str(schema_path or "dlkit.toml (made "
-                                                          "from the SQL catalog)"))
+            schema = parse_schema(merged.text, source=_merge_source(parsed, partial, options))
             build = preprocess(scratch, target, schema=schema, overwrite=overwrite,
                                on_dangling=on_dangling, batch_rows=batch_rows,
                                embedder=embedder, progress=progress, fsync=fsync,
