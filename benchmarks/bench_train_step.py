@@ -132,8 +132,9 @@ def main() -> None:
                 before = measure(old, db, weights, step)
                 print(row("old", before))
                 print(row("new", new))
-                ratio = before["seconds"] / max(new["seconds"], 1e-9)
-                print(f"     new is {ratio:,.0f}x faster", flush=True)
+                if before["outcome"] == new["outcome"] == "ok":
+                    ratio = before["seconds"] / max(new["seconds"], 1e-9)
+                    print(f"     new is {ratio:,.0f}x faster", flush=True)
             else:
                 print(row("new", new), flush=True)
 
