@@ -89,7 +89,9 @@ class PickCounts:
             count_task_picks(self.seed, np.uint64(start), following - start,
                              self.cumulative, counts)
             start = following
-            if len(self._landmarks) == self.max_landmarks:  # the next landmark is then row r/2
+            if len(self._landmarks) == self.max_landmarks:
+                # full: rows 0, 2, 4, ... are the landmarks of twice the interval, and the
+                # boundary just reached is the next of those
                 self._landmarks = self._landmarks[::2]
                 self.interval *= 2
             self._landmarks.append(counts.copy())

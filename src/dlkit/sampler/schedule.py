@@ -8,7 +8,8 @@ schedule walks the val streams one eval epoch each, in task order, round and rou
 whose slice is empty on this rank (the tail of an epoch) is skipped.
 
 Schedules are advanced under a lock by whichever producer thread needs a later step first;
-each step's job is handed out exactly once.
+each step walked is handed out once. A train step far from the steps made is located instead
+(``TrainSchedule``), without a job for each step it skips.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class TrainSchedule:
         return self._next_step
 
     def job(self, step: int) -> Job:
-        """The job of ``step`` (each step is handed out once)."""
+        """The job of ``step``: a walked step's job is handed out once, a step asked again
+        (or far) is located."""
         with self._lock:
             if step in self._pending:
                 return self._pending.pop(step)
