@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from dlkit.core.philox import philox4x32_10
 from dlkit.core.streams import (
     assign_splits,
+    count_task_picks,
     new_stream,
     pick_tasks,
     sequence_key,
@@ -106,3 +107,14 @@ def test_split_positions_are_each_codes_ascending_positions(codes):
         for k in range(3):
             expected = [i for i, c in enumerate(codes.tolist()) if c == k]
             assert positions[k].tolist() == expected
+
+
+@given(seed=u64, first=st.one_of(st.integers(0, 2**40), st.integers(2**63 - 2000, 2**63 - 1)),
+       count=st.integers(0, 300), weights=st.lists(st.floats(0.01, 100.0), min_size=1,
+                                                  max_size=6))
+def test_task_pick_counts_tally_the_reference_picks(seed, first, count, weights):
+    counts = np.full(len(weights), 5, dtype=np.int64)  # counts are added to
+    count_task_picks(np.uint64(seed), np.uint64(first), count,
+                     np.cumsum(np.asarray(weights, dtype=np.float64)), counts)
+    picks = [naive.task_pick(seed, first + i, weights) for i in range(count)]
+    assert counts.tolist() == [5 + picks.count(t) for t in range(len(weights))]

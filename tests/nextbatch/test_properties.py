@@ -161,3 +161,45 @@ def test_a_block_order_too_large_for_memory_is_a_clear_error():
     # Eval needs no block order, so the same dataset streams fine near 2^64.
     plan = SamplingPlan.create(manifest_of(doc), "ds", 1, 0, "eval")
     assert plan.next_batch(Cursor(0, 2**63)).indices[:2].tolist() == [2**63, 2**63 + 1]
+
+
+def reference_advance(cursor: tuple[int, int], n: int, gbs: int, drop_last: bool,
+                      stage: str) -> tuple[int, int]:
+    """One call's cursor move as the profile states it (steps 12-14)."""
+    epoch, g = cursor
+    limit = (n // gbs) * gbs if (stage == "train" and drop_last) else n
+    g += min(gbs, limit - g) if stage == "train" else gbs
+    return (epoch + 1, 0) if g >= limit else (epoch, g)
+
+
+@by_mode
+@given(data=st.data(), stage=st.sampled_from(["train", "eval"]), epoch=st.integers(0, 2**64 - 1),
+       calls=st.one_of(st.integers(0, 60), st.integers(0, 3000)))
+def test_advance_by_is_that_many_calls(mode, data, stage, epoch, calls):
+    doc, world_size = data.draw(configs(mode, max_n=400))
+    n, gbs = doc["datasets"]["ds"]["cardinality"], doc["global_batch_size"]
+    plan = SamplingPlan.create(manifest_of(doc), "ds", world_size, 0, stage)
+    # any position below the epoch's limit, not only a multiple of the global batch
+    g = data.draw(st.integers(0, plan.epoch_limit - 1))
+    cursor = (epoch, g)
+    for _ in range(calls):
+        cursor = reference_advance(cursor, n, gbs, doc["data"]["drop_last"], stage)
+        if cursor[0] > 2**64 - 1:
+            with pytest.raises(ContractViolationError, match="epoch counter overflows"):
+                plan.advance_by(Cursor(epoch, g), calls)
+            return
+    assert plan.advance_by(Cursor(epoch, g), calls) == Cursor(*cursor)
+
+
+def test_advance_by_refuses_an_eval_position_past_uint64_where_advance_does():
+    doc = manifest_dict(2**64 - 1, 2**63, 1)
+    plan = SamplingPlan.create(manifest_of(doc), "ds", 1, 0, "eval")
+    assert plan.advance_by(Cursor(5, 0), 1) == plan.advance(Cursor(5, 0)) == Cursor(5, 2**63)
+    for calls, at in ((2, Cursor(5, 0)), (1, Cursor(5, 2**63)), (3, Cursor(5, 2**63))):
+        with pytest.raises(ContractViolationError, match="overflows uint64") as walked:
+            cursor = at
+            for _ in range(calls):
+                cursor = plan.advance(cursor)
+        with pytest.raises(ContractViolationError) as jumped:
+            plan.advance_by(at, calls)
+        assert str(jumped.value) == str(walked.value)

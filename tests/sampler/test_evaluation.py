@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlkit.encoding import with_checksum
 from dlkit.errors import InvalidArgumentError
 from dlkit.sampler import BATCH_KEYS, Sampler, SamplerWarning
 from dlkit.sampler.splits import SPLITS
@@ -189,7 +190,48 @@ def test_train_batch_of_a_step_is_the_channels_batch_of_that_step(db):
         for step in (0, 1, 2, 5, 8, 3, 3, 0, 7, 4, 6):
             assert_same_batches([s.train_batch(step)], [pulled[step]])
         assert not s._lookup._pending or min(s._lookup._pending) > 6  # noqa: SLF001
-        with pytest.raises(InvalidArgumentError, match="step must be an integer >= 0"):
+        with pytest.raises(InvalidArgumentError, match=r"step must be an integer from 0 to 2\^63"):
             s.train_batch(-1)
         # the channel is untouched by random access
         assert_same_batches([s.next_train_batch() for _ in range(2)], pulled[:2])
+
+
+def resumed_at(db, step, picks, **kwargs):
+    """A sampler resumed at train step ``step`` after ``picks[i]`` calls of train stream
+    ``i`` (the cursors of its state computed from the counts here, as the profile moves
+    them: one global batch a call, a new epoch after the last full batch)."""
+    s = quiet_sampler(db, 1, 2, num_prefetch=0, **kwargs)
+    gbs = 2 * kwargs["batch_size"]
+    cursors = {}
+    for stream, calls in zip(s.train_streams, picks):
+        steps_per_epoch = len(split_anchors(db, db.tasks[stream.task.index], "train")) // gbs
+        epoch, call = divmod(calls, steps_per_epoch)
+        cursors[stream.key] = {"epoch": epoch, "global_index": call * gbs}
+    state = {k: v for k, v in s.state_dict().items() if k != "checksum"}
+    s.load_state_dict(with_checksum({**state, "train": {"step": step, "cursors": cursors}}))
+    return s
+
+
+def test_a_far_train_step_of_weighted_tasks_is_the_batch_a_resumed_run_pulls(db):
+    weights = [1.0, 2.5, 0.5]
+    kwargs = dict(batch_size=3, task_weights=weights)
+    with quiet_sampler(db, 1, 2, num_prefetch=0, **kwargs) as s:
+        assert len(s.train_streams) == 3
+        for step in (3000, 2999, 70_000, 123):  # far, one back, farther, far back
+            tasks = [naive.task_pick(SMALL["seed"], k, weights) for k in range(step)]
+            with resumed_at(db, step, [tasks.count(t) for t in range(3)], **kwargs) as r:
+                assert_same_batches([s.train_batch(step)], [r.next_train_batch()])
+        # too far to count at once: one line naming the step and the limit, nothing built
+        with pytest.raises(InvalidArgumentError, match=r"train step 1000000000000 is .* at "
+                                                       r"most 1073741824 at once"):
+            s.train_batch(10**12)
+        with pytest.raises(InvalidArgumentError, match=r"from 0 to 2\^63-1, got 922337203685"):
+            s.train_batch(2**63)
+
+
+def test_a_train_step_of_one_task_is_found_in_constant_time_however_far(db):
+    kwargs = dict(batch_size=3, task_weights=[0.0, 1.0, 0.0])
+    with quiet_sampler(db, 1, 2, num_prefetch=0, **kwargs) as s:
+        for step in (10**12, 2**63 - 1, 5):
+            with resumed_at(db, step, [step], **kwargs) as r:
+                assert_same_batches([s.train_batch(step)], [r.next_train_batch()])

@@ -149,6 +149,14 @@ def uniform_below(k0, k1, anchor, state, n):
 
 
 @kernel
+def task_draw(k0, k1, step):
+    """The task-pick value of train step ``step`` under the key ``(k0, k1)`` of the seed."""
+    step = np.uint64(step)
+    r0, r1, _, _ = philox4x32_10(step & MASK32, step >> SHIFT32, np.uint64(0), TASK_TAG, k0, k1)
+    return r0 | (r1 << SHIFT32)
+
+
+@kernel
 def task_draws(seed, first_step, count):
     """The task-pick value of train steps ``first_step .. first_step+count-1`` (uint64)."""
     seed = np.uint64(seed)
@@ -156,10 +164,20 @@ def task_draws(seed, first_step, count):
     k1 = seed >> SHIFT32
     out = np.empty(count, dtype=np.uint64)
     for i in range(count):
-        step = np.uint64(first_step) + np.uint64(i)
-        r0, r1, _, _ = philox4x32_10(step & MASK32, step >> SHIFT32, np.uint64(0), TASK_TAG, k0, k1)
-        out[i] = r0 | (r1 << SHIFT32)
+        out[i] = task_draw(k0, k1, np.uint64(first_step) + np.uint64(i))
     return out
+
+
+@kernel
+def pick_of(draw, cumulative_weights):
+    """The task one draw picks (see ``pick_tasks``)."""
+    last = cumulative_weights.shape[0] - 1
+    u = np.float64(draw >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    x = u * cumulative_weights[last]
+    t = 0
+    while t < last and not x < cumulative_weights[t]:
+        t += 1
+    return t
 
 
 @kernel
@@ -169,13 +187,20 @@ def pick_tasks(draws, cumulative_weights):
     ``u = (draw >> 11) / 2^53`` is in ``[0, 1)``; ``cumulative_weights`` is float64, ascending,
     with a positive last entry. Tasks of weight 0 are never chosen.
     """
-    total = cumulative_weights[cumulative_weights.shape[0] - 1]
     out = np.empty(draws.shape[0], dtype=np.int64)
     for i in range(draws.shape[0]):
-        u = np.float64(draws[i] >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-        x = u * total
-        t = 0
-        while t < cumulative_weights.shape[0] - 1 and not x < cumulative_weights[t]:
-            t += 1
-        out[i] = t
+        out[i] = pick_of(draws[i], cumulative_weights)
     return out
+
+
+@kernel
+def count_task_picks(seed, first_step, count, cumulative_weights, counts):
+    """Add to ``counts[t]`` how many of train steps ``first_step .. first_step+count-1`` pick
+    task ``t``: ``pick_tasks(task_draws(...))`` tallied, in constant memory (a step's task
+    is its own draw, so counting is the only way to know how often a task came up)."""
+    seed = np.uint64(seed)
+    k0 = seed & MASK32
+    k1 = seed >> SHIFT32
+    for i in range(count):
+        draw = task_draw(k0, k1, np.uint64(first_step) + np.uint64(i))
+        counts[pick_of(draw, cumulative_weights)] += 1

@@ -220,11 +220,34 @@ class SamplingPlan:
                                          record=self._failure_record(cursor))
         return Cursor(cursor.epoch + 1, 0)
 
-    def cursor_at(self, step: int) -> Cursor:
-        """The cursor after ``step`` calls from the start (epoch 0, position 0): every call
-        of an epoch but its last moves one global batch on, the last starts the next epoch."""
-        epoch, call = divmod(step, self.steps_per_epoch)
+    def advance_by(self, cursor: Cursor, calls: int) -> Cursor:
+        """The cursor after ``calls`` calls from ``cursor`` (``advance`` that many times, in
+        O(1)): the calls left in ``cursor``'s epoch, then whole epochs of ``steps_per_epoch``
+        calls, each call but an epoch's last moving one global batch on."""
+        left = self.steps_to_epoch_end(cursor)
+        if self.stage is not Stage.TRAIN and calls:
+            # eval positions are not clamped: ``advance`` refuses a call whose position
+            # overflows, so the furthest call of the first epoch, then of the next, is tried
+            gbs = self.global_batch_size
+            furthest = [Cursor(cursor.epoch, cursor.global_index + (min(calls, left) - 1) * gbs)]
+            if calls > left and cursor.epoch < UINT64_MAX:
+                later = min(calls - left, self.steps_per_epoch) - 1
+                furthest.append(Cursor(cursor.epoch + 1, later * gbs))
+            for last in furthest:
+                if last.global_index + gbs > UINT64_MAX:
+                    self.advance(last)  # raises its overflow error
+        if calls < left:
+            return Cursor(cursor.epoch, cursor.global_index + calls * self.global_batch_size)
+        epochs, call = divmod(calls - left, self.steps_per_epoch)
+        epoch = cursor.epoch + 1 + epochs
+        if epoch > UINT64_MAX:
+            raise ContractViolationError("epoch counter overflows uint64",
+                                         record=self._failure_record(cursor))
         return Cursor(epoch, call * self.global_batch_size)
+
+    def cursor_at(self, step: int) -> Cursor:
+        """The cursor after ``step`` calls from the start (epoch 0, position 0)."""
+        return self.advance_by(Cursor(), step)
 
     def slice_of(self, cursor: Cursor) -> tuple[int, int]:
         """(first position, count) of this rank's micro-batch at ``cursor``."""

@@ -8,7 +8,8 @@ schedule walks the val streams one eval epoch each, in task order, round and rou
 whose slice is empty on this rank (the tail of an epoch) is skipped.
 
 Schedules are advanced under a lock by whichever producer thread needs a later step first;
-each step's job is handed out exactly once.
+each step walked is handed out once. A train step far from the steps made is located instead
+(``TrainSchedule``), without a job for each step it skips.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from dlkit.core.streams import pick_tasks, task_draws
 from dlkit.errors import CheckpointError
 from dlkit.nextbatch import Cursor, RunManifest, SamplingPlan, Stage
 from dlkit.nextbatch.mixture import MixtureOrder
+from dlkit.sampler.picks import PickCounts
 from dlkit.sampler.tasks import TaskView
+
+WALK_AHEAD = 256  # steps this close past the furthest made are walked, the others located
 
 
 class SamplerWarning(UserWarning):
@@ -91,7 +95,14 @@ def open_streams(manifest: RunManifest, keys: Sequence[tuple[str, TaskView, np.n
 
 
 class TrainSchedule:
-    """Train steps from ``step`` on, given every stream's cursor before that step."""
+    """Train steps from ``step`` on, given every stream's cursor before that step.
+
+    Steps just ahead of the furthest one made are walked, one job each (the producer
+    threads ask for steps a little out of order: each is handed out once). Any other step
+    is located: each stream's cursor at it is its cursor at ``step`` advanced by how often
+    the stream was picked in between (``PickCounts``: O(1) with one stream, a count of the
+    draws in between with several), so a far step makes no job for the steps it skips.
+    """
 
     def __init__(self, streams: Sequence[SplitStream], weights: Sequence[float], seed: int,
                  step: int = 0, cursors: Mapping[str, Cursor] | None = None):
@@ -109,6 +120,8 @@ class TrainSchedule:
             for stream in self.streams:
                 stream.plan.check_cursor(cursors[stream.key])
             self._cursors.update(cursors)
+        self._origin = [self._cursors[s.key] for s in self.streams]
+        self._picks = PickCounts(seed, self.cumulative, step)
         self._pending: dict[int, Job] = {}
 
     def _advance(self, count: int) -> None:
@@ -122,23 +135,43 @@ class TrainSchedule:
             self._cursors[stream.key] = after
             self._next_step += 1
 
+    def _located(self, step: int) -> tuple[Job, list[Cursor]]:
+        """The job of ``step`` and every stream's cursor after it, from the counts of the
+        picks before it."""
+        counts = self._picks.before(step).tolist()
+        cursors = [stream.plan.advance_by(origin, calls) for stream, origin, calls
+                   in zip(self.streams, self._origin, counts)]
+        pick = self._picks.pick(step)
+        stream, cursor = self.streams[pick], cursors[pick]
+        job = Job(step, stream, cursor, stream.plan.advance(cursor))
+        cursors[pick] = job.cursor_after
+        return job, cursors
+
     @property
     def next_step(self) -> int:
-        """The first step whose job is not made yet."""
+        """The first step after the furthest one made."""
         return self._next_step
 
     def job(self, step: int) -> Job:
-        """The job of ``step`` (each step is handed out once)."""
+        """The job of ``step``: a walked step's job is handed out once, a step asked again
+        (or far) is located."""
         with self._lock:
-            if step >= self._next_step:
+            if step in self._pending:
+                return self._pending.pop(step)
+            if self._next_step <= step < self._next_step + WALK_AHEAD:
                 self._advance(step - self._next_step + 1)
-            return self._pending.pop(step)
+                return self._pending.pop(step)
+            job, cursors = self._located(step)
+            if step >= self._next_step:  # the walk goes on from here
+                self._next_step = step + 1
+                self._cursors = {s.key: c for s, c in zip(self.streams, cursors)}
+            return job
 
     def forget_before(self, step: int) -> None:
         """Drop the jobs of steps before ``step`` that were made but never handed out."""
         with self._lock:
-            for earlier in [s for s in self._pending if s < step]:
-                del self._pending[earlier]
+            # a new dict: one emptied by deletions keeps its table at its largest size
+            self._pending = {k: job for k, job in self._pending.items() if k >= step}
 
 
 class MixtureSchedule:
