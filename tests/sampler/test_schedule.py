@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import tracemalloc
+import warnings
 from unittest import mock
 
 import numpy as np
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from dlkit.nextbatch import Cursor, Stage
@@ -20,7 +21,7 @@ from dlkit.nextbatch.run_manifest import DataConfig, DatasetEntry, RunManifest
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler import schedule as schedule_module
 from dlkit.sampler.picks import PickCounts
-from dlkit.sampler.schedule import TrainSchedule, open_streams
+from dlkit.sampler.schedule import SamplerWarning, TrainSchedule, open_streams
 from dlkit.sampler.tasks import TaskView
 from tests import naive_sampler as naive
 
@@ -149,3 +150,51 @@ def test_forgotten_jobs_leave_no_table_behind():
     assert schedule._pending == {}  # noqa: SLF001
     # a dict emptied by deletions keeps its largest table: forgetting makes a new one
     assert schedule._pending.__sizeof__() == {}.__sizeof__()  # noqa: SLF001
+
+
+def val_stream(cardinality, micro_batch, world_size, rank, seed):
+    manifest = RunManifest(seed=seed, global_batch_size=micro_batch * world_size, datasets={
+        "db/t0/val": DatasetEntry("db/t0/val", "1", cardinality, bytes(32))})
+    return open_streams(manifest, [("db/t0/val", task_view(0, cardinality),
+                                    np.arange(cardinality, dtype=np.int64))],
+                        world_size, rank, Stage.EVAL)
+
+
+@given(cardinality=st.integers(1, 40), micro_batch=st.integers(1, 9),
+       world_size=st.sampled_from([1, 1, 2, 3]), seed=st.integers(0, 2**64 - 1),
+       walked_first=st.integers(0, 90), origin=st.integers(0, 2**40),
+       offsets=st.lists(st.integers(0, 700), min_size=1, max_size=12))
+def test_val_steps_of_one_stream_located_are_the_walks_steps(
+        cardinality, micro_batch, world_size, seed, walked_first, origin, offsets):
+    """One val stream: steps asked far, repeated or in any order are the steps walked one
+    by one from the same state (on one rank located in O(1); on several, walked: a rank
+    skips the calls whose slice of it is empty)."""
+    from dlkit.sampler.schedule import ValSchedule
+
+    rank = world_size - 1  # the rank most likely to have empty slices
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplerWarning)  # a rank without a seed: no stream
+        streams = val_stream(cardinality, micro_batch, world_size, rank, seed)
+    assume(streams)
+    start = ValSchedule(streams)
+    for step in range(walked_first):  # a state taken after some steps: any cursor
+        start.job(step)
+    cursor = start._cursors[streams[0].key]
+
+    def schedule():
+        return ValSchedule(streams, origin, streams[0].key, {streams[0].key: cursor})
+
+    walk, asked = schedule(), schedule()
+    last = origin + max(offsets)
+    walked = {step: walk.job(step) for step in range(origin, last + 1)}
+    located = world_size == 1
+    # walked steps are handed out once; located ones may be asked again
+    steps = [origin + k for k in (offsets if located else dict.fromkeys(offsets))]
+    for step in steps:
+        job = asked.job(step)
+        assert (job.cursor, job.cursor_after, job.current_after) == (
+            walked[step].cursor, walked[step].cursor_after, walked[step].current_after)
+    if located:  # a far step makes no job for the steps it skips
+        far = schedule()
+        far.job(origin + 10**12)
+        assert far._pending == {}

@@ -233,6 +233,19 @@ class ValSchedule:
                 stream.plan.check_cursor(cursors[stream.key])
                 self._cursors[stream.key] = cursors[stream.key]
         self._pending: dict[int, Job] = {}
+        # One stream seen whole by one rank: no slice is empty, every call is a step, so
+        # step k is the stream's cursor at the first step advanced k - first calls (O(1)).
+        # Otherwise which calls a rank skips depends on the walk, and steps are walked.
+        only = self.streams[0] if len(self.streams) == 1 else None
+        self._locatable = only is not None and only.plan.world_size == 1
+        self._origin = (step, self._cursors[only.key]) if only is not None else None
+
+    def _located(self, step: int) -> Job:
+        assert self._origin is not None
+        stream = self.streams[0]
+        first, cursor = self._origin
+        at = stream.plan.advance_by(cursor, step - first)
+        return Job(step, stream, at, stream.plan.advance(at), stream.key)
 
     def _advance_one(self) -> None:
         while True:
@@ -249,8 +262,18 @@ class ValSchedule:
                 return
 
     def job(self, step: int) -> Job:
-        """The job of ``step`` (each step is handed out once)."""
+        """The job of ``step``: a walked step's job is handed out once; with one stream on
+        one rank a far step (or one asked again) is located, without a job for each step
+        it skips."""
         with self._lock:
+            if step in self._pending:
+                return self._pending.pop(step)
+            if self._locatable and not (self._next_step <= step < self._next_step + WALK_AHEAD):
+                job = self._located(step)
+                if step >= self._next_step:  # the walk goes on from here
+                    self._next_step = step + 1
+                    self._cursors[job.stream.key] = job.cursor_after
+                return job
             while step >= self._next_step:
                 self._advance_one()
             return self._pending.pop(step)
