@@ -326,7 +326,7 @@ class Sampler:
         step). With several weighted tasks, each step's task is its own keyed draw, so a
         task's position at step ``k`` is how often it was drawn before ``k``: no formula
         gives that sum, so the draws are counted (about 20 ns a step, in constant memory)
-        from the nearest step already found (the last one asked for, or one of the counts
+        from the nearest step already made (the last one asked for or walked, or one of the counts
         kept along the way, at most 2^16 steps apart at first): ascending steps cost their
         distance, a step back costs at most the spacing of the kept counts. A step more than
         2^30 draws from every step found is refused (``InvalidArgumentError``): ask for

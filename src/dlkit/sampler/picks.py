@@ -15,6 +15,8 @@ refused with an ``InvalidArgumentError`` (asking for nearer steps first reaches 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from dlkit.core.streams import count_task_picks, pick_tasks, task_draws
@@ -77,17 +79,41 @@ class PickCounts:
         self._last_step, self._last = step, counts
         return counts.copy()
 
-    def _count(self, start: int, stop: int, counts: np.ndarray) -> None:
-        """Add the picks of ``start .. stop - 1`` to ``counts``, keeping a landmark at every
-        interval boundary passed beyond the furthest one kept."""
+    def walked(self, start: int, picks: np.ndarray) -> None:
+        """Take the picks a walk drew for the steps from ``start`` on (``picks[i]`` is step
+        ``start + i``'s stream): locating a step later counts from the last step walked, and
+        the landmarks cover what was walked, as if it had been counted."""
+        if self.num_streams == 1 or not len(picks) or start < self._last_step:
+            return  # (a walk behind the last step counted: nothing nearer to keep)
+        try:
+            counts = self.before(start)  # the draws between, if any (one after a located step)
+        except InvalidArgumentError:
+            return  # too far from every step counted to count now: a later locate will
+        offset = start
+
+        def add(first: int, stop: int, into: np.ndarray) -> None:
+            into += np.bincount(picks[first - offset:stop - offset],
+                                minlength=self.num_streams).astype(np.int64)
+
+        stop = start + len(picks)
+        self._count(start, stop, counts, add)
+        self._last_step, self._last = stop, counts
+
+    def _draws(self, start: int, stop: int, counts: np.ndarray) -> None:
+        count_task_picks(self.seed, np.uint64(start), stop - start, self.cumulative, counts)
+
+    def _count(self, start: int, stop: int, counts: np.ndarray,
+               add: Callable[[int, int, np.ndarray], None] | None = None) -> None:
+        """Add the picks of ``start .. stop - 1`` to ``counts`` (``add(start, stop,
+        counts)``: drawing them by default), keeping a landmark at every interval boundary
+        passed beyond the furthest one kept."""
+        add = self._draws if add is None else add
         while start < stop:
             following = self.origin + len(self._landmarks) * self.interval
             if start < following - self.interval or stop < following:
-                count_task_picks(self.seed, np.uint64(start), stop - start, self.cumulative,
-                                 counts)
+                add(start, stop, counts)
                 return
-            count_task_picks(self.seed, np.uint64(start), following - start,
-                             self.cumulative, counts)
+            add(start, following, counts)
             start = following
             if len(self._landmarks) == self.max_landmarks:
                 # full: rows 0, 2, 4, ... are the landmarks of twice the interval, and the

@@ -127,6 +127,7 @@ class TrainSchedule:
     def _advance(self, count: int) -> None:
         picks = pick_tasks(task_draws(np.uint64(self.seed), np.uint64(self._next_step), count),
                            self.cumulative)
+        self._picks.walked(self._next_step, picks)
         for pick in picks.tolist():
             stream = self.streams[pick]
             cursor = self._cursors[stream.key]
