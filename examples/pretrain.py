@@ -162,14 +162,7 @@ def head_key(component: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    world = tt.start_world()
-    completed = False
-    try:
-        status = pretrain(args, world)
-        completed = True
-        return status
-    finally:
-        tt.stop_world(world, completed)
+    return tt.in_world(lambda world: pretrain(args, world))
 
 
 @dataclass(frozen=True)

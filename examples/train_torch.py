@@ -25,6 +25,8 @@ import io
 import os
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -157,12 +159,23 @@ def learning_rate(args: options.TrainArgs, step: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = options.parse_args("torch", argv)
+    return in_world(lambda world: train(args, world))
+
+
+def in_world(work: Callable[[World], int]) -> int:
+    """``work(world)`` between joining the process group and leaving it (``stop_world``).
+    A failure's traceback holds ``work``'s frames, and through them the model and its
+    process group: they are cleared first, or the group would outlive ``stop_world`` as
+    after a completed run it did, and abort the rank at exit instead of its error line."""
     world = start_world()
     completed = False
     try:
-        status = train(args, world)
+        status = work(world)
         completed = True
         return status
+    except BaseException as exc:
+        traceback.clear_frames(exc.__traceback__)
+        raise
     finally:
         stop_world(world, completed)
 

@@ -328,3 +328,23 @@ def test_show_lists_the_aggregate_cells_with_their_as_of_values(tmp_path: Path):
     assert not seed.truncated
     cut = describe_sequence(tmp_path / "db", "us", anchor_row=1, sequence_length=4)
     assert cut.rows[0].truncated  # 2 columns and 2 of the 6 aggregate cells
+
+
+@pytest.mark.parametrize("kind,true,mean,std", [
+    ("mean", 1000003.25, 1e6, 10.0),    # |mean| >> std: the z-score carries the cents
+    ("mean", 0.6, 0.5, 0.3),
+    ("sum", 120.0, 3.0, 1.5),           # signed log1p scale
+    ("sum", -2.5, 0.0, 1.0),
+])
+def test_shown_aggregates_keep_the_digits_the_encoding_carries(kind, true, mean, std):
+    """show decodes an aggregate cell from its float32 z-score (docs/batch_format.md) and
+    rounds it to the z-score's precision: the true value comes back, not float32's noise,
+    and no digit the encoding holds is dropped."""
+    from types import SimpleNamespace
+
+    from dlkit.sampler.inspect import aggregate_value
+
+    scaled = true if kind == "mean" else math.copysign(math.log1p(abs(true)), true)
+    z = np.float32((scaled - mean) / std)
+    cell = SimpleNamespace(kind=kind, mean=mean, std=std)
+    assert aggregate_value(cell, float(z)) == true

@@ -64,8 +64,12 @@ def test_curves_plots_every_numeric_series(tmp_path):
         diverged.stderr.decode())
     svg = (tmp_path / "n.svg").read_text()
     assert "not finite at 2 steps, from step 1" in svg and 'data-series="database_idx"' not in svg
-    as_json = json.loads(run_dlkit("curves", record, "-o", tmp_path / "j.svg", "--json").stdout)
-    assert as_json["not_finite"] == {"loss": [1, 2]}
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 2.0}\n')
+    as_json = json.loads(run_dlkit("curves", record, other, "-o", tmp_path / "j.svg",
+                                   "--json").stdout)
+    assert as_json["series"] == ["loss", "loss"]  # one per record
+    assert as_json["not_finite"] == [[1, 2], []]
     kept = record.read_bytes()
     err = assert_clean_failure(run_dlkit("curves", record, "-o", record, "--overwrite"),
                                "INVALID_ARGUMENT")

@@ -101,6 +101,9 @@ def test_cli_never_writes_over_what_it_draws(example_db, tmp_path):
     into = run_dlkit("schema", "diagram", db, "-o", db / "metadata.json", "--overwrite")
     assert "inside the database" in assert_clean_failure(into, "INVALID_ARGUMENT")
     assert (db / "metadata.json").read_bytes() == metadata
+    deeper = run_dlkit("schema", "diagram", db, "-o", db / "tables" / "x.svg")
+    assert "inside the database" in assert_clean_failure(deeper, "INVALID_ARGUMENT")
+    assert not (db / "tables" / "x.svg").exists()
     source = tmp_path / "source"
     shutil.copytree(EXAMPLE, source)
     schema = (source / "dlkit.toml").read_bytes()
@@ -108,6 +111,11 @@ def test_cli_never_writes_over_what_it_draws(example_db, tmp_path):
         over = run_dlkit("schema", "diagram", drawn, "-o", source / "dlkit.toml", "--overwrite")
         assert "same file as the input" in assert_clean_failure(over, "INVALID_ARGUMENT")
         assert (source / "dlkit.toml").read_bytes() == schema
+    table = (source / "users.parquet").read_bytes()
+    over = run_dlkit("schema", "diagram", source, "-o", source / "users.parquet", "--overwrite")
+    assert "same file as the input users.parquet" in assert_clean_failure(over,
+                                                                           "INVALID_ARGUMENT")
+    assert (source / "users.parquet").read_bytes() == table
     beside = run_dlkit("schema", "diagram", source, "-o", source / "schema.mmd")
     assert beside.returncode == 0 and (source / "schema.mmd").is_file()
 

@@ -484,7 +484,12 @@ def schema_diagram(
             check_output_file(out, overwrite, inside=source, inside_what="the database")
         else:
             schema = source / SCHEMA_FILE if source.is_dir() else source
-            check_output_file(out, overwrite, inputs={f"the input {schema.name}": schema})
+            inputs = {f"the input {schema.name}": schema}
+            if source.is_dir():  # a draft is inferred from the tables: they are inputs too
+                inputs.update({f"the input {entry.name}": Path(entry.path)
+                               for entry in _entries(source)
+                               if entry.is_file() and entry.name.endswith(".parquet")})
+            check_output_file(out, overwrite, inputs=inputs)
     diagram = _diagram_of(source)
     if as_json:
         print_json(diagram.to_json())

@@ -62,7 +62,8 @@ def check_output_file(out: Path, overwrite: bool, *, inside: Path | None = None,
     if inside is not None:
         parent = out.absolute().parent
         try:
-            same = os.path.samefile(parent, inside)
+            same = any(os.path.samefile(folder, inside) for folder in (parent, *parent.parents)
+                       if folder.exists())
         except OSError:
             same = False
         if same:

@@ -355,9 +355,9 @@ def curves(
     check_output_file(out, overwrite, inputs={f"the record {path}": path for path in record})
     series = _read_records(record, quiet=quiet or as_json)
     atomic_write_bytes(out, curves_svg(series).encode("utf-8"), overwrite=overwrite)
-    if as_json:
+    if as_json:  # series of several records may share a name: not_finite is one per series
         print_json({"output": str(out), "series": [s.name for s in series],
-                    "not_finite": {s.name: list(s.not_finite) for s in series if s.not_finite}})
+                    "not_finite": [list(s.not_finite) for s in series]})
     elif not quiet:
         err_console.print(f"wrote {plain(out)}: {', '.join(plain(s.name) for s in series)}",
                           highlight=False)

@@ -40,7 +40,7 @@ class CellView:
     is_target: bool
     is_hidden: bool = False
     # for --json: the value typed (a number, true/false, ISO time, the whole text; None for
-    # a null cell; the marker text for a masked or hidden one)
+    # a null, masked or hidden cell: its flags say which)
     typed: Any = None
 
 
@@ -165,16 +165,22 @@ def typed_value(db: SamplerDatabase, column: Any, local: int) -> Any:
 
 def aggregate_value(cell: Any, encoded: float) -> int | float:
     """The as-of value an aggregate cell holds, from its encoding (docs/batch_format.md):
-    a count exactly (an integer), a sum or mean to float32's 7 significant digits (all the
-    encoding carries: 120, not 119.99999667846673)."""
-    value = encoded * float(cell.std) + float(cell.mean)
+    a count exactly (an integer), a sum or mean rounded to the digits the float32 encoding
+    carries (120, not 119.99999667846673): the z-score's float32 spacing, carried through
+    the decoding, is the value's uncertainty."""
+    z = np.float32(encoded)
+    spread = float(np.spacing(np.abs(z))) * float(cell.std)  # on the decoded scale
+    value = float(z) * float(cell.std) + float(cell.mean)
     if cell.kind == "count":
         return round(math.expm1(value))
     if cell.kind == "sum":
         if abs(value) < 1e-6:  # a float32 z-score's rounding around an empty sum
             return 0.0
         value = math.copysign(math.expm1(abs(value)), value)
-    return float(f"{value:.7g}")
+        spread *= abs(value) + 1.0  # d expm1(t) / dt = exp(t)
+    # the last decimal whose unit is at least twice the spacing: the noise rounds away
+    decimals = 15 if spread <= 1e-15 else math.floor(-math.log10(2.0 * spread))
+    return round(value, min(decimals, 15))
 
 
 def _typed_key(table: Any, local: int) -> Any:
