@@ -247,6 +247,28 @@ def test_shutdown_joins_every_thread_and_then_raises(db):
     assert set(dlkit_threads()) <= before
 
 
+def test_a_sampler_dropped_without_shutdown_is_collected_with_its_threads(db):
+    """The producer threads hold no reference to the sampler: dropped unclosed, it is
+    collected, and its engines stop their threads (they kept every dropped sampler, with
+    its maps and copies, for the life of the process)."""
+    import gc
+    import weakref
+
+    before = set(dlkit_threads())
+    s = Sampler(db, 0, 1, batch_size=4, num_threads=2, num_prefetch=4, **SMALL)
+    s.next_train_batch()
+    s.next_val_batch()
+    started = set(dlkit_threads()) - before
+    assert len(started) == 4
+    dropped = weakref.ref(s)
+    del s
+    gc.collect()
+    assert dropped() is None
+    for thread in started:
+        thread.join(timeout=60)
+        assert not thread.is_alive(), thread.name
+
+
 def test_shutdown_frees_the_copies_without_waiting_for_the_garbage_collector(db):
     """The huge-page copies go when the sampler shuts down, not when a GC pass finds it."""
     import gc

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -64,6 +65,15 @@ _REPR_FIELDS = ("rank", "world_size", "split_ratios", "split_seed", "seed", "num
                 "batch_size", "sequence_length", "max_rows", "bfs_child_width", "task_weights",
                 "num_threads", "sampling_mode", "huge_pages", "local_rank", "local_world_size",
                 "bfs_child_policy")
+
+
+def _live(sampler: weakref.ref[Sampler]) -> Sampler:
+    """The sampler a channel belongs to; once it is dropped, the channel has nothing left to
+    schedule."""
+    live = sampler()
+    if live is None:
+        raise SamplerShutdown("the sampler was dropped: no more batches")
+    return live
 
 
 class Sampler:
@@ -201,8 +211,12 @@ class Sampler:
         check_batch_memory(cfg.batch_size, cfg.batch_config.sequence_length,
                            cfg.batch_config.max_rows, cfg.num_prefetch + cfg.num_threads + 1)
         self._eval_streams: dict[Split, tuple[SplitStream, ...]] = {}
+        # The channels reach the sampler weakly (no cycle): a sampler dropped without
+        # shutdown() is freed at once, and its channels and prefetch engines with it.
+        sampler = weakref.ref(self)
         self._channels = {Split.TRAIN: BatchChannel(
-            Split.TRAIN.value, self.builders, self._train_schedule,
+            Split.TRAIN.value, self.builders,
+            lambda state: _live(sampler)._train_schedule(state),
             initial_state(Split.TRAIN, self.train_streams),
             self.config.num_prefetch, self.config.num_threads)}
         self._open_eval_channel(Split.VAL)  # test opens on first use: most runs never pull it
@@ -216,8 +230,10 @@ class Sampler:
             streams = self._eval_streams[split] = tuple(
                 stream for d, (plan, builder) in enumerate(zip(self._plans, self.builders))
                 for stream in plan.streams(split, builder.fitting_tasks, database=d))
+            sampler = weakref.ref(self)
             self._channels[split] = BatchChannel(
-                split.value, self.builders, lambda state: self._eval_schedule(split, state),
+                split.value, self.builders,
+                lambda state: _live(sampler)._eval_schedule(split, state),
                 initial_state(split, streams),
                 self.config.num_prefetch, self.config.num_threads)
         return self._channels[split]

@@ -11,6 +11,7 @@ is what ``state()`` reports: prefetched but unconsumed batches are rebuilt after
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 
 from dlkit.errors import SamplerShutdown
@@ -66,7 +67,7 @@ class BatchChannel:
             if self._prefetcher is None:
                 per_worker = max(1, math.ceil(self.num_prefetch / self.num_threads))
                 self._prefetcher = MultiIteratorPrefetcher(
-                    IteratorConfig(produce=self.produce, start=step),
+                    IteratorConfig(produce=_weak_produce(self), start=step),
                     PrefetchConfig(num_workers=self.num_threads, buffer_size=per_worker),
                     name=f"dlkit-{self.name}")
             try:
@@ -106,6 +107,22 @@ class BatchChannel:
     def close(self) -> None:
         self._closed = True
         self._stop()
+
+
+def _weak_produce(channel: BatchChannel) -> Callable[[int], tuple[Job, BuiltBatch]]:
+    """``channel.produce`` for the producer threads, without keeping the channel alive: a
+    Sampler dropped without ``shutdown()`` is then collected, and its prefetch engine with
+    it (the engine closes itself when collected). A strong reference from the threads kept
+    every dropped Sampler, its threads, maps and copies, for the life of the process."""
+    ref = weakref.ref(channel)
+
+    def produce(step: int) -> tuple[Job, BuiltBatch]:
+        live = ref()
+        if live is None:
+            raise SamplerShutdown("the sampler was dropped: no more batches")
+        return live.produce(step)
+
+    return produce
 
 
 def build_job(builders: Sequence[BatchBuilder], job: Job) -> BuiltBatch:
