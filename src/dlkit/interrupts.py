@@ -20,6 +20,8 @@ from typing import Any
 
 _commit_log: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "dlkit_commit_log", default=None)
+_part_log: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "dlkit_part_log", default=None)
 
 
 @contextlib.contextmanager
@@ -30,6 +32,30 @@ def recording_commits() -> Iterator[list[str]]:
     token = _commit_log.set(log)
     try:
         yield log
+    finally:
+        _commit_log.reset(token)
+
+
+@contextlib.contextmanager
+def recording_parts() -> Iterator[list[str]]:
+    """A list that every part committed inside an ``outputs_in_parts`` block is appended to:
+    the CLI tells an interrupt that left some parts of the output complete."""
+    log: list[str] = []
+    token = _part_log.set(log)
+    try:
+        yield log
+    finally:
+        _part_log.reset(token)
+
+
+@contextlib.contextmanager
+def outputs_in_parts() -> Iterator[None]:
+    """Outputs committed inside the block are parts of the command's output (the databases
+    of ``preprocess-many``): an interrupt inside it finds the output unfinished, with those
+    parts complete, not the whole output complete."""
+    token = _commit_log.set(_part_log.get())
+    try:
+        yield
     finally:
         _commit_log.reset(token)
 

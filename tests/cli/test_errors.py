@@ -147,6 +147,37 @@ def test_an_interrupt_after_preprocess_committed_says_the_database_is_complete(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
 
 
+def test_an_interrupt_between_preprocess_many_sources_names_the_databases_built(
+        dlkit, tmp_path, monkeypatch):
+    """Each database is a part of preprocess-many's output: one built before the interrupt
+    is complete and named, but the run is not (exit 130; it said 0, "output complete")."""
+    import shutil
+
+    from dlkit.db.write import collection
+
+    sources = tmp_path / "sources"
+    for name in ("a", "b", "c"):
+        shutil.copytree(EXAMPLE, sources / name)
+    real = collection.preprocess_many
+
+    def interrupted(*args, on_source, **kwargs):
+        def after_one(result):
+            on_source(result)
+            _terminate_self()
+
+        return real(*args, on_source=after_one, **kwargs)
+
+    monkeypatch.setattr(collection, "preprocess_many", interrupted)
+    out = tmp_path / "out"
+    result = dlkit("preprocess-many", sources, out, "--no-fsync", "-q")
+    assert result.returncode == 130, result.stderr
+    built = [p for p in sorted(out.iterdir()) if (p / "manifest.json").is_file()]
+    assert len(built) == 1 and dlkit("verify", built[0], "-q").returncode == 0
+    assert result.stderr.splitlines()[-1] == (
+        f"error INTERRUPTED: dlkit preprocess-many was interrupted; complete before it: "
+        f"{built[0]}; the rest was not made")
+
+
 # Run as ``python -m``: only that path kills the process by SIGINT when CPython flagged a
 # KeyboardInterrupt as unhandled (its C entry point checks the flag after the program exits).
 _BOOM = """

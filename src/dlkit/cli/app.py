@@ -344,12 +344,12 @@ def main(argv: list[str] | None = None) -> None:
     line: what was stopped, and that its temporary output is gone, or, when the signal came
     after the output was complete, that it is complete (exit 0).
     """
-    from dlkit.interrupts import recording_commits
+    from dlkit.interrupts import recording_commits, recording_parts
 
     words = sys.argv[1:] if argv is None else list(argv)
     named = next((w for w in words if not w.startswith("-")), None)
     command = "dlkit" if named is None else f"dlkit {named}"
-    with recording_commits() as committed:
+    with recording_commits() as committed, recording_parts() as parts:
         try:
             try:
                 with _sigterm_as_interrupt():
@@ -392,6 +392,13 @@ def main(argv: list[str] | None = None) -> None:
 
                 traceback.print_exc()
             _forget_unhandled_interrupt()
+            if parts:  # some parts of a many-part output (preprocess-many's databases)
+                listed = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more"
+                                                 if len(parts) > 3 else "")
+                print_error(errors.DlkitError(
+                    f"{exc.command} was interrupted; complete before it: {listed}; the rest "
+                    "was not made", code="INTERRUPTED"))
+                sys.exit(INTERRUPTED_EXIT)
             if committed:
                 print_note(f"{exc.command} was interrupted after its output was complete: "
                            + ", ".join(committed))

@@ -272,6 +272,7 @@ def preprocess_many(
     """
     from dlkit.db.write.collection import Outcome, check_shard
     from dlkit.db.write.collection import preprocess_many as run
+    from dlkit.interrupts import outputs_in_parts
 
     try:
         check_shard(shard, num_shards)
@@ -294,10 +295,11 @@ def preprocess_many(
                 err_console.print(f"[red]failed[/] {plain(result.name)}: "
                                   f"{plain(result.error or '')}", highlight=False)
 
-        report = run(collection, out_dir, shard=shard, num_shards=num_shards,
-                     skip_existing=skip_existing, overwrite=overwrite,
-                     on_start=lambda total: bar.update(job, total=total), on_source=done,
-                     **options)
+        with outputs_in_parts():  # each database is a part: the run is done at its end
+            report = run(collection, out_dir, shard=shard, num_shards=num_shards,
+                         skip_existing=skip_existing, overwrite=overwrite,
+                         on_start=lambda total: bar.update(job, total=total), on_source=done,
+                         **options)
     if as_json:
         print_json(report.to_json())
     elif not quiet:
