@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -160,3 +161,45 @@ def test_served_page_computes_any_setting(example_db, browser):
     # stopping is how a server ends: exit 0, no error line
     assert server.returncode == 0
     assert b"error" not in server.stderr.read()
+
+
+def test_served_page_fetches_a_seed_it_does_not_list(example_db, browser):
+    """A served page lists the first seeds of a split; its "any seed" field shows any other
+    seed of that split, and the server refuses a seed of another split."""
+    from dlkit.db import open_database
+    from dlkit.viewer.context import seeds_by_split
+    from dlkit.viewer.page import Mode, PageOptions, page_data, render_page
+    from dlkit.viewer.serve import make_server
+
+    with open_database(example_db) as db:
+        splits = seeds_by_split(db, "review_rating")
+        page = render_page(page_data(db, PageOptions(max_listed_seeds=2), Mode.SERVE))
+        server = make_server(db, page)
+        thread = threading.Thread(target=server.serve_forever)
+        thread.start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/"
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.goto(url)
+            tab.select_option("[data-testid=task]", label="review_rating (reviews.rating)")
+            tab.select_option("[data-testid=split]", "val")
+            listed = tab.eval_on_selector_all("[data-testid=seed] option",
+                                              "os => os.map(o => +o.value)")
+            assert listed == splits["val"][:2].tolist()
+            assert f"first 2 of {splits['val'].size} listed" in tab.inner_text("#seed-label")
+            unlisted = int(splits["val"][-1])
+            tab.fill("[data-testid=anchor]", str(unlisted))
+            tab.locator("[data-testid=anchor]").dispatch_event("change")
+            tab.wait_for_function("document.querySelector('[data-testid=summary]').textContent"
+                                  f".includes('anchor row {unlisted},')")
+            assert _check_page_against_batch(tab, example_db, "review_rating", "val", 1024,
+                                             256, 16) == unlisted
+            other = tab.request.get(url + f"api/context?task=review_rating&split=val"
+                                    f"&anchor={int(splits['test'][0])}&S=8&R=8&W=1")
+            assert other.status == 400 and "test split" in other.json()["error"]
+            assert tab.request.get(url + "favicon.ico").status == 204
+            tab.close()
+        finally:
+            server.shutdown()
+            thread.join()
+            server.server_close()

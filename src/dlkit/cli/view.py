@@ -305,7 +305,8 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
     with sampler_warnings():  # printed before serving starts
         page = render_page(page_data(db, options, Mode.SERVE, curves))
     try:
-        server = make_server(db, page, port=port, seed=options.seed)
+        server = make_server(db, page, port=port, seed=options.seed,
+                             split_seed=options.split_seed)
     except OSError as exc:
         raise OutputError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
     host, bound = str(server.server_address[0]), int(server.server_address[1])

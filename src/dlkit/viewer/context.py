@@ -20,7 +20,7 @@ from dlkit.errors import InvalidArgumentError
 from dlkit.nextbatch.tokens import TrainOrder
 from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
 from dlkit.sampler.batch_files import BatchRequest, stream_schedule
-from dlkit.sampler.inspect import describe_sequence, format_time, visible_children
+from dlkit.sampler.inspect import describe_sequence, format_time, is_member, visible_children
 from dlkit.sampler.splits import (
     DEFAULT_TRAIN_ORDER,
     SPLITS,
@@ -89,18 +89,17 @@ def step_seeds(db: Database, task: str, split: str, step: int, *, seed: int = 0,
 
 
 def _children_in_view(db: Database, row: int, obs_time: int, strict: bool,
-                      in_sequence: set[int]) -> dict[str, tuple[int, int]]:
+                      in_sequence: np.ndarray) -> dict[str, tuple[int, int]]:
     """Per child table: (children of global ``row`` visible at ``obs_time``, how many of those
-    are in the sequence). A row without a time is visible at every time, as in the BFS; a
-    child reached by another path counts as in the sequence (the width did not cut it)."""
+    are in the sequence, the ascending global rows ``in_sequence``). A row without a time is
+    visible at every time, as in the BFS; a child reached by another path counts as in the
+    sequence (the width did not cut it)."""
     ids = visible_children(db.graph, row, obs_time, strict)
     tables = np.asarray(db.graph.row_table)[ids]
-    out: dict[str, tuple[int, int]] = {}
-    for t in np.unique(tables):
-        mine = ids[tables == t]
-        out[db.tables[int(t)].name] = (int(mine.size),
-                                       sum(int(c) in in_sequence for c in mine))
-    return out
+    visible = np.bincount(tables, minlength=len(db.tables))
+    taken = np.bincount(tables[is_member(ids, in_sequence)], minlength=len(db.tables))
+    return {db.tables[t].name: (int(visible[t]), int(taken[t]))
+            for t in np.flatnonzero(visible).tolist()}
 
 
 def build_context(db: Database, task: str, anchor_row: int, knobs: Knobs, *, seed: int = 0,
@@ -119,7 +118,7 @@ def build_context(db: Database, task: str, anchor_row: int, knobs: Knobs, *, see
                              context_example_policy=knobs.context_example_policy)
     strict = bool(data.rules.strict)
     position = {r.global_row: r.index for r in view.rows}
-    in_sequence = set(position)
+    in_sequence = np.sort(np.fromiter(position, dtype=np.int64, count=len(position)))
     rows = []
     totals: dict[str, list[int]] = {}
     for r in view.rows:

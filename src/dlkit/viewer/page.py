@@ -44,7 +44,8 @@ class PageOptions:
     seed: int = 0
     split_seed: int = 0
     tasks: tuple[str, ...] | None = None  # None: every task
-    max_listed_seeds: int = 500  # seeds a served page lists per split (any anchor is fetched)
+    # seeds a served page lists per split; its "any seed" field fetches any other one
+    max_listed_seeds: int = 500
     # A step of the run: each (task, split) shows the seeds of that step of its stream, with
     # the run's global batch size and train order (as `dlkit batches` builds them)
     step: int | None = None
@@ -84,14 +85,14 @@ def page_data(db: Database, options: PageOptions, mode: Mode, curves: tuple[Seri
     for name in names:
         task = next(t for t in meta.tasks if t.name == name)
         listed = options.max_listed_seeds if mode == Mode.SERVE else options.seeds_per_split
-        seeds, epochs = _seeds(db, name, options, listed)
+        seeds, epochs, totals = _seeds(db, name, options, listed)
         empty = [split for split in SPLITS if not seeds[split]]
         if empty and options.step is None:  # (a step's empty batch the sampler warns of)
             warnings.warn(f"task {name!r} has no seeds in {'/'.join(empty)}: the page lists "
                           "none there", SamplerWarning, stacklevel=2)
         tasks.append({"name": name, "table": task.table, "target": task.target_column,
                       "type": STYPE_NAMES[task.target_stype], "splits": seeds,
-                      "epochs": epochs, "step": options.step})
+                      "num_seeds": totals, "epochs": epochs, "step": options.step})
         if mode == Mode.STATIC:
             for split in SPLITS:
                 for anchor in seeds[split]:
@@ -119,13 +120,14 @@ def _inline_svg(svg: str) -> str:
 
 
 def _seeds(db: Database, task: str, options: PageOptions, listed: int
-           ) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """Per split: the anchor rows to list, and the epoch their contexts are drawn at (a
-    step's epoch, else 0). A split with no batch at that step lists none."""
+           ) -> tuple[dict[str, list[int]], dict[str, int], dict[str, int]]:
+    """Per split: the anchor rows to list, the epoch their contexts are drawn at (a step's
+    epoch, else 0) and how many seeds there are to list from (the split's, or the step's
+    batch). A split with no batch at that step lists none."""
     if options.step is None:
         splits = seeds_by_split(db, task, split_seed=options.split_seed)
         return ({s: [int(a) for a in splits[s][:listed]] for s in SPLITS},
-                dict.fromkeys(SPLITS, 0))
+                dict.fromkeys(SPLITS, 0), {s: int(splits[s].size) for s in SPLITS})
     seeds: dict[str, list[int]] = {}
     epochs: dict[str, int] = {}
     for split in SPLITS:
@@ -137,7 +139,7 @@ def _seeds(db: Database, task: str, options: PageOptions, listed: int
             seeds[split], epochs[split] = [], 0
             continue
         seeds[split], epochs[split] = list(found.anchors), found.epoch
-    return seeds, epochs
+    return seeds, epochs, {s: len(seeds[s]) for s in SPLITS}
 
 
 def num_contexts(db: Database, options: PageOptions) -> int:

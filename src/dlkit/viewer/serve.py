@@ -1,6 +1,7 @@
 """``dlkit view --serve``: the viewer's page on 127.0.0.1, each context computed when the page
 asks for it (``GET /api/context?task=&split=&anchor=&S=&R=&W=``), so any seed and any sampler
-setting can be looked at. One database, opened once; requests are answered one at a time (the
+setting can be looked at; a seed of another split than the one asked for is refused, so the
+page never labels a context with the wrong split. One database, opened once; requests are answered one at a time (the
 Sampler's batch builder is not shared between threads), and the server listens on the
 loopback address only.
 """
@@ -15,11 +16,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import numpy as np
+
 from dlkit.db.read.mapped import Database
 from dlkit.errors import DlkitError
 from dlkit.sampler.batch import ChildPolicy, ContextExamplePolicy
+from dlkit.sampler.inspect import is_member
 from dlkit.sampler.splits import SPLITS
-from dlkit.viewer.context import Knobs, build_context
+from dlkit.viewer.context import Knobs, build_context, seeds_by_split
 
 MAX_KNOB = 65536
 
@@ -34,12 +38,28 @@ def _int(query: dict[str, list[str]], name: str, low: int, high: int) -> int:
     return value
 
 
-def make_server(db: Database, page: str, *, port: int = 0, seed: int = 0,
+def make_server(db: Database, page: str, *, port: int = 0, seed: int = 0, split_seed: int = 0,
                 log: Callable[[str], None] | None = None) -> ThreadingHTTPServer:
-    """A server on 127.0.0.1:``port`` (0: any free port) for ``page`` and its contexts."""
+    """A server on 127.0.0.1:``port`` (0: any free port) for ``page`` and its contexts
+    (``split_seed``: the split rule's seed, for hash splits)."""
     lock = threading.Lock()
     tasks = {t.name for t in db.tasks}
     body = page.encode("utf-8")
+    splits_of: dict[str, dict[str, np.ndarray]] = {}  # task -> split -> ascending anchors
+
+    def check_split(task: str, split: str, anchor: int) -> None:
+        """A seed of another split is refused; a row that is no seed at all is left to
+        build_context, which says so."""
+        if task not in splits_of:
+            splits_of[task] = seeds_by_split(db, task, split_seed=split_seed)
+        anchors = np.array([anchor], dtype=np.int64)
+        if bool(is_member(anchors, splits_of[task][split])[0]):
+            return
+        other = next((s for s in SPLITS if bool(is_member(anchors, splits_of[task][s])[0])),
+                     None)
+        if other is not None:
+            raise ValueError(f"row {anchor} is a seed of task {task!r}'s {other} split, "
+                             f"not of its {split} split")
 
     class Handler(BaseHTTPRequestHandler):
         def _send(self, status: int, kind: str, data: bytes) -> None:
@@ -57,6 +77,11 @@ def make_server(db: Database, page: str, *, port: int = 0, seed: int = 0,
             url = urlsplit(self.path)
             if url.path in ("/", "/index.html"):
                 self._send(HTTPStatus.OK, "text/html; charset=utf-8", body)
+                return
+            if url.path == "/favicon.ico":  # browsers ask on their own: no icon, no error
+                self.send_response(HTTPStatus.NO_CONTENT)
+                self.send_header("Cache-Control", "max-age=86400")
+                self.end_headers()
                 return
             if url.path != "/api/context":
                 self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {url.path}"})
@@ -77,6 +102,7 @@ def make_server(db: Database, page: str, *, port: int = 0, seed: int = 0,
                               ContextExamplePolicy.parse(query.get("EP", ["recent"])[0]))
                 epoch = _int(query, "epoch", 0, 2**62) if "epoch" in query else 0
                 with lock:
+                    check_split(task, split, anchor)
                     context = build_context(db, task, anchor, knobs, seed=seed, split=split,
                                             epoch=epoch)
             except (ValueError, DlkitError) as exc:
