@@ -207,9 +207,12 @@ def pretrain(p: PretrainArgs, world: tt.World) -> int:
                        "held_out": held, "task": task}
         losses, resumed_from = run_pretraining(args, world, mixture, model, tables,
                                                fingerprint)
+        trained = [c for c in mixture.components if c.weight > 0]
+        # a pass over every pretraining task's val split: minutes over many databases
+        common.log(f"scoring the pretrained model on the val splits of {len(trained)} tasks")
         pretrained = {c.name: score(model, tables, mixture, args, world, c.task,
-                                    database=c.database_idx)[0].metric
-                      for c in mixture.components if c.weight > 0}
+                                    database=c.database_idx)[0].metric for c in trained}
+        common.log("the held-out task: zero-shot, fine-tuned, and trained from scratch")
     # the held-out task alone: a sampler of its database, whose batches index its own tables
     # (the same vectors as the mixture's rows: one embedder made both)
     route = {(0, t): key for (d, t), key in model.route.items() if d == p.held_out}

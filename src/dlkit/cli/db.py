@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from dlkit.viewer.diagram import SchemaDiagram
 
 PANEL = "Relational database"
+MIB = float(1 << 20)
 
 schema_app = typer.Typer(help="Draft a dlkit.toml schema from Parquet files.", no_args_is_help=True)
 app.add_typer(schema_app, name="schema", rich_help_panel=PANEL)
@@ -329,7 +330,13 @@ def verify(
     """
     from dlkit.db.read.verify import verify_database
 
-    report = verify_database(database)
+    if not quiet and not as_json and err_console.is_terminal:  # the hashing, in MiB
+        with progress() as bar:
+            job = bar.add_task("hashing (MiB)", total=None)
+            report = verify_database(database, progress=lambda amount, total: bar.update(
+                job, advance=amount / MIB, total=total / MIB))
+    else:
+        report = verify_database(database)
     if as_json:
         print_json(report.to_json())
     elif quiet:

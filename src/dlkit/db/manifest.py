@@ -99,13 +99,15 @@ class HashJob:
     file (``graph.bin``) is not left to hash alone at the end. ``threads``: one per core the
     process may use (at most ``MAX_HASH_THREADS``) unless given."""
 
-    def __init__(self, root: Path, sizes: dict[str, int], threads: int | None = None):
+    def __init__(self, root: Path, sizes: dict[str, int], threads: int | None = None,
+                 progress: Callable[[int], object] | None = None):
         self.paths = sorted(sizes)
         threads = threads or min(available_cores(), MAX_HASH_THREADS)
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads),
                                         thread_name_prefix="dlkit-hash")
         order = sorted(self.paths, key=lambda rel: -sizes[rel])
-        self._futures = {rel: self._pool.submit(sha256_file, root / rel) for rel in order}
+        self._futures = {rel: self._pool.submit(sha256_file, root / rel, progress)
+                         for rel in order}
 
     def result(self) -> dict[str, FileEntry]:
         """The file map of every path (waits). A file that cannot be read raises its

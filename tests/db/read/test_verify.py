@@ -62,6 +62,25 @@ def test_intact_database_verifies(example_db):
     assert set(manifest["files"]) == set(list_files(example_db))
 
 
+def test_verify_reports_the_hashing_progress_of_every_byte(example_db):
+    """``progress(bytes, total)``: the amounts add up to the total, every listed file's
+    bytes (what ``dlkit verify`` shows as its bar)."""
+    import threading
+
+    calls: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def progress(amount, total):  # called from the hashing threads
+        with lock:
+            calls.append((amount, total))
+
+    assert verify_database(example_db, progress=progress).ok
+    manifest = json.loads((example_db / "manifest.json").read_text())
+    total = sum(entry["size"] for entry in manifest["files"].values())
+    assert calls and {t for _, t in calls} == {total}
+    assert sum(a for a, _ in calls) == total
+
+
 def test_every_file_flipped_byte_is_caught(example_db, copy_db):
     files = _all_files(example_db)
     assert len(files) > 40

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +75,14 @@ def check_files(root: Path, checks: Checks, full: bool, present: list[str]) -> L
     return Listing(file_map, recorded, sized)
 
 
-def start_hashing(root: Path, listing: Listing) -> HashJob:
-    return HashJob(root, {rel: listing.file_map[rel]["size"] for rel in listing.sized})
+def start_hashing(root: Path, listing: Listing,
+                  progress: Callable[[int, int], object] | None = None) -> HashJob:
+    """The hashing of the listed files, begun; ``progress(bytes, total)`` is called from the
+    hashing threads as each block is read (``total``: every listed file's bytes)."""
+    sizes = {rel: listing.file_map[rel]["size"] for rel in listing.sized}
+    total = sum(sizes.values())
+    return HashJob(root, sizes, progress=None if progress is None
+                   else (lambda amount: progress(amount, total)))
 
 
 def check_hashes(root: Path, checks: Checks, listing: Listing, job: HashJob) -> None:
@@ -111,7 +118,8 @@ class FilesChecked:
     hashing: HashJob | None
 
 
-def begin_checks(root: Path, verify_hashes: bool) -> FilesChecked:
+def begin_checks(root: Path, verify_hashes: bool,
+                 progress: Callable[[int, int], object] | None = None) -> FilesChecked:
     """The directory and its files against the manifest, collecting every failure, then the
     hashes started on a thread pool (numpy and the standard library only: nothing here loads
     numba, so the files hash while the structure checks' kernels load)."""
@@ -125,4 +133,4 @@ def begin_checks(root: Path, verify_hashes: bool) -> FilesChecked:
     except Stop:
         return FilesChecked(checks, present, None, None)
     return FilesChecked(checks, present, listing,
-                        start_hashing(root, listing) if verify_hashes else None)
+                        start_hashing(root, listing, progress) if verify_hashes else None)

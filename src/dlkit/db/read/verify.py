@@ -54,6 +54,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,9 @@ def _replaced(root: Path, fd: int) -> bool:
     return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino) or held.st_nlink == 0
 
 
-def _verify_once(root: Path, shown: Path, started: float) -> VerifyReport:
-    begun = begin_checks(root, verify_hashes=True)
+def _verify_once(root: Path, shown: Path, started: float,
+                 progress: Callable[[int, int], object] | None) -> VerifyReport:
+    begun = begin_checks(root, verify_hashes=True, progress=progress)
     from dlkit.db.read.reader import inspect_database  # loads numba while the files hash
 
     found = inspect_database(root, begun=begun)
@@ -144,8 +146,11 @@ def _verify_once(root: Path, shown: Path, started: float) -> VerifyReport:
                         seconds=time.perf_counter() - started, failures=failures)
 
 
-def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
+def verify_database(path: str | os.PathLike[str],
+                    progress: Callable[[int, int], object] | None = None) -> VerifyReport:
     """Run every check on the database at ``path``; never raises for a corrupt database.
+    ``progress(bytes, total)`` is called, from the hashing threads, as each block of the
+    files is hashed (the most of the work on a large database).
 
     Raises ``DatabaseError`` (code ``NOT_A_DATABASE``) for a path that is no database, and
     (code ``DATABASE_BUSY``) when the database was replaced under every attempt to read it.
@@ -162,7 +167,7 @@ def verify_database(path: str | os.PathLike[str]) -> VerifyReport:
         try:
             held = Path(f"/proc/self/fd/{fd}")
             view = held if held.is_dir() else root  # without /proc: by path (and the retry)
-            report = _verify_once(view, root, started)
+            report = _verify_once(view, root, started, progress)
             if report.ok or not _replaced(root, fd):
                 return report
         finally:
