@@ -106,11 +106,11 @@ def test_an_unreadable_file_stops_every_later_check(db, monkeypatch):
     _flip(db / "tables/orders/1.values", 3)
     real = file_checks.start_hashing
 
-    def then_vanish(root, listing):
+    def then_vanish(root, listing, progress=None):
         job = real(root, listing)
         job.result()  # every file read once; now one goes
         (db / "graph.bin").unlink()
-        return real(root, listing)
+        return real(root, listing, progress)
 
     monkeypatch.setattr(file_checks, "start_hashing", then_vanish)
     failures = check_database(db)
