@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -43,24 +43,23 @@ positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+def _float_where(holds: Callable[[float], bool], wanted: str) -> Callable[[str], float]:
+    """A parser of a number for which ``holds``; otherwise "must be ``wanted``"."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+        return value
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+_positive_float = _float_where(lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+_non_negative_float = _float_where(lambda v: math.isfinite(v) and v >= 0,
+                                   "a finite number >= 0")
+_unit_float = _float_where(lambda v: 0 <= v <= 1, "in [0, 1]")
 
 
 def _dropout(text: str) -> float:
@@ -75,16 +74,6 @@ def _pos_weight(text: str) -> str:
     if text != "auto":
         _positive_float(text)
     return text
-
-
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return value
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,23 @@ _part_log: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
+def _logging_to(log_var: contextvars.ContextVar[list[str] | None],
+                log: list[str] | None) -> Iterator[None]:
+    """Within the block, ``log_var`` is ``log``."""
+    token = log_var.set(log)
+    try:
+        yield
+    finally:
+        log_var.reset(token)
+
+
+@contextlib.contextmanager
 def recording_commits() -> Iterator[list[str]]:
     """A list that every output committed inside the block is appended to (its path): the
     CLI tells an interrupt that came after the output was complete from one that came before."""
     log: list[str] = []
-    token = _commit_log.set(log)
-    try:
+    with _logging_to(_commit_log, log):
         yield log
-    finally:
-        _commit_log.reset(token)
 
 
 @contextlib.contextmanager
@@ -41,35 +49,22 @@ def recording_parts() -> Iterator[list[str]]:
     """A list that every part committed inside an ``outputs_in_parts`` block is appended to:
     the CLI tells an interrupt that left some parts of the output complete."""
     log: list[str] = []
-    token = _part_log.set(log)
-    try:
+    with _logging_to(_part_log, log):
         yield log
-    finally:
-        _part_log.reset(token)
 
 
-@contextlib.contextmanager
-def outputs_in_parts() -> Iterator[None]:
+def outputs_in_parts() -> contextlib.AbstractContextManager[None]:
     """Outputs committed inside the block are parts of the command's output (the databases
     of ``preprocess-many``): an interrupt inside it finds the output unfinished, with those
     parts complete, not the whole output complete."""
-    token = _commit_log.set(_part_log.get())
-    try:
-        yield
-    finally:
-        _commit_log.reset(token)
+    return _logging_to(_commit_log, _part_log.get())
 
 
-@contextlib.contextmanager
-def scratch_outputs() -> Iterator[None]:
+def scratch_outputs() -> contextlib.AbstractContextManager[None]:
     """Outputs committed inside the block are a command's own scratch work (``dlkit bench``
     preprocessing the bundled example into a temporary directory it then reads), not what it
     was asked for: an interrupt after them still finds the command's output unfinished."""
-    token = _commit_log.set(None)
-    try:
-        yield
-    finally:
-        _commit_log.reset(token)
+    return _logging_to(_commit_log, None)
 
 
 def note_committed(*paths: object) -> None:

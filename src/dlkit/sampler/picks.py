@@ -85,10 +85,13 @@ class PickCounts:
         the landmarks cover what was walked, as if it had been counted."""
         if self.num_streams == 1 or not len(picks) or start < self._last_step:
             return  # (a walk behind the last step counted: nothing nearer to keep)
-        try:
-            counts = self.before(start)  # the draws between, if any (one after a located step)
-        except InvalidArgumentError:
-            return  # too far from every step counted to count now: a later locate will
+        if start == self._last_step:  # the walk goes on (every step but a located one's)
+            counts = self._last.copy()
+        else:
+            try:
+                counts = self.before(start)  # the draws between (one after a located step)
+            except InvalidArgumentError:
+                return  # too far from every step counted to count now: a later locate will
         offset = start
 
         def add(first: int, stop: int, into: np.ndarray) -> None:

@@ -237,9 +237,9 @@ class ValSchedule:
         # One stream seen whole by one rank: no slice is empty, every call is a step, so
         # step k is the stream's cursor at the first step advanced k - first calls (O(1)).
         # Otherwise which calls a rank skips depends on the walk, and steps are walked.
-        only = self.streams[0] if len(self.streams) == 1 else None
-        self._locatable = only is not None and only.plan.world_size == 1
-        self._origin = (step, self._cursors[only.key]) if only is not None else None
+        self._origin: tuple[int, Cursor] | None = None
+        if len(self.streams) == 1 and self.streams[0].plan.world_size == 1:
+            self._origin = (step, self._cursors[self.streams[0].key])
 
     def _located(self, step: int) -> Job:
         assert self._origin is not None
@@ -269,7 +269,8 @@ class ValSchedule:
         with self._lock:
             if step in self._pending:
                 return self._pending.pop(step)
-            if self._locatable and not (self._next_step <= step < self._next_step + WALK_AHEAD):
+            if self._origin is not None and not (
+                    self._next_step <= step < self._next_step + WALK_AHEAD):
                 job = self._located(step)
                 if step >= self._next_step:  # the walk goes on from here
                     self._next_step = step + 1
