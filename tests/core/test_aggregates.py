@@ -5,10 +5,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlkit.core.aggregates import aggregate_cutoff, prefix_counts, prefix_sums, signed_log
+from dlkit.core.aggregates import (
+    aggregate_cutoff,
+    elapsed_days,
+    prefix_counts,
+    prefix_latest,
+    prefix_sums,
+    recency_gaps,
+    signed_log,
+)
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -53,6 +62,50 @@ def test_running_counts_and_sums_restart_at_each_parent(data):
                     total += float(values[local])
                     n += 1
             assert counts[i] == run and sums[i] == total and valid_counts[i] == n
+
+
+@settings(max_examples=60, deadline=None)
+@given(child_lists(), st.data())
+def test_latest_times_and_gaps_restart_at_each_parent(data, draw):
+    """Each position's latest child time, and the gaps between consecutive timed children,
+    on lists sorted by (time, id) as graph.bin's are: ties, and children without a time
+    (first)."""
+    parents, offsets, ids, values, _ = data
+    first_child, last_child = parents, parents + values.shape[0]
+    times = np.array(draw.draw(st.lists(st.sampled_from([INT64_MIN, 0, 5, 86_400_000_000]),
+                                        min_size=ids.shape[0], max_size=ids.shape[0])),
+                     dtype=np.int64)
+    for p in range(parents):  # each list in (time, id) order
+        lo, hi = int(offsets[p]), int(offsets[p + 1])
+        order = sorted(range(lo, hi), key=lambda i: (int(times[i]), int(ids[i])))
+        times[lo:hi], ids[lo:hi] = times[order].copy(), ids[order].copy()
+    latest = np.full(ids.shape[0], 7, dtype=np.int64)
+    gaps = np.full(ids.shape[0] + 1, np.nan)
+    prefix_latest(offsets, ids, times, 0, parents, first_child, last_child, latest)
+    n = recency_gaps(offsets, ids, times, 0, parents, first_child, last_child, gaps)
+    expected_gaps = []
+    for p in range(parents):
+        mine = []  # this parent's children of the table so far, as (time, id)
+        for i in range(int(offsets[p]), int(offsets[p + 1])):
+            if first_child <= int(ids[i]) < last_child:
+                mine.append(int(times[i]))
+                timed = [t for t in mine if t != INT64_MIN]
+                if mine[-1] != INT64_MIN and len(timed) > 1:
+                    expected_gaps.append(math.log1p((timed[-1] - timed[-2]) / 86_400e6))
+            # the latest child so far: the one with the largest (time, id), the last
+            assert latest[i] == (mine[-1] if mine else INT64_MIN)
+            assert not mine or max(mine) == mine[-1]
+    assert n == len(expected_gaps)
+    assert list(gaps[:n]) == expected_gaps
+
+
+def test_elapsed_days_across_the_int64_range():
+    assert elapsed_days(0, 86_400_000_000) == 1.0
+    assert elapsed_days(5, 5) == 0.0 and elapsed_days(6, 5) == 0.0
+    assert elapsed_days(-86_400_000_000, 86_400_000_000 * 3) == 4.0
+    # ends further apart than int64 holds: no wrap-around to a negative difference
+    far = elapsed_days(INT64_MIN + 1, INT64_MAX)
+    assert far == pytest.approx((INT64_MAX - (INT64_MIN + 1)) / 86_400e6, rel=1e-15)
 
 
 def test_cutoffs_at_the_edges_of_int64():

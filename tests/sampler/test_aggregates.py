@@ -1,18 +1,20 @@
 """As-of aggregate cells against a plain-Python reference computed from the source tables.
 
 Random schemas: a parent table ``users`` and two child tables (``events`` with a numeric and
-a boolean column, both with nulls and null times, and ``visits``), times drawn from a few
-seconds so that ties at the observation time are common, random label lags and boundaries,
-and a random ``known_after`` lag of the boolean column (a table after the one whose rows hold
-the aggregate cells, so a lag found by position instead of by name lands on the wrong cell).
-Every aggregate cell of every sequence is recomputed from the Parquet rows: the children of
-the cell's row, visible and known at the sequence's observation time, summed in (time, row)
-order, then encoded as docs/batch_format.md says.
+a boolean column, both with nulls and null times, and ``visits``, with two foreign keys into
+``users``), times drawn from a few seconds so that ties at the observation time are common,
+random label lags and boundaries, and a random ``known_after`` lag of the boolean column (a
+table after the one whose rows hold the aggregate cells, so a lag found by position instead
+of by name lands on the wrong cell). Every aggregate cell of every sequence is recomputed from
+the Parquet rows: the children of the cell's row, visible and known at the sequence's
+observation time, counted, summed in (time, row) order, or their latest time taken, then
+encoded as docs/batch_format.md says.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,7 @@ from dlkit.sampler.batch import BatchBuilder, BatchConfig
 from tests.db.conftest import write_db
 
 SECOND = 1_000_000
+DAY = 86_400 * SECOND
 NO_TIME = None
 
 
@@ -54,12 +57,16 @@ def schemas(draw):
     visits = {"vid": list(range(n_visits)),
               "uid": [draw(st.integers(0, n_users - 1)) for _ in range(n_visits)],
               "t": _times(draw, n_visits, False)}
+    if draw(st.booleans()):  # a second key into users: often the same user (two edges)
+        visits["host"] = [draw(st.sampled_from([None, 0, n_users - 1]))
+                          for _ in range(n_visits)]
     lag = draw(st.sampled_from([0, 0, 1, 2, 5]))
     strict = draw(st.booleans())
     counts = draw(st.booleans())
+    recency = draw(st.booleans())
     width = draw(st.integers(0, 3))
     flag_lag = draw(st.sampled_from([0, 0, 2, 5]))
-    return users, events, visits, lag, strict, counts, width, flag_lag
+    return users, events, visits, lag, strict, counts, recency, width, flag_lag
 
 
 def _table(columns: dict, times: str = "t") -> pa.Table:
@@ -77,8 +84,10 @@ def _table(columns: dict, times: str = "t") -> pa.Table:
     return pa.table(arrays)
 
 
-def _toml(lag: int, strict: bool, counts: bool, flag_lag: int = 0) -> str:
+def _toml(lag: int, strict: bool, counts: bool, flag_lag: int = 0, recency: bool = False,
+          two_keys: bool = False) -> str:
     known_after = f'\nknown_after = {{ flag = "{flag_lag}s" }}' if flag_lag else ""
+    host = ', host = "users"' if two_keys else ""
     boundary = '\nboundary = "strict"' if strict else ""
     label_lag = f'\nlabel_lag = "{lag}s"' if lag else ""
     return f"""
@@ -94,7 +103,7 @@ types = {{ flag = "boolean" }}{known_after}
 [tables.visits]
 primary_key = "vid"
 time_column = "t"
-foreign_keys = {{ uid = "users" }}
+foreign_keys = {{ uid = "users"{host} }}
 [tasks.ev]
 table = "events"
 target = "x"{label_lag}{boundary}
@@ -103,12 +112,13 @@ table = "users"
 target = "a"
 [aggregates]
 counts = {str(counts).lower()}
+recency = {str(recency).lower()}
 columns = {{ events = ["x", "flag"] }}
 """
 
 
 def _encode(kind: str, value: float, mean: float, std: float) -> np.float32:
-    if kind == "count":
+    if kind in ("count", "recency"):  # a recency's value: days
         value = math.log1p(value)
     elif kind == "sum":
         value = math.copysign(math.log1p(abs(value)), value) if value else 0.0
@@ -134,6 +144,12 @@ def _reference(cell: dict, children: list[tuple[int | None, int, dict]], obs: in
     if cell["kind"] == "count":
         n = sum(1 for t, _, _ in ordered if visible(t))
         return _encode("count", n, cell["mean"], cell["std"]), 0, 0
+    if cell["kind"] == "recency":
+        # the latest visible child with a time; none, or no observation time: a null cell
+        times = [t for t, _, _ in children if t is not None and visible(t)]
+        if cut is None or not times:
+            return 0.0, 1, 0
+        return _encode("recency", (cut - max(times)) / DAY, cell["mean"], cell["std"]), 0, 0
     total, n = 0.0, 0
     for t, _, row in ordered:
         value = row[cell["column"]]
@@ -148,9 +164,23 @@ def _reference(cell: dict, children: list[tuple[int | None, int, dict]], obs: in
 
 
 def _check_stats(meta: dict, users: dict, children_of: dict) -> None:
-    """Counts' and sums' statistics: of log1p(total) / signed log of every user's total."""
+    """Counts' and sums' statistics: of log1p(total) / signed log of every user's total;
+    recencies': of log1p(days) between each child with a time and the previous one of the
+    same table in its user's list."""
     for cell in meta["aggregates"]:
         if cell["kind"] == "mean":
+            continue
+        if cell["kind"] == "recency":
+            gaps = []
+            for u in range(len(users["uid"])):
+                times = sorted(t for t, _, _, table in children_of[u]
+                               if table == cell["child_table"] and t is not None)
+                gaps += [math.log1p((b - a) / DAY) for a, b in zip(times, times[1:])]
+            # exact statistics (pstdev is 0.0 for equal values, as Welford's recurrence is)
+            mean = statistics.fmean(gaps) if gaps else 0.0
+            std = (statistics.pstdev(gaps) if gaps else 0.0) or 1.0
+            assert cell["mean"] == pytest.approx(mean, rel=1e-9, abs=1e-12), cell["name"]
+            assert cell["std"] == pytest.approx(std, rel=1e-9, abs=1e-12), cell["name"]
             continue
         totals = []
         for u in range(len(users["uid"])):
@@ -173,10 +203,11 @@ def _check_stats(meta: dict, users: dict, children_of: dict) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schemas())
 def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
-    users, events, visits, lag, strict, counts, width, flag_lag = example
+    users, events, visits, lag, strict, counts, recency, width, flag_lag = example
     root = tmp_path_factory.mktemp("agg")
     src = write_db(root / "src", {"users": _table(users), "events": _table(events),
-                                  "visits": _table(visits)}, _toml(lag, strict, counts, flag_lag))
+                                  "visits": _table(visits)},
+                   _toml(lag, strict, counts, flag_lag, recency, "host" in visits))
     preprocess(src, root / "db", fsync=False)
     db = open_database(root / "db")
     meta = db.metadata.to_json()
@@ -185,13 +216,14 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
     n_users = len(users["uid"])
     flag_id = int(db.table("events").column("flag").column_id)
     column_lag = {"x": lag * SECOND, "flag": flag_lag * SECOND}
-    # children of each user: (time, global row, source row, table); global rows follow the
-    # table order users, events, visits
+    # children of each user: (time, global row, source row, table), one per edge (a visit
+    # whose two keys name the same user is two children); global rows follow the table order
+    # users, events, visits
     children_of: dict[int, list] = {u: [] for u in range(n_users)}
     for table, data, offset in (("events", events, n_users),
                                 ("visits", visits, n_users + len(events["eid"]))):
-        for i in range(len(data["uid"])):
-            u = data["uid"][i]
+        keys = [data[k] for k in ("uid", "host") if k in data]
+        for i, u in [(i, key[i]) for key in keys for i in range(len(key))]:
             if u is not None and u < n_users:
                 t = data["t"][i]
                 row = {k: v[i] for k, v in data.items()}
@@ -240,8 +272,10 @@ def test_aggregate_cells_match_plain_python(tmp_path_factory, example):
                 assert arrays["numeric_values"][b, p] == np.float32(value), (
                     cell["name"], b, p, arrays["numeric_values"][b, p], value)
                 seen += 1
-    expected_cells = (2 if counts else 0) + 4
-    assert len(cells) == expected_cells
+    kinds = (["count"] if counts else []) + (["recency"] if recency else [])
+    assert [c["kind"] for c in cells] == kinds + ["sum", "mean"] * 2 + kinds
+    if recency:
+        assert cells[len(kinds) - 1]["name"] == "days since the last events of users"
     if n_users:
         assert seen > 0  # every users seed has its own aggregate cells
     if next(t for t in builders[0].tasks if t.name == "ev").num_seeds:
@@ -311,7 +345,8 @@ def test_show_lists_the_aggregate_cells_with_their_as_of_values(tmp_path: Path):
               "x": [10.0, None, 7.0, 1.0], "flag": [True, False, True, None]}
     visits = {"vid": [0], "uid": [1], "t": [5]}
     src = write_db(tmp_path / "src", {"users": _table(users), "events": _table(events),
-                                      "visits": _table(visits)}, _toml(0, False, True))
+                                      "visits": _table(visits)},
+                   _toml(0, False, True, recency=True))
     preprocess(src, tmp_path / "db", fsync=False)
     view = describe_sequence(tmp_path / "db", "us", anchor_row=1, sequence_length=64)
     seed = view.rows[0]
@@ -325,9 +360,18 @@ def test_show_lists_the_aggregate_cells_with_their_as_of_values(tmp_path: Path):
     assert cells["mean of flag of events of users"].typed == 0.5
     assert cells["number of visits of users"].typed == 1  # at 5: at the observation time
     assert cells["number of visits of users"].value == "1"
+    # the last visible event at 3, two seconds before; the visit at the observation time
+    assert cells["days since the last events of users"].typed == pytest.approx(2 / 86_400,
+                                                                               rel=1e-6)
+    assert cells["days since the last visits of users"].typed == 0.0
     assert not seed.truncated
+    user0 = describe_sequence(tmp_path / "db", "us", anchor_row=0, sequence_length=64)
+    cells0 = {c.column: c for c in user0.rows[0].cells}
+    # user 0 observed at 0: its event at 1 is not visible yet, so no last one
+    assert cells0["days since the last events of users"].is_null
+    assert cells0["days since the last events of users"].typed is None
     cut = describe_sequence(tmp_path / "db", "us", anchor_row=1, sequence_length=4)
-    assert cut.rows[0].truncated  # 2 columns and 2 of the 6 aggregate cells
+    assert cut.rows[0].truncated  # 2 columns and 2 of the 8 aggregate cells
 
 
 @pytest.mark.parametrize("kind,true,mean,std", [
@@ -335,6 +379,8 @@ def test_show_lists_the_aggregate_cells_with_their_as_of_values(tmp_path: Path):
     ("mean", 0.6, 0.5, 0.3),
     ("sum", 120.0, 3.0, 1.5),           # signed log1p scale
     ("sum", -2.5, 0.0, 1.0),
+    ("recency", 30.5, 1.2, 0.8),        # days, on the log1p scale
+    ("recency", 0.0, 0.3, 2.0),
 ])
 def test_shown_aggregates_keep_the_digits_the_encoding_carries(kind, true, mean, std):
     """show decodes an aggregate cell from its float32 z-score (docs/batch_format.md) and
@@ -345,6 +391,7 @@ def test_shown_aggregates_keep_the_digits_the_encoding_carries(kind, true, mean,
     from dlkit.sampler.inspect import aggregate_value
 
     scaled = true if kind == "mean" else math.copysign(math.log1p(abs(true)), true)
+    # (a recency's days are never negative: the same log1p)
     z = np.float32((scaled - mean) / std)
     cell = SimpleNamespace(kind=kind, mean=mean, std=std)
     assert aggregate_value(cell, float(z)) == true

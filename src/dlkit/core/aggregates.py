@@ -9,13 +9,17 @@ in the list up to and including ``i`` (and, for a selected child column, the run
 its non-null values and the running count of those values), restarting at each parent. The
 aggregate of the first ``k`` visible children is then one read at position ``lo + k - 1``
 (0 when ``k = 0``). Positions of other edge types repeat the running value. Each array spans
-the child lists of the parent table's rows, which are consecutive in the CSR.
+the child lists of the parent table's rows, which are consecutive in the CSR. A recency cell's
+running value is the time of the type's latest child so far (``NO_TIME`` before the first):
+lists are time-sorted, so the latest child of the first ``k`` is the last one among them.
 
 Cells (``fill_aggregates``) are numeric: a count ``n`` is ``log1p(n)``, a sum ``s`` is
 ``sign(s) * log1p(|s|)``, each z-scored with the statistics the database stores for the cell
 (over the parent rows' totals); a mean is ``sum / count`` z-scored like the child column (a
-boolean column's mean is the fraction of ``true``), null when no value is visible. The layout
-is pinned in ``docs/database_format.md`` and the cells in ``docs/batch_format.md``.
+boolean column's mean is the fraction of ``true``), null when no value is visible; a recency
+is ``log1p(days)`` since the last visible child, z-scored over the gaps between consecutive
+children (``recency_gaps``), null without such a child with a time. The layout is pinned in
+``docs/database_format.md`` and the cells in ``docs/batch_format.md``.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from dlkit.core.jit import kernel
 COUNT = 0
 SUM = 1
 MEAN = 2
-KINDS = ("count", "sum", "mean")
+RECENCY = 3
+KINDS = ("count", "sum", "mean", "recency")
 INT64_MAX = np.iinfo(np.int64).max
+DAY_US = 86_400e6  # microseconds per day: a recency cell counts days
 
 
 class Aggregates(NamedTuple):
@@ -40,14 +46,15 @@ class Aggregates(NamedTuple):
     aggregate ``col_agg[c]`` (-1: a column of the table). Aggregate ``j`` of kind ``kind[j]``
     reads ``counts[count_at[j] + i]`` / ``sums[sum_at[j] + i]`` at position ``i`` of its
     parent table's child lists (global edge position minus ``base[j]``); ``source_col[j]`` is
-    the catalog column of its child column (-1 for a count), ``mean[j]`` / ``std[j]`` its
-    z-score statistics (a mean's are its child column's: 0 and 1 for a boolean)."""
+    the catalog column of its child column (-1 for a count or a recency), ``mean[j]`` /
+    ``std[j]`` its z-score statistics (a mean's are its child column's: 0 and 1 for a
+    boolean). A recency reads ``counts`` (child times) like a count."""
 
     col_agg: np.ndarray  # int64[C]
     kind: np.ndarray  # int64[A]
     source_col: np.ndarray  # int64[A]
     count_at: np.ndarray  # int64[A]: -1 for a sum
-    sum_at: np.ndarray  # int64[A]: -1 for a count
+    sum_at: np.ndarray  # int64[A]: -1 for a count or a recency
     base: np.ndarray  # int64[A]
     mean: np.ndarray  # float64[A]
     std: np.ndarray  # float64[A]
@@ -78,6 +85,55 @@ def prefix_counts(child_offsets, child_ids, first_row, last_row, child_first, ch
             if child_first <= c < child_last:
                 run += 1
             out[i - base] = run
+
+
+@kernel
+def elapsed_days(earlier, later):
+    """``(later - earlier) / DAY_US`` for ``earlier <= later`` (0 otherwise), the difference
+    taken exactly in int64 unless it overflows (the two ends more than 292,000 years apart)."""
+    if later <= earlier:
+        return 0.0
+    if earlier < 0 and later > INT64_MAX + earlier:
+        return (np.float64(later) - np.float64(earlier)) / DAY_US
+    return np.float64(later - earlier) / DAY_US
+
+
+@kernel
+def prefix_latest(child_offsets, child_ids, child_times, first_row, last_row, child_first,
+                  child_last, out):
+    """Like ``prefix_counts``, the time (``child_times``) of the latest child in rows
+    ``child_first .. child_last - 1`` up to and including position ``i``: the last one, the
+    list being time-sorted; ``NO_TIME`` before the first (or when that child has no time)."""
+    base = child_offsets[first_row]
+    for p in range(first_row, last_row):
+        latest = NO_TIME
+        for i in range(child_offsets[p], child_offsets[p + 1]):
+            c = child_ids[i]
+            if child_first <= c < child_last:
+                latest = child_times[i]
+            out[i - base] = latest
+
+
+@kernel
+def recency_gaps(child_offsets, child_ids, child_times, first_row, last_row, child_first,
+                 child_last, out):
+    """The values a recency cell's statistics are taken over, into ``out[:n]``; returns
+    ``n``: ``log1p(days)`` of the gap from each child in rows ``child_first .. child_last -
+    1`` with a time to the previous such child in the same parent's list (a child without a
+    predecessor gives none). Children without a time sort first and give none."""
+    n = 0
+    for p in range(first_row, last_row):
+        previous = NO_TIME
+        for i in range(child_offsets[p], child_offsets[p + 1]):
+            c = child_ids[i]
+            if child_first <= c < child_last:
+                t = child_times[i]
+                if t != NO_TIME:
+                    if previous != NO_TIME:
+                        out[n] = np.log1p(elapsed_days(previous, t))
+                        n += 1
+                    previous = t
+    return n
 
 
 @kernel
@@ -166,7 +222,10 @@ def fill_aggregates(obs_times, strict, target_col, layout, col_table, table_offs
     column). The column of the batch's target (``target_col``) counts with ``L >= 1``, so the
     seed's own target (and any other at the observation time) never enters; with no
     observation time its aggregates are hidden (``is_hidden``, like a label not known yet).
-    A mean of no value is a null cell. Values and flags not written stay 0.
+    A mean of no value is a null cell. A recency reads the count's visible prefix (row times
+    only: no column lag applies) and counts the days from its last child to the cut-off; a
+    null cell without such a child, when that child has no time, or without an observation
+    time. Values and flags not written stay 0.
     """
     col_agg = aggregates.col_agg
     kind = aggregates.kind
@@ -201,7 +260,8 @@ def fill_aggregates(obs_times, strict, target_col, layout, col_table, table_offs
                         continue
                     if lag < 1:
                         lag = 1
-            k = visible_prefix(child_times, lo, hi, aggregate_cutoff(obs_time, strict, lag))
+            cutoff = aggregate_cutoff(obs_time, strict, lag)
+            k = visible_prefix(child_times, lo, hi, cutoff)
             at = lo + k - 1 - base[j]
             if kind[j] == COUNT:
                 n = counts[count_at[j] + at] if k > 0 else 0
@@ -209,6 +269,12 @@ def fill_aggregates(obs_times, strict, target_col, layout, col_table, table_offs
             elif kind[j] == SUM:
                 total = sums[sum_at[j] + at] if k > 0 else 0.0
                 value = signed_log(total)
+            elif kind[j] == RECENCY:
+                last = counts[count_at[j] + at] if k > 0 else NO_TIME
+                if last == NO_TIME or obs_time == NO_TIME:
+                    is_null[b, p] = 1
+                    continue
+                value = np.log1p(elapsed_days(last, cutoff))
             else:
                 n = counts[count_at[j] + at] if k > 0 else 0
                 if n == 0:

@@ -4,10 +4,12 @@
 An aggregate cell belongs to every row of its ``parent_table`` and summarises the row's
 children from ``child_table`` (the edges of the child table's foreign keys into the parent
 table): ``count`` their number, ``sum`` / ``mean`` the sum / mean of the non-null values of
-the child table's ``column``. A database with aggregates has three more files:
+the child table's ``column``, ``recency`` the days since the latest. A database with
+aggregates has three more files:
 
-- ``aggregates/counts.bin`` (int64): per count cell, then per mean cell, in cell order, one
-  running count per position of the parent table's child lists;
+- ``aggregates/counts.bin`` (int64): per count, recency or mean cell, in cell order, one
+  running value per position of the parent table's child lists (a count or a mean's count of
+  values, a recency's latest child time);
 - ``aggregates/sums.bin`` (float64): per sum cell, in cell order, one running sum per
   position (its mean cell, which follows it, divides it by the mean's counts);
 - ``aggregates/embeddings.bin`` (float16 ``[cells, column_dim]``): the cell names embedded
@@ -26,7 +28,9 @@ COUNTS_FILE = "aggregates/counts.bin"
 SUMS_FILE = "aggregates/sums.bin"
 EMBEDDINGS_FILE = "aggregates/embeddings.bin"
 FILES = (COUNTS_FILE, SUMS_FILE, EMBEDDINGS_FILE)
-KINDS = ("count", "sum", "mean")
+KINDS = ("count", "sum", "mean", "recency")
+# the kinds that summarise the children themselves, not a column of theirs
+ROW_KINDS = ("count", "recency")
 KEYS = ("name", "kind", "parent_table", "child_table", "column", "column_id", "mean", "std")
 
 
@@ -34,6 +38,8 @@ def cell_name(kind: str, parent: str, child: str, column: str | None) -> str:
     """The text a cell's column embedding is made from."""
     if kind == "count":
         return f"number of {child} of {parent}"
+    if kind == "recency":
+        return f"days since the last {child} of {parent}"
     return f"{kind} of {column} of {child} of {parent}"
 
 
@@ -41,7 +47,8 @@ def cell_name(kind: str, parent: str, child: str, column: str | None) -> str:
 class AggregateMetadata:
     """One aggregate cell of every row of ``parent_table`` (module doc). ``mean`` / ``std``
     z-score its value: over the parent rows' totals for counts and sums, the child column's
-    statistics for means (0 and 1 for a boolean column)."""
+    statistics for means (0 and 1 for a boolean column), over the log1p days between
+    consecutive children for a recency."""
 
     name: str
     kind: str
@@ -90,7 +97,7 @@ def layout(cells: tuple[AggregateMetadata, ...],
     counts = sums = 0
     for j, cell in enumerate(cells):
         n = edges.get(cell.parent_table, 0)
-        if cell.kind == "count":
+        if cell.kind in ROW_KINDS:
             segments.append(Segment(counts, -1, n))
             counts += n
         elif cell.kind == "sum":
@@ -127,8 +134,8 @@ def check_entries(doc: dict[str, Any], fail: Callable[[str], None]) -> None:
                    for fk in tables[child].get("foreign_keys", [])):
             fail(f"{where}: table {child!r} has no foreign key into {parent!r}")
             return
-        if (kind == "count") != (column is None):
-            fail(f"{where}: a count has column null, a sum or mean names a column")
+        if (kind in ROW_KINDS) != (column is None):
+            fail(f"{where}: a count or recency has column null, a sum or mean names a column")
             return
         if column is not None:
             found = [c for c in tables[child].get("columns", []) if isinstance(c, dict)

@@ -165,9 +165,9 @@ def typed_value(db: SamplerDatabase, column: Any, local: int) -> Any:
 
 def aggregate_value(cell: Any, encoded: float) -> int | float:
     """The as-of value an aggregate cell holds, from its encoding (docs/batch_format.md):
-    a count exactly (an integer), a sum or mean rounded to the digits the float32 encoding
-    carries (120, not 119.99999667846673): the z-score's float32 spacing, carried through
-    the decoding, is the value's uncertainty."""
+    a count exactly (an integer), a sum, mean or recency (days) rounded to the digits the
+    float32 encoding carries (120, not 119.99999667846673): the z-score's float32 spacing,
+    carried through the decoding, is the value's uncertainty."""
     z = np.float32(encoded)
     spread = float(np.spacing(np.abs(z))) * float(cell.std)  # on the decoded scale
     value = float(z) * float(cell.std) + float(cell.mean)
@@ -178,6 +178,9 @@ def aggregate_value(cell: Any, encoded: float) -> int | float:
             return 0.0
         value = math.copysign(math.expm1(abs(value)), value)
         spread *= abs(value) + 1.0  # d expm1(t) / dt = exp(t)
+    elif cell.kind == "recency":
+        value = max(0.0, math.expm1(value))  # log1p of days >= 0: rounding stays above -1
+        spread *= value + 1.0
     # the last decimal whose unit is at least twice the spacing: the noise rounds away
     decimals = 15 if spread <= 1e-15 else math.floor(-math.log10(2.0 * spread))
     return round(value, min(decimals, 15))

@@ -113,6 +113,7 @@ foreign_keys = { uid = "users" }
 known_after = { amount = "36h" }
 [aggregates]
 counts = true
+recency = true
 columns = { orders = ["amount"] }
 """)
     preprocess(src, tmp_path / "db", fsync=False)
@@ -121,9 +122,10 @@ columns = { orders = ["amount"] }
     assert tables["orders"].known_after_us == {"amount": 36 * 3600 * 10**6}
     assert tables["orders"].aggregate_cells == () and tables["users"].known_after_us == {}
     assert tables["users"].aggregate_cells == (
-        "number of orders of users", "sum of amount of orders of users",
-        "mean of amount of orders of users")
+        "number of orders of users", "days since the last orders of users",
+        "sum of amount of orders of users", "mean of amount of orders of users")
     text = dlkit("info", tmp_path / "db")
     assert text.returncode == 0, text.stderr
     assert "orders: known after their row's time: amount 36h" in text.stdout
-    assert "users: 3 aggregate cells per row: number of orders of users," in text.stdout
+    assert ("users: 4 aggregate cells per row: number of orders of users, days since the last "
+            "orders of users,") in text.stdout

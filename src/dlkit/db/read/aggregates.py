@@ -3,7 +3,7 @@
 Opening checks their sizes against ``metadata.json`` (the edges into each parent table);
 ``dlkit verify`` also recomputes every prefix array from ``graph.bin`` and the child columns
 (the build's kernels, one sequential pass per array) and compares them bit for bit, and each
-count's and sum's statistics within a relative 1e-9.
+count's, sum's and recency's statistics within a relative 1e-9.
 """
 
 from __future__ import annotations
@@ -80,6 +80,17 @@ def check_aggregates(data: AggregateData, meta: DatabaseMetadata, graph: Graph,
             rel = agg.COUNTS_FILE
             kernels.row_totals(child_offsets, first, last, expect, totals)
             stats = _stats(np.log1p(totals))
+        elif cell.kind == "recency":
+            child_last = child.row_offset + child.num_rows
+            expect = np.empty(n, dtype=np.int64)
+            kernels.prefix_latest(child_offsets, graph.child_ids, graph.child_times, first,
+                                  last, child.row_offset, child_last, expect)
+            stored = data.counts[seg.count_at:seg.count_at + n]
+            rel = agg.COUNTS_FILE
+            gaps = np.empty(n, dtype=np.float64)
+            num_gaps = kernels.recency_gaps(child_offsets, graph.child_ids, graph.child_times,
+                                            first, last, child.row_offset, child_last, gaps)
+            stats = _stats(gaps[:num_gaps])
         else:
             assert cell.column is not None, "a sum or mean aggregates a column"
             column = child.column(cell.column)
@@ -106,8 +117,9 @@ def check_aggregates(data: AggregateData, meta: DatabaseMetadata, graph: Graph,
         bad = np.flatnonzero(expect != stored)
         if bad.size:
             i = int(bad[0])
+            running = "latest child time" if cell.kind == "recency" else cell.kind
             checks.fail(rel, "aggregates.prefix", f"aggregate {j} ({cell.name}): value at "
-                        f"position {i} of its segment is not the running {cell.kind} of the "
+                        f"position {i} of its segment is not the running {running} of the "
                         "parent's child list")
         if not (_close(stats[0], cell.mean) and _close(stats[1], cell.std)):
             checks.fail("metadata.json", "aggregates.stats", f"aggregate {j} ({cell.name}): "

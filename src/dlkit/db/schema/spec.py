@@ -161,16 +161,18 @@ class TaskSpec:
 @dataclass(frozen=True)
 class AggregateSpec:
     """``[aggregates]``: ``counts`` asks for the as-of child count of every child edge type
-    (each (child table, parent table) pair a foreign key links); ``columns`` for the as-of sum
-    and mean of these numeric or boolean columns of a child table, per parent table its
-    foreign keys point at. The default asks for nothing (a database without aggregates)."""
+    (each (child table, parent table) pair a foreign key links); ``recency`` for the days
+    since the latest visible child of every such pair; ``columns`` for the as-of sum and mean
+    of these numeric or boolean columns of a child table, per parent table its foreign keys
+    point at. The default asks for nothing (a database without aggregates)."""
 
     counts: bool = False
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    recency: bool = False
 
     @property
     def any(self) -> bool:
-        return self.counts or any(cols for _, cols in self.columns)
+        return self.counts or self.recency or any(cols for _, cols in self.columns)
 
 
 @dataclass(frozen=True)
@@ -317,14 +319,18 @@ def parse_aggregates(raw: Any, tables: dict[str, TableSpec], source: str) -> Agg
     if raw is None:
         return AggregateSpec()
     if not isinstance(raw, dict):
-        raise _err(source, "aggregates must be a table: [aggregates] with counts and columns")
-    unknown = set(raw) - {"counts", "columns"}
+        raise _err(source, "aggregates must be a table: [aggregates] with counts, recency and "
+                           "columns")
+    unknown = set(raw) - {"counts", "recency", "columns"}
     if unknown:
         raise _err(source, f"aggregates: unknown key(s) {sorted(unknown)}; allowed: "
-                           "['columns', 'counts']")
-    counts = raw.get("counts", False)
-    if not isinstance(counts, bool):
-        raise _err(source, f"aggregates.counts must be true or false, got {counts!r}")
+                           "['columns', 'counts', 'recency']")
+    flags: dict[str, bool] = {}
+    for key in ("counts", "recency"):
+        value = raw.get(key, False)
+        if not isinstance(value, bool):
+            raise _err(source, f"aggregates.{key} must be true or false, got {value!r}")
+        flags[key] = value
     raw_columns = raw.get("columns", {})
     if not isinstance(raw_columns, dict):
         raise _err(source, "aggregates.columns must be a table: { child_table = [columns] }")
@@ -348,7 +354,8 @@ def parse_aggregates(raw: Any, tables: dict[str, TableSpec], source: str) -> Agg
             if name in spec.exclude:
                 raise _err(source, f"{where_}: column {name!r} is excluded")
         columns.append((tname, tuple(names)))
-    return AggregateSpec(counts=counts, columns=tuple(columns))
+    return AggregateSpec(counts=flags["counts"], columns=tuple(columns),
+                         recency=flags["recency"])
 
 
 def _task_table(task_name: str, raw: dict[str, Any], source: str) -> TableSpec:

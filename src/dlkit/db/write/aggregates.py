@@ -48,7 +48,7 @@ def plan_cells(spec: AggregateSpec, plans: list[TablePlan]) -> list[tuple[str, T
                                                                            TablePlan, Any]]:
     """``(kind, parent, child, column plan or None)`` of every cell, in order: parent tables
     in order, for each its child tables in order (those with a foreign key into it), the
-    count, then per selected column its sum and mean."""
+    count, the recency, then per selected column its sum and mean."""
     selected = dict(spec.columns)
     cells: list[tuple[str, TablePlan, TablePlan, Any]] = []
     for parent in plans:
@@ -57,6 +57,8 @@ def plan_cells(spec: AggregateSpec, plans: list[TablePlan]) -> list[tuple[str, T
                 continue
             if spec.counts:
                 cells.append(("count", parent, child, None))
+            if spec.recency:
+                cells.append(("recency", parent, child, None))
             for name in selected.get(child.name, ()):
                 column = next(c for c in child.columns if c.name == name)
                 cells.append(("sum", parent, child, column))
@@ -65,14 +67,15 @@ def plan_cells(spec: AggregateSpec, plans: list[TablePlan]) -> list[tuple[str, T
 
 
 def _graph_arrays(root: Path, num_rows: int, num_edges: int, id_dtype: npt.DTypeLike,
-                  offset_dtype: npt.DTypeLike) -> tuple[np.ndarray, np.ndarray]:
+                  offset_dtype: npt.DTypeLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``graph.bin``'s child offsets, child ids and child times."""
     layout, _ = fmt.graph_layout(num_rows, num_edges, id_dtype, offset_dtype)
     mapped = np.memmap(root / fmt.GRAPH_FILE, dtype=np.uint8, mode="r")
     out = []
-    for name in ("child_offsets", "child_ids"):
+    for name in ("child_offsets", "child_ids", "child_times"):
         offset, dtype, count = layout[name]
         out.append(mapped[offset:offset + count * np.dtype(dtype).itemsize].view(dtype))
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 def _column_arrays(root: Path, child: TablePlan, column: ColumnPlan) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +104,8 @@ def write_aggregates(root: Path, spec: AggregateSpec, plans: list[TablePlan], ha
         return ()
     num_rows = sum(p.num_rows for p in plans)
     num_columns = sum(len(p.columns) for p in plans)
-    child_offsets, child_ids = _graph_arrays(root, num_rows, num_edges, id_dtype, offset_dtype)
+    child_offsets, child_ids, child_times = _graph_arrays(root, num_rows, num_edges, id_dtype,
+                                                          offset_dtype)
     out: list[AggregateMetadata] = []
     counts_file = hasher.open(agg.COUNTS_FILE)
     sums_file = hasher.open(agg.SUMS_FILE)
@@ -118,6 +122,15 @@ def write_aggregates(root: Path, spec: AggregateSpec, plans: list[TablePlan], ha
             counts_file.write(prefix)
             kernels.row_totals(child_offsets, first, last, prefix, totals)
             mean, std = _stats(np.log1p(totals))
+        elif kind == "recency":
+            prefix = arrays.empty(np.int64, length)
+            kernels.prefix_latest(child_offsets, child_ids, child_times, first, last,
+                                  child_first, child_first + child.num_rows, prefix)
+            counts_file.write(prefix)
+            gaps = arrays.empty(np.float64, length)
+            num_gaps = kernels.recency_gaps(child_offsets, child_ids, child_times, first, last,
+                                            child_first, child_first + child.num_rows, gaps)
+            mean, std = _stats(gaps[:num_gaps])
         elif kind == "sum":
             values, bitmap = _column_arrays(root, child, column)
             sums = arrays.empty(np.float64, length)
