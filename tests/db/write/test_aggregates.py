@@ -169,6 +169,10 @@ def test_recency_cells_hold_each_position_s_latest_child_time(agg_db: Path):
         g = db.graph
         recencies = [j for j, c in enumerate(data.cells) if c.kind == "recency"]
         assert len(recencies) == 4  # (users, products) x (orders, reviews)
+        # one embedding row per cell, a recency's too, and column ids after the columns'
+        assert data.embeddings.shape == (len(data.cells), db.metadata.embeddings.column_dim)
+        assert [c.column_id for c in data.cells] == list(
+            range(db.metadata.num_columns, db.metadata.num_columns + len(data.cells)))
         for j in recencies:
             cell, seg = data.cells[j], data.segments[j]
             before = data.cells[j - 1]
