@@ -114,6 +114,7 @@ class TrainArgs:
     absolute_time: str = "keep"
     anchor_features: str = "keep"
     fk_attention: str = "rows"
+    readout: str = "target"
 
     @property
     def rows(self) -> int:
@@ -230,6 +231,10 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
                         help="mask: every cell of the anchor row but the target becomes a "
                              "null cell (its column kept, its value gone), so the model "
                              "predicts from the context alone (an ablation); default keep")
+    parser.add_argument("--readout", choices=("target", "attention"), default="target",
+                        help="how the prediction reads the sequence: target (the target "
+                             "cell's final state) or attention (that state then attends to "
+                             "every cell; default target)")
     parser.add_argument("--fk-attention", choices=FK_ATTENTIONS, default="rows",
                         help="the parent and child heads: rows (a row's cells pooled to their "
                              "mean, row to row, default: cost linear in S) or cells (each cell "
@@ -251,7 +256,8 @@ def fingerprint(args: TrainArgs, framework: str) -> dict[str, Any]:
             "column_gain": args.column_gain, "loss": args.loss, "pos_weight": args.pos_weight,
             "weight_decay": args.weight_decay, "dropout": args.dropout,
             "numeric_squash": args.numeric_squash, "absolute_time": args.absolute_time,
-            "anchor_features": args.anchor_features, "fk_attention": args.fk_attention}
+            "anchor_features": args.anchor_features, "fk_attention": args.fk_attention,
+            "readout": args.readout}
 
 
 def learning_rate(args: TrainArgs, step: int) -> float:

@@ -40,6 +40,7 @@ class ModelConfig:
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
     dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
     fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
+    readout: str = "target"  # or "attention": the target cell then reads every cell
     loss: str = "mse"  # of a numeric or timestamp target (--loss)
     pos_weight: float = 1.0  # of a positive boolean label (--pos-weight, resolved)
 
@@ -73,9 +74,15 @@ def init_params(key: jax.Array, cfg: ModelConfig) -> dict[str, Any]:
                "mlp_norm": jnp.ones(d), "up": dense(d, 4 * d), "up_b": jnp.zeros(4 * d),
                "down": dense(4 * d, d, residual), "down_b": jnp.zeros(d)}
               for _ in range(cfg.layers)]
+    extra = {}
+    if cfg.readout == "attention":  # the target cell reads every cell, then a feed-forward
+        extra["readout"] = {"norm": jnp.ones(d), "q": dense(d, d), "kv": dense(d, 2 * d),
+                            "proj": dense(d, d, residual), "mlp_norm": jnp.ones(d),
+                            "up": dense(d, 4 * d), "up_b": jnp.zeros(4 * d),
+                            "down": dense(4 * d, d, residual), "down_b": jnp.zeros(d)}
     head = {"norm": jnp.ones(d), "hidden": dense(d, d), "hidden_b": jnp.zeros(d),
             "out": dense(d, cfg.out_dim, 0.1), "out_b": jnp.zeros(cfg.out_dim)}
-    return {"enc": encoders, "layers": layers, "head": head}
+    return {"enc": encoders, "layers": layers, "head": head, **extra}
 
 
 def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
@@ -266,6 +273,22 @@ def _attention(p: dict[str, Any], x: jax.Array, structure: dict[str, jax.Array],
     return out.reshape(b, s, d) @ p["proj"]
 
 
+def _readout(p: dict[str, Any], target: jax.Array, x: jax.Array, valid: jax.Array,
+             heads: int) -> jax.Array:
+    """``--readout attention``: the target state ``[B, d]`` attends to every real cell of
+    ``x`` ``[B, S, d]`` (``heads`` heads), then a feed-forward layer, both residual."""
+    b, s, d = x.shape
+    dh = d // heads
+    q = (_rms_norm(target, p["norm"]) @ p["q"]).reshape(b, heads, dh) / math.sqrt(dh)
+    k, v = (t.reshape(b, s, heads, dh) for t in jnp.split(x @ p["kv"], 2, axis=-1))
+    scores = jnp.einsum("bhd,bshd->bhs", q, k)
+    scores = jnp.where(valid[:, None, :], scores, -1e9)
+    read = jnp.einsum("bhs,bshd->bhd", jax.nn.softmax(scores, axis=-1), v).reshape(b, d)
+    target = target + read @ p["proj"]
+    hidden = jax.nn.gelu(_rms_norm(target, p["mlp_norm"]) @ p["up"] + p["up_b"])
+    return target + hidden @ p["down"] + p["down_b"]
+
+
 def _dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
     """Inverted dropout (kept values scaled by ``1 / (1 - rate)``); none without a key."""
     if key is None or rate == 0.0:
@@ -288,6 +311,8 @@ def forward(params: dict[str, Any], batch: dict[str, jax.Array], tables: dict[st
         hidden = jax.nn.gelu(_rms_norm(x, layer["mlp_norm"]) @ layer["up"] + layer["up_b"])
         x = x + _dropout(hidden @ layer["down"] + layer["down_b"], cfg.dropout, keys[2 * i + 1])
     target = jnp.einsum("bs,bsd->bd", batch["is_target"].astype(jnp.float32), x)
+    if "readout" in params:
+        target = _readout(params["readout"], target, x, structure["valid"], cfg.heads)
     head = params["head"]
     hidden = jax.nn.gelu(_rms_norm(target, head["norm"]) @ head["hidden"] + head["hidden_b"])
     return hidden @ head["out"] + head["out_b"]

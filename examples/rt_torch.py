@@ -49,6 +49,7 @@ class ModelConfig:
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
     dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
     fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
+    readout: str = "target"  # or "attention": the target cell then reads every cell
 
 
 RELATIONS = ("row", "parents", "children", "column")
@@ -229,6 +230,35 @@ def relation_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return torch.cat(parts, dim=1)
 
 
+class Readout(nn.Module):
+    """The target cell's state reads every real cell of its sequence (multi-head,
+    QK-normalised), then a feed-forward layer, both residual: a linked row's one cell (a
+    career total among 60) reaches the target whole instead of through its row's mean."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.RMSNorm(d)
+        self.q = nn.Linear(d, d, bias=False)
+        self.kv = nn.Linear(d, 2 * d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)
+        self.log_scale = nn.Parameter(torch.full((heads, 1), math.log(8.0)))
+        self.ff_norm = nn.RMSNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, target: torch.Tensor, h: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        b, s, d = h.shape
+        dh = d // self.heads
+        q = self.q(self.norm(target)).view(b, self.heads, dh).float()
+        k, v = self.kv(h).view(b, s, 2, self.heads, dh).permute(2, 0, 3, 1, 4).float()
+        q = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-6) * self.log_scale.exp()
+        k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        scores = torch.einsum("bhd,bhsd->bhs", q, k).masked_fill(~valid[:, None], MASK_FILL)
+        y = torch.einsum("bhs,bhsd->bhd", scores.softmax(-1), v).reshape(b, d)
+        target = target + self.out(y.to(target.dtype))
+        return target + self.ff(self.ff_norm(target))
+
+
 class RelationalTransformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -257,6 +287,7 @@ class RelationalTransformer(nn.Module):
         # model's initial weights do not move.
         self.numeric_column = nn.Linear(cfg.table_dim, d, bias=False) \
             if cfg.numeric_encoding == "column" else None
+        self.readout = Readout(d, cfg.heads) if cfg.readout == "attention" else None
 
     def encode(self, batch: dict[str, torch.Tensor],
                tables: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -296,6 +327,8 @@ class RelationalTransformer(nn.Module):
             h = block(h, structure)
         h = self.final_norm(h)
         target = (h * batch["is_target"].float()[..., None]).sum(1)  # one target cell per row
+        if self.readout is not None:
+            target = self.readout(target, h, structure["valid"])
         scalar = self.heads(target)
         return {"state": target, "numeric": scalar[:, 0], "boolean": scalar[:, 1],
                 "timestamp": scalar[:, 2], "null": scalar[:, 3],

@@ -331,7 +331,8 @@ def train(args: options.TrainArgs, procs: Processes,
                              stype=info.stype, block=args.attention_block,
                              numeric_encoding=args.numeric_encoding,
                              column_gain=args.column_gain, dropout=args.dropout,
-                             fk_attention=args.fk_attention, loss=args.loss,
+                             fk_attention=args.fk_attention, readout=args.readout,
+                             loss=args.loss,
                              pos_weight=metrics.positive_weight(args, sampler))
     optimizer = make_optimizer(args)
     # Every process computes the same initial values (same key, same program).

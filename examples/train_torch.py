@@ -221,7 +221,7 @@ def model_config(args: options.TrainArgs, tables: dict[str, torch.Tensor], text_
                                 num_classes=num_classes, block=args.attention_block,
                                 numeric_encoding=args.numeric_encoding,
                                 column_gain=args.column_gain, dropout=args.dropout,
-                                fk_attention=args.fk_attention)
+                                fk_attention=args.fk_attention, readout=args.readout)
 
 
 @dataclass

@@ -212,3 +212,85 @@ def test_cell_level_link_attention_is_the_dense_relation(batch, relation):
                                             "fk_adj", "out_perm", "col_perm")}), 16,
         fk_cells=True))
     np.testing.assert_allclose(mine, theirs.transpose(0, 2, 1, 3), rtol=1e-4, atol=1e-5)
+
+
+def _readout_inputs(seed=0, b=3, s=7, d=8):
+    rng = np.random.default_rng(seed)
+    valid = np.ones((b, s), bool)
+    valid[0, 5:] = False  # padding at the end of one sequence
+    valid[2, 1] = False   # and a padding slot inside another
+    return (rng.normal(size=(b, d)).astype(np.float32), rng.normal(size=(b, s, d)).astype(np.float32),
+            valid)
+
+
+def _readouts():
+    """(name, readout(target, cells, valid) -> numpy) of torch's and JAX's ``--readout
+    attention`` with fixed random weights."""
+    import jax
+    import jax.numpy as jnp
+
+    torch.manual_seed(0)
+    module = rt_torch.Readout(8, 2)
+    cfg = rt_jax.ModelConfig(d_model=8, heads_per_relation=1, layers=1, table_dim=4, text_dim=4,
+                             out_dim=1, stype=0, readout="attention")
+    params = rt_jax.init_params(jax.random.PRNGKey(0), cfg)["readout"]
+
+    def run_torch(target, cells, valid):
+        with torch.no_grad():
+            return module(torch.from_numpy(target), torch.from_numpy(cells),
+                          torch.from_numpy(valid)).numpy()
+
+    def run_jax(target, cells, valid):
+        return np.asarray(rt_jax._readout(params, jnp.asarray(target), jnp.asarray(cells),
+                                          jnp.asarray(valid), 2))
+
+    return [("torch", run_torch), ("jax", run_jax)]
+
+
+def test_the_readout_reads_every_real_cell_and_no_padding():
+    target, cells, valid = _readout_inputs()
+    for name, readout in _readouts():
+        base = readout(target, cells, valid)
+        moved = cells.copy()
+        moved[~valid] += 100.0  # padding states may be anything
+        np.testing.assert_allclose(readout(target, moved, valid), base, rtol=1e-5, atol=1e-5,
+                                   err_msg=name)
+        for b, p in zip(*np.nonzero(valid)):
+            nudged = cells.copy()
+            nudged[b, p] += 1.0
+            out = readout(target, nudged, valid)
+            assert not np.allclose(out[b], base[b], atol=1e-6), (name, b, p)
+            others = np.arange(len(base)) != b
+            np.testing.assert_allclose(out[others], base[others], rtol=1e-5, atol=1e-5)
+
+
+def test_the_torch_readout_is_its_formula():
+    """Against numpy: the normalised target's query attends (QK-normalised, a temperature per
+    head) over the real cells' keys; the values' mix, projected, joins the target, then the
+    feed-forward layer on its normalised sum."""
+    target, cells, valid = _readout_inputs(seed=3)
+    torch.manual_seed(1)
+    module = rt_torch.Readout(8, 2)
+    with torch.no_grad():
+        got = module(torch.from_numpy(target), torch.from_numpy(cells),
+                     torch.from_numpy(valid)).numpy()
+    w = {k: v.detach().numpy().astype(np.float64) for k, v in module.state_dict().items()}
+
+    def rms(x, scale):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + torch.finfo(torch.float32).eps) * scale
+
+    b, s, d = cells.shape
+    q = (rms(target, w["norm.weight"]) @ w["q.weight"].T).reshape(b, 2, 4)
+    kv = (cells @ w["kv.weight"].T).reshape(b, s, 2, 2, 4)
+    k, v = kv[:, :, 0], kv[:, :, 1]  # [B, S, H, dh]
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True) * np.exp(w["log_scale"])[None]
+    k = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    scores = np.where(valid[:, None, :], np.einsum("bhd,bshd->bhs", q, k), -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    read = np.einsum("bhs,bshd->bhd", weights, v).reshape(b, d)
+    mid = target + read @ w["out.weight"].T
+    hidden = rms(mid, w["ff_norm.weight"]) @ w["ff.0.weight"].T + w["ff.0.bias"]
+    gelu = 0.5 * hidden * (1 + np.vectorize(math.erf)(hidden / math.sqrt(2)))
+    np.testing.assert_allclose(got, mid + gelu @ w["ff.2.weight"].T + w["ff.2.bias"],
+                               rtol=1e-4, atol=1e-5)

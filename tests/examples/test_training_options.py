@@ -230,7 +230,7 @@ def test_torch_dropout_changes_training_outputs_only():
     (["--loss", "l3"], "invalid choice"), (["--numeric-squash", "tanh"], "invalid choice"),
     (["--absolute-time", "shift"], "invalid choice"),
     (["--anchor-features", "drop"], "invalid choice"),
-    (["--fk-attention", "mean"], "invalid choice")])
+    (["--fk-attention", "mean"], "invalid choice"), (["--readout", "pool"], "invalid choice")])
 def test_bad_values_are_refused(capsys, flags, message):
     with pytest.raises(SystemExit):
         _args(*flags)
@@ -245,13 +245,14 @@ def test_every_option_is_part_of_the_fingerprint():
     for flags in (["--loss", "l1"], ["--pos-weight", "auto"], ["--weight-decay", "0.01"],
                   ["--dropout", "0.1"], ["--numeric-squash", "log"],
                   ["--absolute-time", "drop"], ["--anchor-features", "mask"],
-                  ["--fk-attention", "cells"]):
+                  ["--fk-attention", "cells"], ["--readout", "attention"]):
         assert options.fingerprint(_args(*flags), "torch") != base, flags
 
 
 ALL_OPTIONS = ["--loss", "huber", "--pos-weight", "auto", "--weight-decay", "0.01",
                "--dropout", "0.1", "--numeric-squash", "log", "--absolute-time", "drop",
-               "--anchor-features", "mask", "--fk-attention", "cells"]
+               "--anchor-features", "mask", "--fk-attention", "cells",
+               "--readout", "attention"]
 
 
 @pytest.mark.parametrize("variant", ["churn", "grand"])
