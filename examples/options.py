@@ -114,7 +114,7 @@ class TrainArgs:
     absolute_time: str = "keep"
     anchor_features: str = "keep"
     fk_attention: str = "rows"
-    readout: str = "target"
+    readout: str = "attention"
 
     @property
     def rows(self) -> int:
@@ -231,10 +231,10 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
                         help="mask: every cell of the anchor row but the target becomes a "
                              "null cell (its column kept, its value gone), so the model "
                              "predicts from the context alone (an ablation); default keep")
-    parser.add_argument("--readout", choices=("target", "attention"), default="target",
-                        help="how the prediction reads the sequence: target (the target "
-                             "cell's final state) or attention (that state then attends to "
-                             "every cell; default target)")
+    parser.add_argument("--readout", choices=("target", "attention"), default="attention",
+                        help="how the prediction reads the sequence: attention (the target "
+                             "cell's final state then attends to every cell, default) or "
+                             "target (that state alone, the model of earlier versions)")
     parser.add_argument("--fk-attention", choices=FK_ATTENTIONS, default="rows",
                         help="the parent and child heads: rows (a row's cells pooled to their "
                              "mean, row to row, default: cost linear in S) or cells (each cell "

@@ -7,7 +7,8 @@ null/target flags), then layers whose attention heads each see one relation: cel
 row and of the same column (windows of the sorted cell orders), the row's foreign-key parents
 and its children (attention between rows over ``fk_adj``): the torch example's attention,
 the same math (``relation_attention``; tests/examples/test_attention.py compares them).
-The target cell's final state feeds one decoder head for the task's target type. It is the
+The target cell's final state reads every real cell once more (``_readout``, unless
+``--readout target``) and feeds one decoder head for the task's target type. It is the
 torch example's model made smaller: one attention per layer (a head per relation) where torch
 has four, and the loss of the task's type only (seeds never have a null target).
 """
@@ -40,7 +41,7 @@ class ModelConfig:
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
     dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
     fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
-    readout: str = "target"  # or "attention": the target cell then reads every cell
+    readout: str = "attention"  # the target cell reads every cell; "target": it does not
     loss: str = "mse"  # of a numeric or timestamp target (--loss)
     pos_weight: float = 1.0  # of a positive boolean label (--pos-weight, resolved)
 

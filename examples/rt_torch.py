@@ -17,7 +17,8 @@ The model follows the batch's structure (docs/batch_format.md), not a flat seque
   itself and nothing attends to padding. Attention is QK-normalised in float32
   (``q / max(|q|, 1e-6)``, a ``-1e9`` fill); ``relation_masks`` is the dense definition the
   tests compare with;
-* the target cell's final state feeds one decoder head per target type, and the loss is the
+* the target cell's final state reads every real cell once more (``Readout``, unless
+  ``--readout target``) and feeds one decoder head per target type, and the loss is the
   null-aware dispatch: ``null_loss + (1 - target_is_null) * type_loss`` with ``type_loss``
   picked from the four heads' losses by the batch's ``target_stype``.
 """
@@ -49,7 +50,7 @@ class ModelConfig:
     column_gain: float = 1.0  # factor on the terms made from the column's embedding
     dropout: float = 0.0  # on each layer's attention and feed-forward outputs (training only)
     fk_attention: str = "rows"  # or "cells": the parent / child heads read cells, not means
-    readout: str = "target"  # or "attention": the target cell then reads every cell
+    readout: str = "attention"  # the target cell reads every cell; "target": it does not
 
 
 RELATIONS = ("row", "parents", "children", "column")
