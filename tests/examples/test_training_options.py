@@ -245,7 +245,7 @@ def test_every_option_is_part_of_the_fingerprint():
     for flags in (["--loss", "l1"], ["--pos-weight", "auto"], ["--weight-decay", "0.01"],
                   ["--dropout", "0.1"], ["--numeric-squash", "log"],
                   ["--absolute-time", "drop"], ["--anchor-features", "mask"],
-                  ["--fk-attention", "cells"], ["--readout", "attention"]):
+                  ["--fk-attention", "cells"], ["--readout", "target"]):
         assert options.fingerprint(_args(*flags), "torch") != base, flags
 
 
