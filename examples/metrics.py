@@ -26,6 +26,8 @@ import options
 NUMERIC, BOOLEAN, TIMESTAMP, CATEGORICAL, TEXT = range(5)
 NUM_STYPES = 5
 METRIC_NAMES = {NUMERIC: "mae", BOOLEAN: "auc", TIMESTAMP: "mae", CATEGORICAL: "accuracy"}
+# the loss a boolean or categorical target trains with (a numeric or timestamp one: --loss)
+CLASSIFICATION_LOSSES = {BOOLEAN: "bce", CATEGORICAL: "cross_entropy"}
 
 
 # --- losses, metrics, baseline ----------------------------------------------------------------
@@ -34,6 +36,11 @@ METRIC_NAMES = {NUMERIC: "mae", BOOLEAN: "auc", TIMESTAMP: "mae", CATEGORICAL: "
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+def training_loss(stype: int, loss: str) -> str:
+    """The name of the loss a target of ``stype`` trains with under ``--loss`` ``loss``."""
+    return CLASSIFICATION_LOSSES.get(stype, loss)
 
 
 def val_losses(predictions: np.ndarray, labels: np.ndarray, stype: int, loss: str = "mse",
@@ -80,7 +87,12 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 
 def metric_of(predictions: np.ndarray, labels: np.ndarray, stype: int, std: float) -> float:
+    """The task's metric of ``predictions``; nan (null on the result line) unless every
+    prediction is finite: a diverged model's NaN scores would otherwise rank as ties, or
+    argmax to class 0, and score like a model."""
     p = np.asarray(predictions, dtype=np.float64)
+    if not np.isfinite(p).all():
+        return float("nan")
     if stype == BOOLEAN:
         return auc(p, labels)
     if stype == CATEGORICAL:
@@ -205,7 +217,8 @@ def result(*, framework: str, world_size: int, steps: int, info: Any,
         "train_loss_first": float(np.mean(losses[:tail])) if len(losses) else float("nan"),
         "train_loss_last": float(np.mean(losses[-tail:])) if len(losses) else float("nan"),
         "wait_p50_ms": percentile_ms(waits, 50), "wait_p99_ms": percentile_ms(waits, 99),
-        "step_ms": step_ms, "loss": loss, "pos_weight": float(pos_weight),
+        "step_ms": step_ms, "loss": training_loss(stype, loss),
+        "pos_weight": float(pos_weight),
     }
     out.update(extra)
     return out

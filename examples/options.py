@@ -12,7 +12,7 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NoReturn
 
 import common
 
@@ -122,8 +122,16 @@ class TrainArgs:
         return self.max_rows or self.sequence_length
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are ``dlkit``'s one line, ``error USAGE: ...`` (exit 2),
+    not argparse's usage text and second line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise common.UsageError(f"{message} (see {self.prog} --help)")
+
+
 def parse_args(framework: str, argv: Sequence[str] | None = None) -> TrainArgs:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=f"train_{framework}.py",
         description=f"Train a compact Relational Transformer on dlkit batches ({framework}). "
                     "Logs go to stderr; the last stdout line is one JSON object (rank 0).")
@@ -161,8 +169,10 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue from the checkpoint in --checkpoint-dir")
     parser.add_argument("--record", default=None, metavar="PATH",
-                        help="append one JSON line per train step (rank 0): step, task_idx, "
-                             "the global batch's anchors, each rank's parameter digest, loss")
+                        help="write one JSON line per train step (rank 0): step, task_idx, "
+                             "database_idx, the global batch's anchors, each rank's parameter "
+                             "digest, loss (null if not finite); a fresh run replaces the "
+                             "file, --resume cuts it to the checkpoint's steps")
     parser.add_argument("--lr", type=_positive_float, default=3e-3,
                         help="peak learning rate (default 3e-3)")
     parser.add_argument("--warmup", type=_non_negative_int, default=20,

@@ -40,7 +40,6 @@ steps (with ``database_idx``).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from collections.abc import Sequence
@@ -80,7 +79,7 @@ class PretrainArgs:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> PretrainArgs:
-    parser = argparse.ArgumentParser(
+    parser = options.Parser(
         prog="pretrain.py",
         description="Pretrain the example Relational Transformer on a mixture of databases "
                     "with one held out, then compare zero-shot, fine-tuned and from-scratch "
@@ -258,20 +257,23 @@ def run_pretraining(args: options.TrainArgs, world: tt.World, mixture: dlkit.Sam
                     model: PretrainModel, tables: dict[str, torch.Tensor],
                     fingerprint: dict[str, Any]) -> tuple[list[float], int | None]:
     """``--pretrain-steps`` steps on the mixture, checkpointed and resumed as train_torch.py
-    checkpoints its training: (the steps' losses, the step resumed from)."""
+    checkpoints its training: (every step's loss, a resumed run's first from its checkpoint;
+    the step resumed from)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr,
                                   weight_decay=args.weight_decay)
     checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
-    step = 0
+    step, losses = 0, []
     if args.resume:
         assert checkpoint is not None  # parse_args refuses --resume without a directory
-        step = tt.resume(checkpoint, fingerprint, model, optimizer, mixture)
-    recorder = common.Recorder(args.record) if args.record and world.rank == 0 else None
+        step, losses = tt.resume(checkpoint, fingerprint, model, optimizer, mixture, args.steps,
+                                 "--pretrain-steps")
+    recorder = (common.Recorder(args.record, step if args.resume else None)
+                if args.record and world.rank == 0 else None)
     try:
         progress = tt.train_steps(args, world, mixture, model, ddp(model, world), optimizer,
                                   tables, step, args.steps, checkpoint=checkpoint,
                                   fingerprint=fingerprint, recorder=recorder,
-                                  label="pretrain step")
+                                  label="pretrain step", losses_before=losses)
     finally:
         if recorder is not None:
             recorder.close()

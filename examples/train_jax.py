@@ -31,7 +31,7 @@ The model, the compact Relational Transformer that reads the batch's structure, 
 loss are in ``rt_jax.py``; here are the processes, the checkpoints and the training.
 
 Checkpoints (``--checkpoint-dir D``): ``D/checkpoint_jax.npz`` holds the parameters, the
-optimizer state, the step and the sampler's position; process 0 writes it atomically every
+optimizer state, the step, every step's loss so far and the sampler's position; process 0 writes it atomically every
 ``--checkpoint-every`` steps and at the end. ``--resume`` continues from it on any number of
 processes, with the global batches the uninterrupted run would have taken. The file ends in
 a SHA-256 of the rest: a changed byte refuses it whole (``CHECKPOINT_INVALID``).
@@ -47,7 +47,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 import dlkit  # noqa: E402
 import dlkit.jax  # noqa: E402
 from dlkit.atomic import atomic_writer  # noqa: E402
+from dlkit.errors import CheckpointError, DlkitError  # noqa: E402
 
 CHECKPOINT_FILE = "checkpoint_jax.npz"
 CHECKPOINT_FORMAT = "dlkit-example-jax-v1"
@@ -129,8 +130,9 @@ def start_processes() -> Processes:
                                                         address))
         except (RuntimeError, ValueError) as exc:  # unreachable, timed out, port taken
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise common.UsageError(f"process {process_id} of {num_processes} could not join "
-                                    f"the JAX coordinator at {address}: {first}") from None
+            raise DlkitError(f"process {process_id} of {num_processes} could not join the JAX "
+                             f"coordinator at {address}: {first}",
+                             code="COORDINATOR_UNREACHABLE") from None
     rank, world_size = dlkit.jax.rank_and_world()
     return Processes(rank, world_size, dlkit.jax.batch_mesh())
 
@@ -208,13 +210,16 @@ def local_value(array: jax.Array) -> np.ndarray:
 
 
 def save_checkpoint(path: Path, step: int, params: Any, opt_state: Any,
-                    sampler_state: dict[str, Any], fingerprint: dict[str, Any]) -> None:
-    """One ``.npz`` (parameters, optimizer state, and a JSON record of the step, the sampler's
-    position and the run's fingerprint), written beside ``path`` and renamed over it."""
+                    sampler_state: dict[str, Any], fingerprint: dict[str, Any],
+                    losses: Sequence[float] = ()) -> None:
+    """One ``.npz`` (parameters, optimizer state, the losses of the steps so far, and a JSON
+    record of the step, the sampler's position and the run's fingerprint), written beside
+    ``path`` and renamed over it."""
     arrays: dict[str, np.ndarray] = {}
     for prefix, tree in (("params", params), ("opt", opt_state)):
         for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
             arrays[f"{prefix}/{i:04d}"] = local_value(leaf)
+    arrays["losses"] = np.asarray(losses, np.float64)
     record = {"format": CHECKPOINT_FORMAT, "step": step, "sampler": sampler_state,
               "fingerprint": fingerprint}
     arrays["record"] = np.frombuffer(json.dumps(record).encode(), np.uint8)
@@ -225,26 +230,42 @@ def save_checkpoint(path: Path, step: int, params: Any, opt_state: Any,
         out.write(common.sealed(buffer.getvalue()))
 
 
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """What a checkpoint restores: the step it was taken after, the parameters and the
+    optimizer state (placed like the fresh ones), the sampler's state, and the losses of the
+    steps before it (none in a checkpoint of an earlier version of this example)."""
+
+    step: int
+    params: Any
+    opt_state: Any
+    sampler: dict[str, Any]
+    losses: list[float]
+
+
 def load_checkpoint(path: Path, params: Any, opt_state: Any, fingerprint: dict[str, Any],
-                    procs: Processes) -> tuple[int, Any, Any, dict[str, Any]]:
-    """(step, params, opt_state, sampler state) from ``path``, placed like the fresh ones."""
+                    procs: Processes) -> Restored:
+    """The checkpoint ``path``, its arrays shaped and placed like ``params`` and
+    ``opt_state``."""
     if not path.is_file():
-        raise common.UsageError(f"--resume: no checkpoint {path}")
+        raise CheckpointError("no such file: --resume continues from the checkpoint in "
+                              "--checkpoint-dir", path=path)
     payload = common.unsealed(path)  # checked whole before np.load sees a byte
     try:
         with np.load(io.BytesIO(payload)) as data:
             arrays = {key: data[key] for key in data.files}
         record = json.loads(arrays.pop("record").tobytes())
     except (OSError, ValueError, KeyError) as exc:
-        raise common.UsageError(f"{path}: not a readable checkpoint "
-                                f"({common.first_line(exc)})") from None
+        raise CheckpointError(f"not a readable checkpoint ({common.first_line(exc)})",
+                              path=path) from None
     if not isinstance(record, dict) or record.get("format") != CHECKPOINT_FORMAT:
-        raise common.UsageError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
+        raise CheckpointError(f"not a {CHECKPOINT_FORMAT} checkpoint", path=path)
     theirs = record.get("fingerprint") or {}
     diffs = [f"{k}: checkpoint {theirs.get(k)!r}, now {v!r}" for k, v in fingerprint.items()
              if theirs.get(k) != v]
     if diffs:
-        raise common.UsageError(f"{path}: taken with other settings ({'; '.join(diffs)})")
+        raise CheckpointError(f"taken with other settings ({'; '.join(diffs)})", path=path)
+    losses = arrays.pop("losses", np.zeros(0))
 
     def restore(prefix: str, tree: Any) -> Any:
         leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -252,12 +273,12 @@ def load_checkpoint(path: Path, params: Any, opt_state: Any, fingerprint: dict[s
         for i, leaf in enumerate(leaves):
             value = arrays.get(f"{prefix}/{i:04d}")
             if value is None or value.shape != leaf.shape or value.dtype != leaf.dtype:
-                raise common.UsageError(f"{path}: {prefix} leaf {i} does not fit the model")
+                raise CheckpointError(f"{prefix} leaf {i} does not fit the model", path=path)
             loaded.append(jax.device_put(value, procs.replicated))
         return jax.tree_util.tree_unflatten(treedef, loaded)
 
-    return (int(record["step"]), restore("params", params), restore("opt", opt_state),
-            record["sampler"])
+    return Restored(int(record["step"]), restore("params", params), restore("opt", opt_state),
+                    record["sampler"], [float(v) for v in losses.tolist()])
 
 
 # --- training -------------------------------------------------------------------------------
@@ -368,17 +389,20 @@ def train(args: options.TrainArgs, procs: Processes,
     fingerprint = {**options.fingerprint(args, "jax"), "model": dataclasses.asdict(cfg)}
     checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
     step = 0
+    losses: list[float] = []  # every step's from step 0: a resumed run's first from its checkpoint
     if args.resume:
         assert checkpoint is not None  # parse_args refuses --resume without a directory
-        step, params, opt_state, sampler_state = load_checkpoint(checkpoint, params, opt_state,
-                                                                 fingerprint, procs)
-        sampler.load_state_dict(sampler_state)
+        restored = load_checkpoint(checkpoint, params, opt_state, fingerprint, procs)
+        common.check_resume_step(restored.step, args.steps, checkpoint)
+        step, params, opt_state, losses = (restored.step, restored.params, restored.opt_state,
+                                           restored.losses)
+        sampler.load_state_dict(restored.sampler)
         common.log(f"resumed at step {step} from {checkpoint}")
 
-    recorder = common.Recorder(args.record) if args.record and procs.rank == 0 else None
+    recorder = (common.Recorder(args.record, step if args.resume else None)
+                if args.record and procs.rank == 0 else None)
     waits: list[float] = []
     step_times: list[float] = []
-    losses: list[float] = []
     first_step = step
     log_every = max(1, args.steps // 10)
     while step < args.steps:
@@ -397,6 +421,8 @@ def train(args: options.TrainArgs, procs: Processes,
             digests = gather_digests(params, procs)
             if recorder is not None:
                 recorder.write({"step": step, "task_idx": int(local["task_idx"][0]),
+                                **({"database_idx": int(local["database_idx"][0])}
+                                   if "database_idx" in local else {}),
                                 "anchors": anchors.tolist(), "params": digests,
                                 "loss": loss_value})
         step += 1
@@ -405,7 +431,8 @@ def train(args: options.TrainArgs, procs: Processes,
         if checkpoint is not None and (step % args.checkpoint_every == 0 or step == args.steps):
             sampler_state = sampler.state_dict()
             if procs.rank == 0:
-                save_checkpoint(checkpoint, step, params, opt_state, sampler_state, fingerprint)
+                save_checkpoint(checkpoint, step, params, opt_state, sampler_state, fingerprint,
+                                losses)
     if recorder is not None:
         recorder.close()
 

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,8 @@ import transforms  # noqa: E402
 from torch import nn  # noqa: E402
 
 import dlkit  # noqa: E402
-from dlkit.atomic import atomic_write_bytes  # noqa: E402
+from dlkit.atomic import atomic_writer  # noqa: E402
+from dlkit.errors import CheckpointError  # noqa: E402
 from dlkit.torch import to_torch, upload_tables  # noqa: E402
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -120,31 +121,37 @@ def parameter_digest(model: nn.Module) -> torch.Tensor:
 
 
 def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    sampler_state: dict[str, Any], fingerprint: dict[str, Any]) -> None:
+                    sampler_state: dict[str, Any], fingerprint: dict[str, Any],
+                    losses: Sequence[float] = ()) -> None:
+    """The checkpoint after ``step`` steps; ``losses`` are those steps' losses, so a resumed
+    run reports the ``train_loss_first`` of an uninterrupted one."""
     buffer = io.BytesIO()
     torch.save({"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "step": step,
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "sampler": sampler_state}, buffer)
+                "sampler": sampler_state,
+                "losses": torch.tensor(list(losses), dtype=torch.float64)}, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, common.sealed(buffer.getvalue()))
+    with atomic_writer(path) as out:  # the temporary file exists while the bytes are sealed
+        out.write(common.sealed(buffer.getvalue()))
 
 
 def load_checkpoint(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     if not path.is_file():
-        raise common.UsageError(f"--resume: no checkpoint {path}")
+        raise CheckpointError("no such file: --resume continues from the checkpoint in "
+                              "--checkpoint-dir", path=path)
     payload = common.unsealed(path)  # checked whole before torch.load sees a byte
     try:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as exc:  # checksummed, yet unreadable (another torch?): one line
-        raise common.UsageError(f"{path}: not a readable checkpoint "
-                                f"({common.first_line(exc)})") from None
+        raise CheckpointError(f"not a readable checkpoint ({common.first_line(exc)})",
+                              path=path) from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise common.UsageError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
+        raise CheckpointError(f"not a {CHECKPOINT_FORMAT} checkpoint", path=path)
     theirs = state.get("fingerprint", {})
     diffs = [f"{k}: checkpoint {theirs.get(k)!r}, now {v!r}" for k, v in fingerprint.items()
              if theirs.get(k) != v]
     if diffs:
-        raise common.UsageError(f"{path}: taken with other settings ({'; '.join(diffs)})")
+        raise CheckpointError(f"taken with other settings ({'; '.join(diffs)})", path=path)
     return state
 
 
@@ -228,9 +235,17 @@ def model_config(args: options.TrainArgs, tables: dict[str, torch.Tensor], text_
 class Progress:
     """What the train steps of one run measured (rank 0 logs and reports them)."""
 
-    losses: list[float]
+    losses: list[float]      # every step's from step 0: a resumed run's first from its checkpoint
     waits: list[float]       # seconds blocked for a batch, the first step left out
     step_times: list[float]  # seconds per step, the first step left out
+
+
+def dropout_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of the dropout masks rank ``rank`` draws in train step ``step``: a function of
+    (seed, step, rank), so a resumed run draws the masks of an uninterrupted one (a global
+    generator seeded once would carry on from wherever the first run left it)."""
+    digest = hashlib.sha256(f"dlkit-example-dropout:{seed}:{step}:{rank}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def train_steps(args: options.TrainArgs, world: World, sampler: dlkit.Sampler, model: nn.Module,
@@ -238,11 +253,13 @@ def train_steps(args: options.TrainArgs, world: World, sampler: dlkit.Sampler, m
                 tables: dict[str, torch.Tensor], start: int, stop: int, *,
                 checkpoint: Path | None = None, fingerprint: dict[str, Any] | None = None,
                 recorder: common.Recorder | None = None, label: str = "step",
-                pos_weight: float = 1.0) -> Progress:
+                pos_weight: float = 1.0, losses_before: Sequence[float] = ()) -> Progress:
     """Train steps ``start .. stop - 1`` on ``sampler``'s train stream (``net``: ``model``,
-    or its DDP wrapper), the learning rate of each a function of its step; with
-    ``checkpoint``, write one every ``--checkpoint-every`` steps and at ``stop``."""
-    progress = Progress([], [], [])
+    or its DDP wrapper), the learning rate and the dropout masks of each a function of its
+    step; with ``checkpoint``, write one every ``--checkpoint-every`` steps and at ``stop``.
+    ``losses_before``: the losses of steps ``0 .. start - 1`` (a resumed run's, from its
+    checkpoint), which the progress's losses and the checkpoints carry on from."""
+    progress = Progress(list(losses_before), [], [])
     log_every = max(1, stop // 10)
     model.train()
     step = start
@@ -253,7 +270,10 @@ def train_steps(args: options.TrainArgs, world: World, sampler: dlkit.Sampler, m
         batch = to_torch(transforms.prepare(arrays, args))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(args, step)
-        loss = rt_torch.loss_per_sequence(net(batch, tables), batch, args.loss, pos_weight).mean()
+        with torch.random.fork_rng(devices=[]):  # the global generator is left as it was
+            torch.manual_seed(dropout_seed(args.seed, step, world.rank))
+            loss = rt_torch.loss_per_sequence(net(batch, tables), batch, args.loss,
+                                              pos_weight).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -280,7 +300,8 @@ def train_steps(args: options.TrainArgs, world: World, sampler: dlkit.Sampler, m
             assert fingerprint is not None
             sampler_state = sampler.state_dict()
             if world.rank == 0:
-                save_checkpoint(checkpoint, step, model, optimizer, sampler_state, fingerprint)
+                save_checkpoint(checkpoint, step, model, optimizer, sampler_state,
+                                fingerprint, progress.losses)
     return progress
 
 
@@ -295,16 +316,17 @@ def run_training(args: options.TrainArgs, world: World, sampler: dlkit.Sampler) 
     pos_weight = metrics.positive_weight(args, sampler)
     fingerprint = {**options.fingerprint(args, "torch"), "model": asdict(cfg)}
     checkpoint = Path(args.checkpoint_dir) / CHECKPOINT_FILE if args.checkpoint_dir else None
-    step = 0
+    step, losses = 0, []
     if args.resume:
         assert checkpoint is not None  # parse_args refuses --resume without a directory
-        step = resume(checkpoint, fingerprint, model, optimizer, sampler)
+        step, losses = resume(checkpoint, fingerprint, model, optimizer, sampler, args.steps)
     net = nn.parallel.DistributedDataParallel(model) if world.distributed else model
 
-    recorder = common.Recorder(args.record) if args.record and world.rank == 0 else None
+    recorder = (common.Recorder(args.record, step if args.resume else None)
+                if args.record and world.rank == 0 else None)
     progress = train_steps(args, world, sampler, model, net, optimizer, tables, step,
                            args.steps, checkpoint=checkpoint, fingerprint=fingerprint,
-                           recorder=recorder, pos_weight=pos_weight)
+                           recorder=recorder, pos_weight=pos_weight, losses_before=losses)
     if recorder is not None:
         recorder.close()
 
@@ -324,16 +346,22 @@ def run_training(args: options.TrainArgs, world: World, sampler: dlkit.Sampler) 
 
 
 def resume(checkpoint: Path, fingerprint: dict[str, Any], model: nn.Module,
-           optimizer: torch.optim.Optimizer, sampler: dlkit.Sampler) -> int:
+           optimizer: torch.optim.Optimizer, sampler: dlkit.Sampler, steps: int,
+           steps_flag: str = "--steps") -> tuple[int, list[float]]:
     """Load ``checkpoint`` (taken with ``fingerprint``) into the model, the optimizer and the
-    sampler: the step it was taken after."""
+    sampler: the step it was taken after (not beyond ``steps``, the run's last), and the
+    losses of the steps before it."""
     state = load_checkpoint(checkpoint, fingerprint)
+    step = int(state["step"])
+    common.check_resume_step(step, steps, checkpoint, steps_flag)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     sampler.load_state_dict(state["sampler"])
-    step = int(state["step"])
+    # a checkpoint of an earlier version of this example holds no losses: the resumed run's
+    # train_loss_first is then that of its own steps
+    losses = state.get("losses")
     common.log(f"resumed at step {step} from {checkpoint}")
-    return step
+    return step, [] if losses is None else [float(v) for v in losses.tolist()]
 
 
 @torch.no_grad()

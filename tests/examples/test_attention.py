@@ -183,7 +183,7 @@ def test_sampler_knobs_are_flags_and_part_of_the_fingerprint():
     mine, theirs = options.fingerprint(args, "torch"), options.fingerprint(other, "torch")
     assert {k for k in mine if mine[k] != theirs[k]} == {"max_rows", "bfs_child_width",
                                                          "bfs_child_policy", "attention_block"}
-    with pytest.raises(SystemExit):
+    with pytest.raises(options.common.UsageError):
         options.parse_args("torch", base + ["--bfs-child-policy", "newest"])
 
 

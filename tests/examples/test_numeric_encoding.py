@@ -141,5 +141,5 @@ def test_the_flag_parses_and_is_part_of_the_fingerprint():
                                  "torch")
     assert {k for k in mine if mine[k] != gained[k]} == {"column_gain"}
     for bad in (["--numeric-encoding", "log"], ["--column-gain", "0"]):
-        with pytest.raises(SystemExit):
+        with pytest.raises(options.common.UsageError):
             options.parse_args("torch", base + bad)

@@ -13,6 +13,7 @@ import pytest
 
 from dlkit.errors import CheckpointError
 from tests.examples.launch import EXAMPLES, PYTHON, clean_env
+from tests.examples.test_train_torch import RECORD_KEYS
 
 sys.path.insert(0, str(EXAMPLES))
 import common  # noqa: E402  (examples/common.py)
@@ -113,22 +114,21 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
 
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    step, got_params, got_opt, got_sampler = train_jax.load_checkpoint(
-        path, zeros, optimizer.init(zeros), fingerprint, procs)
-    assert step == 7 and got_sampler == sampler_state
+    restored = train_jax.load_checkpoint(path, zeros, optimizer.init(zeros), fingerprint, procs)
+    assert (restored.step, restored.sampler, restored.losses) == (7, sampler_state, [])
     for want, got in zip(jax.tree_util.tree_leaves((params, opt_state)),
-                         jax.tree_util.tree_leaves((got_params, got_opt))):
+                         jax.tree_util.tree_leaves((restored.params, restored.opt_state))):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert np.asarray(got).dtype == np.asarray(want).dtype
 
     other = options.fingerprint(_args(tmp_path, seed=9), "jax")
-    with pytest.raises(common.UsageError, match="seed: checkpoint 0, now 9"):
+    with pytest.raises(CheckpointError, match="seed: checkpoint 0, now 9"):
         train_jax.load_checkpoint(path, zeros, optimizer.init(zeros), other, procs)
     wrong_shape = {"w": jnp.zeros((3, 2)), "b": [jnp.ones(3), jnp.zeros(())]}
-    with pytest.raises(common.UsageError, match="params leaf"):
+    with pytest.raises(CheckpointError, match="params leaf"):
         train_jax.load_checkpoint(path, wrong_shape, optimizer.init(wrong_shape), fingerprint,
                                   procs)
-    with pytest.raises(common.UsageError, match="no checkpoint"):
+    with pytest.raises(CheckpointError, match="no such file"):
         train_jax.load_checkpoint(tmp_path / "missing.npz", zeros, optimizer.init(zeros),
                                   fingerprint, procs)
     garbage = tmp_path / "garbage.npz"
@@ -136,7 +136,7 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
     with pytest.raises(CheckpointError, match="no checksum trailer"):
         train_jax.load_checkpoint(garbage, zeros, optimizer.init(zeros), fingerprint, procs)
     garbage.write_bytes(common.sealed(b"not a zip"))  # checksummed, yet no npz
-    with pytest.raises(common.UsageError, match="not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
         train_jax.load_checkpoint(garbage, zeros, optimizer.init(zeros), fingerprint, procs)
     data = bytearray(path.read_bytes())
     for at in (0, len(data) // 2, len(data) - 40, len(data) - 1):  # payload, marker, digest
@@ -159,7 +159,7 @@ def test_bad_process_variables_are_one_line_errors(tmp_path, env, message):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert proc.stderr.strip() == f"error: {message}"
+    assert proc.stderr.strip() == f"error USAGE: {message}"
 
 
 REQUIRED = ("framework", "world_size", "steps", "val_loss", "val_metric", "metric",
@@ -198,3 +198,24 @@ def test_anchor_only_runs_and_reports_its_context(capfd, planted_db):
     db, task = planted_db
     result = _train(capfd, db, task, "--steps", "2", "--context", "anchor-only")
     assert result["context"] == "anchor-only" and result["steps"] == 2
+
+
+def test_a_resumed_run_records_and_reports_what_an_uninterrupted_one_does(capfd, planted_db,
+                                                                           tmp_path):
+    """The record of a run stopped at step 2 and resumed to 4 is the uninterrupted run's, line
+    for line, with the keys of the torch example's; and so are the result's train losses (the
+    first steps' losses come with the checkpoint)."""
+    db, task = planted_db
+    whole, pieced, ckpt = tmp_path / "whole.jsonl", tmp_path / "pieced.jsonl", tmp_path / "ck"
+    uninterrupted = _train(capfd, db, task, "--steps", "4", "--record", str(whole))
+    _train(capfd, db, task, "--steps", "2", "--checkpoint-dir", str(ckpt), "--record",
+           str(pieced))
+    resumed = _train(capfd, db, task, "--steps", "4", "--checkpoint-dir", str(ckpt),
+                     "--resume", "--record", str(pieced))
+    assert pieced.read_text() == whole.read_text()
+    records = [json.loads(line) for line in whole.read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert all(list(r) == list(RECORD_KEYS) for r in records)
+    assert resumed["resumed_from"] == 2
+    for key in ("train_loss_first", "train_loss_last", "val_loss", "val_metric"):
+        assert resumed[key] == uninterrupted[key], key

@@ -64,6 +64,14 @@ def test_curves_plots_every_numeric_series(tmp_path):
         diverged.stderr.decode())
     svg = (tmp_path / "n.svg").read_text()
     assert "not finite at 2 steps, from step 1" in svg and 'data-series="database_idx"' not in svg
+    strict = tmp_path / "strict.jsonl"  # the examples write a loss that is not finite as null
+    strict.write_text('{"step": 0, "loss": 1.0, "params": ["x"]}\n'
+                      '{"step": 1, "loss": null, "params": ["y"]}\n')
+    nulls = run_dlkit("curves", strict, "-o", tmp_path / "s.svg")
+    assert nulls.returncode == 0, nulls.stderr.decode()
+    assert f"warning: {strict}: loss is not finite at 1 step, from step 1" in (
+        nulls.stderr.decode())
+    assert "not finite at 1 step, from step 1" in (tmp_path / "s.svg").read_text()
     other = tmp_path / "other.jsonl"
     other.write_text('{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 2.0}\n')
     as_json = json.loads(run_dlkit("curves", record, other, "-o", tmp_path / "j.svg",

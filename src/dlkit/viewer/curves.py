@@ -59,10 +59,13 @@ def read_record(path: str | Path) -> tuple[Series, ...]:
         if not isinstance(step, int) or isinstance(step, bool):
             raise InputFormatError(f"line {number}: step is not an integer", path=str(path))
         for key, value in record.items():
-            if key in _SKIP or isinstance(value, bool) or not isinstance(value, int | float):
+            # null is a number that was not finite, as strict JSON writes one (the examples'
+            # records do); Python's own NaN and Infinity are read too
+            if key in _SKIP or isinstance(value, bool) or \
+                    not (value is None or isinstance(value, int | float)):
                 continue
             series = points.setdefault(key, [])
-            if math.isfinite(value):
+            if value is not None and math.isfinite(value):
                 series.append((step, float(value)))
             else:
                 not_finite.setdefault(key, []).append(step)
