@@ -47,13 +47,13 @@ def run(main: Callable[[], int]) -> int:
     are ``error INTERRUPTED: ...``, exit 130, naming the last checkpoint written."""
     # the `dlkit` command's own boundary, reused: its exit codes, and its SIGTERM handler,
     # which raises KeyboardInterrupt so atomic writes remove their temporary files
-    from dlkit.cli.app import INTERRUPTED_EXIT, _sigterm_as_interrupt, exit_code_for
-    from dlkit.interrupts import recording_commits
+    from dlkit.cli.app import INTERRUPTED_EXIT, exit_code_for
+    from dlkit.interrupts import recording_commits, sigterm_as_interrupt
 
     program = Path(sys.argv[0]).name
     with recording_commits() as committed:
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 return main()
         except DlkitError as exc:
             print(f"error {exc.code}: {exc}", file=sys.stderr, flush=True)

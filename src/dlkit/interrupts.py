@@ -105,3 +105,22 @@ def deferred_interrupts() -> Iterator[None]:
                 handler(signum, frame)
             elif handler == signal.SIG_DFL:
                 signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a scheduler's time limit) unwinds like Ctrl-C, so a command's
+    temporary output is removed on the way out instead of left beside the target."""
+
+    def interrupt(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding program's): leave it alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

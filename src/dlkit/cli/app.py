@@ -6,12 +6,9 @@ red line and an exit code. A traceback is shown only with ``--debug`` (or ``DLKI
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import signal
 import sys
-from collections.abc import Iterator
 
 import typer
 from typer.core import TyperGroup
@@ -19,6 +16,7 @@ from typer.core import TyperGroup
 from dlkit import errors
 from dlkit.cli.console import print_error, print_note
 from dlkit.cli.pipes import READER_GONE_EXIT
+from dlkit.interrupts import sigterm_as_interrupt
 
 try:  # typer >= 0.16 carries its own copy of click
     from typer._click import exceptions as click_exceptions
@@ -254,25 +252,6 @@ def _register_commands(command: str | None = None) -> None:
         importlib.import_module(name)
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (``kill``, a scheduler's time limit) unwinds like Ctrl-C, so a command's
-    temporary output is removed on the way out instead of left beside the target."""
-
-    def interrupt(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread (an embedding program's): leave it alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 # Flags renamed in 0.2.0, kept as hidden aliases through 0.2.x: (command, old, new). The old
 # spelling still works, with a note on stderr; it is in no --help. CHANGELOG.md lists them.
 RENAMED_FLAGS: tuple[tuple[str, str, str], ...] = (
@@ -352,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     with recording_commits() as committed, recording_parts() as parts:
         try:
             try:
-                with _sigterm_as_interrupt():
+                with sigterm_as_interrupt():
                     words, notes = _apply_aliases(words)
                     _register_commands(_command_word(words))
                     for note in dict.fromkeys(notes):
