@@ -467,7 +467,8 @@ def schema_diagram(
     out: Path = typer.Option(None, "--out", "-o", help="Write here (default: stdout)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
     as_json: bool = typer.Option(False, "--json",
-                                 help="Print the diagram's tables and edges as JSON."),
+                                 help="Print {output, name, tables, edges} as JSON on stdout "
+                                      "(with --out, the diagram is written there too)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No note on stderr."),
 ) -> None:
     """Draw the schema: tables with keys and time columns, foreign keys as arrows (with edge
@@ -500,15 +501,17 @@ def schema_diagram(
                                if entry.is_file() and entry.name.endswith(".parquet")})
             check_output_file(out, overwrite, inputs=inputs)
     diagram = _diagram_of(source)
-    if as_json:
-        print_json(diagram.to_json())
+    if as_json and out is None:  # the JSON stands for the diagram on stdout
+        print_json({"output": None, **diagram.to_json()})
         return
     text = {"mermaid": diagram.to_mermaid, "dot": diagram.to_dot, "svg": diagram.to_svg}[fmt]()
     if out is None:
         sys.stdout.write(text)
         return
     atomic_write_bytes(out, text.encode("utf-8"), overwrite=overwrite)
-    if not quiet:
+    if as_json:  # as every command: the file is written, the JSON names it
+        print_json({"output": str(out), **diagram.to_json()})
+    elif not quiet:
         err_console.print(f"wrote {plain(out)} ({fmt}, "
                           f"{counted(len(diagram.tables), 'table')}, "
                           f"{counted(len(diagram.edges), 'foreign key')})", highlight=False)
