@@ -122,3 +122,36 @@ def test_failure_mid_run_is_recorded_and_replayable(tmp_path):
     assert contents.failure["failure_code"] == "CONTRACT_VIOLATION"
     assert len(contents.iters) == 2 and contents.end["status"] == "failed"
     assert replay_trace(path, near_max).records_checked == 2
+
+
+def _flipped(good: bytes, offset: int, path):
+    damaged = bytearray(good)
+    damaged[offset] ^= 0x01
+    path.write_bytes(bytes(damaged))
+    return path
+
+
+@pytest.mark.parametrize("name", [b"dataset_key", b"cursor_start", b"indices_sha256",
+                                  b"total_samples_seen"])
+def test_a_flipped_byte_in_a_field_name_is_a_damaged_trace_not_a_mismatch(tmp_path, name):
+    """A trace is checked whole before it replays: a field name one byte off is
+    TRACE_INVALID (as the user's trace flipped at byte 100, 'dataset_key' of the header),
+    never a replay that runs with the field missing."""
+    good = write_trace(tmp_path / "t.cbor", steps=2).read_bytes()
+    offset = good.index(name) + 3
+    with pytest.raises(TraceError, match="damaged trace") as info:
+        replay_trace(_flipped(good, offset, tmp_path / "bad.cbor"), MANIFEST)
+    assert info.value.code == "TRACE_INVALID"
+
+
+def test_every_flipped_byte_is_refused_as_damaged_or_mismatched(tmp_path):
+    good = write_trace(tmp_path / "t.cbor", steps=2).read_bytes()
+    outcomes = set()
+    for offset in range(len(good)):
+        try:
+            replay_trace(_flipped(good, offset, tmp_path / "bad.cbor"), MANIFEST)
+        except (TraceError, ReplayMismatchError) as exc:
+            outcomes.add(exc.code)
+        else:
+            raise AssertionError(f"a flipped byte at offset {offset} replayed as valid")
+    assert outcomes == {"TRACE_INVALID", "REPLAY_MISMATCH"}

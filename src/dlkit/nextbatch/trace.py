@@ -179,8 +179,77 @@ def iter_trace_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
             number += 1
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, bytes) and len(value) == 32
+
+
+def _is_cursor(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) == {"epoch", "global_index"}
+            and all(_is_count(v) for v in value.values()))
+
+
+def _is_stage_map(value: Any) -> bool:
+    return (isinstance(value, dict) and bool(value)
+            and all(isinstance(k, str) and isinstance(v, bool) for k, v in value.items()))
+
+
+def _is(kind: type) -> Any:
+    return lambda value: isinstance(value, kind)
+
+
+# The fields of each record kind and what each holds (docs/nextbatch_v2.md, "Trace format").
+# A trace carries no checksum, so its shape is what tells a damaged file (a flipped byte in a
+# field name or a value of another type) from a run that differs from its replay.
+_SHAPES: dict[str, dict[str, Any]] = {
+    "run_header": {
+        "type": _is(str), "format": _is(str), "dataset_key": _is(str), "cardinality": _is_count,
+        "sampler_block_size": _is_count, "drop_last": _is(bool),
+        "is_shuffled_per_stage": _is_stage_map, "stage": _is(str), "world_size": _is_count,
+        "rank": _is_count, "global_batch_size": _is_count, "manifest_hash": _is_digest,
+        "kernel_replay_token": _is_digest, "cursor_start": _is_cursor},
+    "iter": {
+        "type": _is(str), "t": _is_count, "epoch": _is_count, "global_position": _is_count,
+        "is_shuffled": _is(bool), "micro_batch_size": _is_count,
+        "global_batch_size": _is_count, "effective_batch_size": _is_count,
+        "subsampling_mode": _is(str), "sampling_mode": _is(str),
+        "sampler_config_hash": _is_digest, "effective_q": _is(float),
+        "epoch_seed_hash": _is_digest, "data_replay_t": _is_digest,
+        "blocks_materialized": _is_count, "num_indices": _is_count,
+        "indices_sha256": _is_digest, "cursor_before": _is_cursor, "cursor_after": _is_cursor},
+    "run_end": {
+        "type": _is(str), "status": _is(str), "num_records": _is_count,
+        "final_cursor": _is_cursor, "final_epoch": _is_count, "total_samples_seen": _is_count},
+}
+# A failure record holds these, and what the failed call's error recorded besides.
+_FAILURE_SHAPE: dict[str, Any] = {"type": _is(str), "t": _is_count, "message": _is(str),
+                                  "failure_code": _is(str)}
+
+
+def _check_shape(record: dict[str, Any], number: int, path: str | os.PathLike[str]) -> None:
+    """Refuse (``TraceError``) a record without exactly its kind's fields, each of its type."""
+    kind = record["type"]
+    shape = _SHAPES.get(kind, _FAILURE_SHAPE)
+    where = f"record {number} ({kind})"
+    missing = sorted(set(shape) - set(record))
+    if missing:
+        raise TraceError(f"{where} has no field {missing[0]!r} (a damaged trace)", path=path)
+    extra = sorted(set(record) - set(shape)) if kind in _SHAPES else []
+    if extra:
+        raise TraceError(f"{where} has an unknown field {extra[0]!r} (a damaged trace)",
+                         path=path)
+    for name, holds in shape.items():
+        if not holds(record[name]):
+            raise TraceError(f"{where}: field {name!r} holds {record[name]!r}, not a value of "
+                             "its type (a damaged trace)", path=path)
+
+
 def read_trace(path: str | os.PathLike[str]) -> TraceContents:
-    """Read and structurally validate a whole trace (header first, run_end last)."""
+    """Read and structurally validate a whole trace (header first, run_end last; every
+    record with exactly its kind's fields, each of its type) before anything replays it."""
     records = iter_trace_records(path)
     first = next(records, None)
     if first is None or first.get("type") != "run_header":
@@ -188,9 +257,12 @@ def read_trace(path: str | os.PathLike[str]) -> TraceContents:
     if first.get("format") != TRACE_FORMAT:
         raise TraceError(f"unknown trace format {first.get('format')!r}, expected {TRACE_FORMAT}",
                          path=path)
+    _check_shape(first, 0, path)
     contents = TraceContents(header=first)
-    for record in records:
+    for number, record in enumerate(records, start=1):
         kind = record["type"]
+        if kind in ("iter", "failure", "run_end"):
+            _check_shape(record, number, path)
         if contents.end is not None:
             raise TraceError("records follow the run_end record", path=path)
         if kind == "iter" and contents.failure is None:
