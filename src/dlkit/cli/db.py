@@ -155,7 +155,8 @@ def preprocess(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables (files or directories of parts)."),
     output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
     schema: Path = typer.Option(None, "--schema", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically); refused when "
+                                        "it holds a file its manifest does not list."),
     on_dangling: OnDangling = "drop",
     batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
     embedder: EmbedderName = "hashed",

@@ -190,7 +190,8 @@ def batches(
              "replaces an empty one or an earlier dlkit batches output)."),
     overwrite: bool = typer.Option(
         False, "--overwrite",
-        help="Replace an existing --out of an earlier `dlkit batches` as a whole (atomically)."),
+        help="Replace an existing --out of an earlier `dlkit batches` as a whole (atomically); "
+             "refused when it holds a file its index.json does not list."),
     seed: int = _seed_option(),
     split_seed: int = _split_seed_option(),
     split_ratios: str = _split_ratios_option(),

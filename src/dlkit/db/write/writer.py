@@ -391,7 +391,8 @@ def preprocess(
 
     ``schema`` defaults to ``input_dir/dlkit.toml``. Raises :class:`SchemaError` or
     :class:`DataError` (nothing written) for bad input, :class:`OutputError` when ``output``
-    exists (without ``overwrite``) or cannot be written.
+    exists (without ``overwrite``; with it, when it is no database or holds a file its
+    manifest does not list) or cannot be written.
     """
     started = time.perf_counter()
     if on_dangling not in ON_DANGLING:
