@@ -27,6 +27,7 @@ class _Recording(Console):
 
     def __init__(self, real: Console):
         super().__init__(file=real.file, width=real.width)
+        self.real = real  # where the recording is printed
         self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
@@ -113,7 +114,6 @@ def fitted(rich_utils: Any) -> Iterator[None]:
         if stderr or real.is_terminal:
             return real
         recording = _Recording(real)
-        recording.real = real  # type: ignore[attr-defined]
         recordings.append(recording)
         return recording
 
@@ -123,13 +123,13 @@ def fitted(rich_utils: Any) -> Iterator[None]:
     finally:
         rich_utils._get_rich_console = make
     for recording in recordings:
-        real = recording.real  # type: ignore[attr-defined]
+        real = recording.real
         real.width = _needed_width(real, recording.calls)
         for objects, kwargs in recording.calls:
             real.print(*objects, **kwargs)
 
 
-def install(*command_classes: type) -> None:
+def install(*command_classes: type[Any]) -> None:
     """Make ``format_help`` of each typer command class lay out its help with
     :func:`fitted` (typer and rich are imported when help is asked for, not before)."""
     for cls in command_classes:
