@@ -28,8 +28,8 @@ def test_preprocess_json_and_verify(dlkit, tmp_path):
     verdict = json.loads(v.stdout)
     assert verdict["ok"] and verdict["database_hash"] == report["database_hash"]
     on_disk = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
-    assert verdict["files"] == len(on_disk)  # manifest.json included, as in the bytes
-    assert verdict["bytes"] == report["bytes"] == sum(p.stat().st_size for p in on_disk)
+    assert verdict["num_files"] == len(on_disk)  # manifest.json included, as in the bytes
+    assert verdict["size_bytes"] == report["size_bytes"] == sum(p.stat().st_size for p in on_disk)
 
 
 def test_preprocess_human_summary(dlkit, tmp_path):

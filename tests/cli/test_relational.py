@@ -287,7 +287,7 @@ def test_show_says_what_the_context_took_of_each_child_table(dlkit, db_path, pol
         g = db.graph
         visited = {db.table(r["table"]).row_offset + r["local_row"] for r in view["rows"]}
         seen: dict[str, set[int]] = {}
-        obs = view["obs_time"]
+        obs = view["observation_time"]
         for row in visited:
             for e in range(int(g.child_offsets[row]), int(g.child_offsets[row + 1])):
                 child = int(g.child_ids[e])
@@ -330,7 +330,7 @@ def test_show_marks_the_context_examples_rows_as_the_sampler_does(dlkit, db_path
     assert [r["reached"] == "context example" for r in view["rows"]] == \
         [int(v) == 3 for v in built.visited_via[0, :len(view["rows"])]]
     seeds = [r for r in view["rows"] if r["reached"] == "context example"]
-    assert all(r["table"] == "reviews" and r["time"] <= view["obs_time"] for r in seeds)
+    assert all(r["table"] == "reviews" and r["time"] <= view["observation_time"] for r in seeds)
     text = dlkit(*args, "--context-examples", 2).stdout
     assert f"filled with {len(seeds)} context examples ({len(flagged)} of the rows)" in text
 

@@ -40,7 +40,7 @@ def test_view_json_and_no_overwrite(example_db, tmp_path):
     done = json.loads(run_dlkit("view", example_db, "-o", out, "--seeds", "1", "-S", "32",
                                 "--json").stdout)
     assert done["output"] == str(out) and done["contexts"] > 0
-    assert out.stat().st_size == done["bytes"]
+    assert out.stat().st_size == done["size_bytes"]
     assert_clean_failure(run_dlkit("view", example_db, "-o", out), "OUTPUT_ERROR")
 
 

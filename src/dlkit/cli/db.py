@@ -155,8 +155,10 @@ def preprocess(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables (files or directories of parts)."),
     output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
     schema: Path = typer.Option(None, "--schema", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically); refused when "
-                                        "it holds a file its manifest does not list."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite",
+        help="Replace an existing database at OUTPUT (atomically); refused when it holds a "
+             "file its manifest does not list."),
     on_dangling: OnDangling = "drop",
     batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
     embedder: EmbedderName = "hashed",
@@ -220,7 +222,7 @@ def preprocess_and_report(input_dir: Path, output: Path, schema: Path | Schema |
                        f"{s.seconds:.3f}",
                        *((human_bytes(s.spilled) if s.spilled else "",) if spilled else ()))
     stages.add_row("[bold]total", f"{report.num_rows:,}", f"{report.num_edges:,}",
-                   str(report.num_columns), human_bytes(report.bytes), f"{report.seconds:.3f}",
+                   str(report.num_columns), human_bytes(report.size_bytes), f"{report.seconds:.3f}",
                    *((human_bytes(report.spilled_bytes),) if spilled else ()))
     err_console.print(stages)
     if spilled:
@@ -343,8 +345,8 @@ def verify(
     elif quiet:
         pass
     elif report.ok:
-        err_console.print(f"[bold green]OK[/] {plain(database)}: {report.files} files, "
-                          f"{human_bytes(report.bytes)}, every hash and structure check holds "
+        err_console.print(f"[bold green]OK[/] {plain(database)}: {report.num_files} files, "
+                          f"{human_bytes(report.size_bytes)}, every hash and structure check holds "
                           f"({report.seconds:.2f} s)", highlight=False)
         err_console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
     else:

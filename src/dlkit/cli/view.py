@@ -288,7 +288,7 @@ def view(
     atomic_write_bytes(target, page.encode("utf-8"), overwrite=overwrite)
     if as_json:
         print_json({"output": str(target), "contexts": len(data["contexts"]),
-                    "bytes": len(page.encode("utf-8"))})
+                    "size_bytes": len(page.encode("utf-8"))})
     elif not quiet:
         err_console.print(f"wrote {plain(target)}: {counted(len(data['contexts']), 'context')}, "
                           f"{human_bytes(len(page.encode('utf-8')))}; open it in a browser",

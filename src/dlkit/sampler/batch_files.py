@@ -128,7 +128,7 @@ def open_batch_stream(db: SamplerDatabase, request: BatchRequest
 
 @dataclass(frozen=True)
 class BatchesSummary:
-    out_dir: str
+    output: str
     files: list[str]
     steps: int
     sequences: int

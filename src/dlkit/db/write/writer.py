@@ -426,7 +426,7 @@ def preprocess(
     with out as root:
         digest = builder.run(out, root, fsync)
     return PreprocessReport(
-        path=str(target),
+        output=str(target),
         database_id=schema.name,
         database_hash=digest.hex(),
         num_tables=len(builder.plans),
@@ -436,7 +436,7 @@ def preprocess(
         num_texts=builder.texts.count,
         num_categories=builder.num_categories,
         num_tasks=len(schema.tasks),
-        bytes=builder.total_bytes,
+        size_bytes=builder.total_bytes,
         seconds=time.perf_counter() - started,
         stages=[builder.stages[name] for name in STAGES],
         tables=[TableReport(
