@@ -113,7 +113,7 @@ def preprocess(source: Path, out: Path, budget: str | None) -> dict:
         raise SystemExit(f"preprocess of {source} failed:\n{stderr}")
     report = json.loads(stdout)
     return {"wall_s": wall, "peak_anon": peak[0], "edges": report["num_edges"],
-            "bytes": report["bytes"], "spilled": report["spilled_bytes"],
+            "bytes": report["size_bytes"], "spilled": report["spilled_bytes"],
             "budget": report["memory_budget"], "hash": report["database_hash"],
             "stages": {s["name"]: round(s["seconds"], 1) for s in report["stages"]}}
 

@@ -172,7 +172,7 @@ def step_preprocess(data: str, out: str) -> dict:
     report = preprocess(data, out)
     return {"seconds": report.seconds, "cpu_seconds": _cpu_seconds() - cpu,
             "stages": {s.name: s.seconds for s in report.stages},
-            "edges": report.num_edges, "rows": report.num_rows, "bytes": report.bytes}
+            "edges": report.num_edges, "rows": report.num_rows, "bytes": report.size_bytes}
 
 
 def step_csr(db: str) -> dict:

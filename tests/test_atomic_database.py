@@ -228,7 +228,8 @@ def test_an_output_of_another_kind_run_at_the_same_path_puts_the_database_back(t
     target = tmp_path / "db"
     first = preprocess(src, target, fsync=False).database_hash
     os.rename(target, tmp_path / ".db.dlkit-old-deadbeef")
-    other = TargetKind("batches directory", lambda path: (path / "index.json").exists())
+    other = TargetKind("batches directory", lambda path: (path / "index.json").exists(),
+                       lambda path: ["index.json"])
     with pytest.raises(OutputError, match="is not a dlkit batches directory"):
         with AtomicDirectory(target, other, overwrite=True):
             pass

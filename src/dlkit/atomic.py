@@ -35,7 +35,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -323,26 +323,65 @@ def _renameat2(src: Path, dst: Path, flags: int) -> bool:
 
 @dataclass(frozen=True)
 class TargetKind:
-    """What a target directory holds: its name in messages, and how to recognise an existing
-    one that ``overwrite`` may replace (anything else is someone's data)."""
+    """What a target directory holds: its name in messages, how to recognise an existing
+    one that ``overwrite`` may replace (anything else is someone's data), and the files a
+    recognised one holds by its own record (relative POSIX paths): anything else in it
+    was put there by someone, and is not replaced with it."""
 
     name: str
     recognise: Callable[[Path], bool]
+    holds: Callable[[Path], Collection[str]]
+
+
+def first_foreign(root: Path, expected: Collection[str]) -> str | None:
+    """The first entry under ``root``, in sorted order, that is none of the ``expected``
+    files nor a directory on the way to one (``experiments/`` for a directory): None when
+    there is none."""
+    wanted = set(expected)
+    on_the_way = {"/".join(parts[:k]) for parts in (p.split("/") for p in wanted)
+                  for k in range(1, len(parts))}
+
+    def walk(directory: Path, prefix: str) -> str | None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            raise OutputError(f"cannot list {prefix or '.'}: {exc.strerror or exc}",
+                              path=root) from None
+        for entry in entries:
+            rel = prefix + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if rel not in on_the_way:
+                    return rel + "/"
+                found = walk(Path(entry.path), rel + "/")
+                if found is not None:
+                    return found
+            elif rel not in wanted:
+                return rel
+        return None
+
+    return walk(root, "")
 
 
 def check_target(target: Path, overwrite: bool, kind: TargetKind) -> None:
-    """Refuse a target that exists, unless ``overwrite`` and it is a ``kind`` or empty."""
+    """Refuse a target that exists, unless ``overwrite`` and it is a ``kind`` holding
+    nothing but its own files, or empty."""
     if target.is_symlink():
         raise OutputError("is a symbolic link; refusing to replace it (give the directory "
                           "it names)", path=target)
     if target.exists() and not target.is_dir():
         raise OutputError("exists and is not a directory; refusing to replace it", path=target)
     if target.exists():
-        if not kind.recognise(target) and any(target.iterdir()):
+        recognised = kind.recognise(target)
+        if not recognised and any(target.iterdir()):
             raise OutputError(f"exists and is not a dlkit {kind.name}; refusing to replace it, "
                               "even with --overwrite", path=target)
         if not overwrite:
             raise OutputError("already exists (pass --overwrite to replace it)", path=target)
+        foreign = first_foreign(target, kind.holds(target)) if recognised else None
+        if foreign is not None:
+            raise OutputError(f"holds {foreign}, which no dlkit {kind.name} has; refusing to "
+                              "replace it and what was added, even with --overwrite (move "
+                              "it out first)", path=target)
 
 
 class AtomicDirectory:

@@ -120,3 +120,39 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
                                            "give each output its own file")
         for known in keys:
             seen[known] = f"{name} ({path})"
+
+
+def stream_identity(stream: Any) -> tuple[int, int] | None:
+    """(device, inode) of the file an open stream writes to (None: in memory, or closed)."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _null_device() -> tuple[int, int] | None:
+    return _identity(os.devnull)
+
+
+def refuse_shared_stream(outputs: dict[str, Any], stdout: tuple[int, int] | None,
+                         stdout_holds: str) -> None:
+    """Refuse (``InvalidArgumentError``) an output that is the file standard output writes
+    to while the command writes ``stdout_holds`` there (``stdout``: its (device, inode), or
+    None when nothing goes to stdout), or the same stream as another output: device and
+    inode are compared, of streams too (``/dev/stdout`` into a pipe), which
+    :func:`refuse_overlap` leaves out. Two writers of one stream interleave their bytes; the
+    null device alone takes any number of them."""
+    from dlkit.errors import InvalidArgumentError
+
+    null = _null_device()
+    seen: dict[tuple[int, int], str] = {}
+    if stdout is not None and stdout != null:
+        seen[stdout] = f"standard output, where {stdout_holds} go"
+    for name, path in outputs.items():
+        if path is None or (key := _identity(path)) is None or key == null:
+            continue
+        if key in seen:
+            raise InvalidArgumentError(f"{name} {path} is the same file as {seen[key]}; "
+                                       "give each output its own file")
+        seen[key] = f"{name} ({path})"

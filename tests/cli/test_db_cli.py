@@ -28,8 +28,8 @@ def test_preprocess_json_and_verify(dlkit, tmp_path):
     verdict = json.loads(v.stdout)
     assert verdict["ok"] and verdict["database_hash"] == report["database_hash"]
     on_disk = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
-    assert verdict["files"] == len(on_disk)  # manifest.json included, as in the bytes
-    assert verdict["bytes"] == report["bytes"] == sum(p.stat().st_size for p in on_disk)
+    assert verdict["num_files"] == len(on_disk)  # manifest.json included, as in the bytes
+    assert verdict["size_bytes"] == report["size_bytes"] == sum(p.stat().st_size for p in on_disk)
 
 
 def test_preprocess_human_summary(dlkit, tmp_path):
@@ -99,6 +99,28 @@ def test_preprocess_errors_are_one_line(dlkit, tmp_path):
     again = dlkit("preprocess", EXAMPLE, tmp_path / "db4", "-q")
     assert again.returncode == 6 and "--overwrite" in again.stderr
     assert dlkit("preprocess", EXAMPLE, tmp_path / "db4", "-q", "--overwrite").returncode == 0
+
+
+def test_preprocess_overwrite_refuses_a_file_added_to_the_database(dlkit, tmp_path):
+    """`preprocess --overwrite` replaces a database, not what a user added to its directory:
+    one line naming the first file its manifest does not list; the database stays."""
+    db = tmp_path / "db"
+    assert dlkit("preprocess", EXAMPLE, db, "-q", "--no-fsync").returncode == 0
+    (db / "experiments").mkdir()
+    (db / "experiments" / "result.csv").write_text("auc\n0.7\n")
+    manifest = (db / "manifest.json").read_bytes()
+    refused = dlkit("preprocess", EXAMPLE, db, "-q", "--no-fsync", "--overwrite")
+    assert refused.returncode == 6 and len(refused.stderr.strip().splitlines()) == 1
+    assert "OUTPUT_ERROR" in refused.stderr
+    assert f"{db}: holds experiments/, which no dlkit database has" in refused.stderr
+    assert (db / "experiments" / "result.csv").read_text() == "auc\n0.7\n"
+    assert (db / "manifest.json").read_bytes() == manifest
+    (db / "experiments" / "result.csv").rename(db / "tables" / "result.csv")
+    (db / "experiments").rmdir()
+    refused = dlkit("preprocess", EXAMPLE, db, "-q", "--no-fsync", "--overwrite")
+    assert "holds tables/result.csv, which" in refused.stderr
+    (db / "tables" / "result.csv").unlink()
+    assert dlkit("preprocess", EXAMPLE, db, "-q", "--no-fsync", "--overwrite").returncode == 0
 
 
 def test_user_text_with_brackets_is_printed_as_it_is(dlkit, tmp_path):

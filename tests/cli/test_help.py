@@ -75,3 +75,31 @@ def test_no_help_text_holds_what_markdown_would_swallow():
                           if not line.startswith("    "))
         found = MARKDOWN_TRAPS.search(prose)
         assert found is None, f"{where}: markdown would render {found.group()!r}"
+
+
+def _long_names(command):
+    return [name for param in command.params if not getattr(param, "hidden", False)
+            for name in (*param.opts, *param.secondary_opts) if name.startswith("--")]
+
+
+def test_piped_help_cuts_no_option_name_nor_metavar(tmp_path):
+    """Off a terminal nothing is cut (docs/cli.md): every option name and metavar of every
+    command appears whole in its piped --help, rendered afresh and from the help cache
+    alike; rich's ellipsis appears nowhere."""
+    import os
+    import subprocess
+    import sys
+
+    for cached in ("0", "1"):
+        env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"},
+               "XDG_CACHE_HOME": str(tmp_path), "DLKIT_HELP_CACHE": cached}
+        for name, command in commands():
+            text = subprocess.run([sys.executable, "-m", "dlkit", *name.split(), "--help"],
+                                  capture_output=True, env=env, timeout=300).stdout.decode()
+            assert "\u2026" not in text, f"`dlkit {name} --help | cat` cuts a word:\n{text}"
+            words = set(re.findall(r"[^\s\u2500-\u257f]+", text))
+            for option in _long_names(command):
+                assert option in words, f"`dlkit {name} --help | cat` lacks {option} whole"
+            for param in command.params:
+                if isinstance(param.metavar, str) and param.metavar.startswith("<"):
+                    assert param.metavar in words, f"`dlkit {name}`: {param.metavar} is cut"

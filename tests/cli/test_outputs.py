@@ -105,6 +105,44 @@ def test_two_outputs_may_not_name_one_file(tmp_path, manifest_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("outputs", [
+    ("--trace", "/dev/stdout"), ("--checkpoint-out", "/dev/stdout"),
+    ("--out", "/dev/stdout", "--trace", "/dev/stdout"), ("--format", "bin", "--trace", "/dev/fd/1"),
+])
+def test_no_output_shares_standard_output_with_the_indices(outputs, manifest_path):
+    """The indices go to stdout (a pipe here): a trace or checkpoint named for the same
+    stream would be mixed into them, byte by byte. Refused before anything is written."""
+    result = _sample(manifest_path, *outputs)
+    err = assert_clean_failure(result, "INVALID_ARGUMENT")
+    assert "same file as" in err and result.stdout == b""
+
+
+def test_no_output_is_the_file_standard_output_was_sent_to(tmp_path, manifest_path):
+    target = tmp_path / "indices.txt"
+    with target.open("wb") as stdout:
+        result = subprocess.run([sys.executable, "-m", "dlkit", "sample", str(manifest_path),
+                                 "-d", "ds", "-n", "2", "--trace", str(target), "--overwrite"],
+                                stdout=stdout, stderr=subprocess.PIPE, timeout=300)
+    err = result.stderr.decode()
+    assert result.returncode == 2 and "error INVALID_ARGUMENT:" in err
+    assert "standard output, where the indices go" in err
+    assert target.read_bytes() == b""
+
+
+def test_outputs_on_their_own_streams_and_the_null_device_are_taken(tmp_path, manifest_path):
+    both_null = _sample(manifest_path, "--trace", "/dev/null", "--checkpoint-out", "/dev/null")
+    assert both_null.returncode == 0, both_null.stderr.decode()
+    assert len(both_null.stdout.decode().splitlines()) == 2  # the indices, untouched
+    on_stderr = _sample(manifest_path, "--out", "/dev/stdout", "--trace", "/dev/stderr")
+    assert on_stderr.returncode == 0, on_stderr.stderr.decode()
+    import io
+
+    import cbor2
+
+    header = cbor2.CBORDecoder(io.BytesIO(on_stderr.stderr)).decode()
+    assert header["type"] == "run_header"  # the trace went to its own stream, whole
+
+
 def test_manifest_keeps_run_json_unless_overwrite(tmp_path, manifest_path):
     db = tmp_path / "db"
     assert run_dlkit("preprocess", EXAMPLE, db, "-q", "--no-fsync").returncode == 0

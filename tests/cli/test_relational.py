@@ -231,6 +231,27 @@ def test_batches_overwrite_never_replaces_other_data(dlkit, db_path, tmp_path):
     assert [p.name for p in out.iterdir()] == ["precious.txt"]
 
 
+def test_batches_overwrite_refuses_a_file_added_to_an_earlier_output(dlkit, db_path, tmp_path):
+    """An earlier `dlkit batches` output with a file someone put in it is not replaced (the
+    file would go with it): one line naming the first such file, and nothing changes."""
+    out = tmp_path / "out"
+    assert _batches(dlkit, db_path, out, 2).returncode == 0
+    (out / "notes").mkdir()
+    (out / "notes" / "result.csv").write_text("epoch,loss\n")
+    (out / "zz.txt").write_text("mine")
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    refused = _batches(dlkit, db_path, out, 1, "--overwrite")
+    assert refused.returncode == 6 and len(refused.stderr.strip().splitlines()) == 1
+    assert f"{out}: holds notes/, which no dlkit batches directory has" in refused.stderr
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    (out / "notes" / "result.csv").unlink()
+    (out / "notes").rmdir()
+    refused = _batches(dlkit, db_path, out, 1, "--overwrite")
+    assert "holds zz.txt, which" in refused.stderr
+    (out / "zz.txt").unlink()
+    assert _batches(dlkit, db_path, out, 1, "--overwrite").returncode == 0
+
+
 def test_a_failed_batches_run_leaves_the_old_output(dlkit, db_path, tmp_path):
     out = tmp_path / "out"
     assert _batches(dlkit, db_path, out, 2).returncode == 0
@@ -266,7 +287,7 @@ def test_show_says_what_the_context_took_of_each_child_table(dlkit, db_path, pol
         g = db.graph
         visited = {db.table(r["table"]).row_offset + r["local_row"] for r in view["rows"]}
         seen: dict[str, set[int]] = {}
-        obs = view["obs_time"]
+        obs = view["observation_time"]
         for row in visited:
             for e in range(int(g.child_offsets[row]), int(g.child_offsets[row + 1])):
                 child = int(g.child_ids[e])
@@ -309,7 +330,7 @@ def test_show_marks_the_context_examples_rows_as_the_sampler_does(dlkit, db_path
     assert [r["reached"] == "context example" for r in view["rows"]] == \
         [int(v) == 3 for v in built.visited_via[0, :len(view["rows"])]]
     seeds = [r for r in view["rows"] if r["reached"] == "context example"]
-    assert all(r["table"] == "reviews" and r["time"] <= view["obs_time"] for r in seeds)
+    assert all(r["table"] == "reviews" and r["time"] <= view["observation_time"] for r in seeds)
     text = dlkit(*args, "--context-examples", 2).stdout
     assert f"filled with {len(seeds)} context examples ({len(flagged)} of the rows)" in text
 

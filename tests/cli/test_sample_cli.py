@@ -59,7 +59,7 @@ def test_checkpoint_resume_at_another_world_size_and_trace_replay(tmp_path, mani
                       "--trace", trace)
     assert first.returncode == 0, first.stderr
     replay = run_dlkit("replay", trace, "--manifest", manifest_path, "--json")
-    assert replay.returncode == 0 and json.loads(replay.stdout)["records"] == 3
+    assert replay.returncode == 0 and json.loads(replay.stdout)["steps"] == 3
     resumed = run_dlkit("sample", manifest_path, "-d", "ds", "-w", "4", "-r", "2", "--resume", ckpt,
                         "--steps", "20")
     lines = resumed.stdout.decode().split("\n")[:-1]
@@ -88,7 +88,7 @@ def test_json_summary_and_steps_rolling_into_next_epoch(tmp_path, manifest_path)
     summary = json.loads(result.stdout)
     assert summary["steps"] == 12 and summary["cursor_end"] == {"epoch": 1, "global_index": 24}
     plan = SamplingPlan.create(manifest_of(DOC), "ds", 1, 0, "train")
-    assert summary["indices"] == len(concat(list(plan.iter_chunks(Cursor(), 12))))
+    assert summary["total_samples_seen"] == len(concat(list(plan.iter_chunks(Cursor(), 12))))
 
 
 def _run_with_closed(stream: str, *args) -> tuple[int, str]:

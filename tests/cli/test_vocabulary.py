@@ -142,6 +142,49 @@ def test_one_name_per_concept_in_json(dlkit, db_path, tmp_path):
     assert batches["output"] == str(tmp_path / "b") and "out_dir" not in batches
 
 
+# Names that said a concept another command names otherwise (CHANGELOG.md lists the renames)
+RETIRED = {"out_dir": "output", "obs_time": "observation_time", "indices": "total_samples_seen",
+           "records": "steps", "seeds": "seeds_per_split"}
+
+
+def _items(value, top=True):
+    """(key, value, at the top level) of every object member in a JSON document."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield key, inner, top
+            yield from _items(inner, False)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _items(inner, False)
+
+
+def test_every_command_names_each_concept_one_way_in_json(dlkit, db_path, tmp_path):
+    """In every command's --json: the path of what it wrote is `output` (and a command that
+    writes one output names it so); a count of files and a size of them are `num_files` and
+    `size_bytes` (`files` is always a list); no retired name is left."""
+    runs = _commands(db_path, tmp_path)
+    runs["schema diagram"] += ["-o", tmp_path / "d{n}.mmd"]
+    for name, args in runs.items():
+        filled = _fill(args, 0)  # in order: replay reads the trace sample wrote
+        written = {a for a, raw in zip(filled, map(str, args), strict=True) if "{n}" in raw}
+        result = dlkit(*filled, "--json")
+        assert result.returncode == 0, (name, result.stderr)
+        doc = json.loads(result.stdout)
+        for key, value, top in _items(doc):
+            assert key not in RETIRED, f"dlkit {name} --json says {key}, not {RETIRED[key]}"
+            if key == "files":
+                assert isinstance(value, list), f"dlkit {name}: files is a count"
+            if top and key == "bytes":
+                raise AssertionError(f"dlkit {name}: a size is size_bytes")
+            if isinstance(value, str) and value in written:
+                assert key == "output", f"dlkit {name} names what it wrote {key!r}"
+        if len(written) == 1:
+            assert doc.get("output") == next(iter(written)), f"dlkit {name} has no output"
+    verify = json.loads(dlkit("verify", db_path, "--json").stdout)
+    info = json.loads(dlkit("info", db_path, "--json").stdout)
+    assert (verify["num_files"], verify["size_bytes"]) == (info["num_files"], info["size_bytes"])
+
+
 def test_split_ratios_are_printed_in_the_syntax_they_are_given_in():
     from dlkit.sampler.splits import SplitRatios
 
@@ -193,7 +236,7 @@ def test_show_json_values_are_typed_with_one_time_format(dlkit, db_path):
     iso = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$"
     import re
 
-    assert re.match(iso, view["obs_time"])
+    assert re.match(iso, view["observation_time"])
     assert all(re.match(iso, row["time"]) or row["time"] == "-" for row in view["rows"])
     by_stype = defaultdict(list)
     for row in view["rows"]:

@@ -51,6 +51,15 @@ def test_same_run_same_bytes_and_replay_passes(tmp_path):
     assert report.records_checked == 20
 
 
+def _checksum(records):
+    """docs/nextbatch_v2.md: SHA-256 of every record's canonical CBOR, run_end's without its
+    checksum."""
+    *before, end = records
+    unsummed = {k: v for k, v in end.items() if k != "checksum"}
+    return hashlib.sha256(b"".join(cbor2.dumps(r, canonical=True)
+                                   for r in (*before, unsummed))).digest()
+
+
 def rewrite(path, transform):
     records = list(cbor2.loads_sequence(path.read_bytes())) if hasattr(cbor2, "loads_sequence") else None
     if records is None:
@@ -61,6 +70,9 @@ def rewrite(path, transform):
         while stream.tell() < len(stream.getvalue()):
             records.append(decoder.decode())
     transform(records)
+    if records[-1].get("type") == "run_end" and "checksum" in records[-1]:
+        # a trace written that way: its checksum fits (another run, not a damaged file)
+        records[-1]["checksum"] = _checksum(records)
     path.write_bytes(b"".join(cbor2.dumps(r, canonical=True) for r in records))
 
 
@@ -122,3 +134,54 @@ def test_failure_mid_run_is_recorded_and_replayable(tmp_path):
     assert contents.failure["failure_code"] == "CONTRACT_VIOLATION"
     assert len(contents.iters) == 2 and contents.end["status"] == "failed"
     assert replay_trace(path, near_max).records_checked == 2
+
+
+def _flipped(good: bytes, offset: int, path):
+    damaged = bytearray(good)
+    damaged[offset] ^= 0x01
+    path.write_bytes(bytes(damaged))
+    return path
+
+
+@pytest.mark.parametrize("name", [b"dataset_key", b"cursor_start", b"indices_sha256",
+                                  b"total_samples_seen"])
+def test_a_flipped_byte_in_a_field_name_is_a_damaged_trace_not_a_mismatch(tmp_path, name):
+    """A trace is checked whole before it replays: a field name one byte off is
+    TRACE_INVALID (as the user's trace flipped at byte 100, 'dataset_key' of the header),
+    never a replay that runs with the field missing."""
+    good = write_trace(tmp_path / "t.cbor", steps=2).read_bytes()
+    offset = good.index(name) + 3
+    with pytest.raises(TraceError, match="damaged trace") as info:
+        replay_trace(_flipped(good, offset, tmp_path / "bad.cbor"), MANIFEST)
+    assert info.value.code == "TRACE_INVALID"
+
+
+def test_every_flipped_byte_is_a_damaged_trace(tmp_path):
+    """run_end's checksum covers every byte before it: any one flipped byte, in a name, a
+    value, a digest or the checksum itself, is TRACE_INVALID, never a replay mismatch."""
+    good = write_trace(tmp_path / "t.cbor", steps=2).read_bytes()
+    for offset in range(len(good)):
+        with pytest.raises(TraceError) as info:
+            replay_trace(_flipped(good, offset, tmp_path / "bad.cbor"), MANIFEST)
+        assert info.value.code == "TRACE_INVALID", offset
+
+
+def test_the_checksum_covers_every_record_and_run_end_itself(tmp_path):
+    path = write_trace(tmp_path / "t.cbor", steps=3)
+    records = []
+    rewrite(path, records.extend)
+    assert records[-1]["type"] == "run_end" and len(records) == 5
+    assert records[-1]["checksum"] == _checksum(records)
+
+
+def test_a_trace_without_a_checksum_is_still_read(tmp_path):
+    """dlkit 0.2 wrote no checksum: such a trace replays, its shape checked."""
+    path = write_trace(tmp_path / "t.cbor")
+    rewrite(path, lambda records: records[-1].pop("checksum"))
+    assert replay_trace(path, MANIFEST).records_checked == 20
+    data = path.read_bytes()
+    end = data.rindex(cbor2.dumps("type")) - 1  # run_end: a map whose first key is "type"
+    record = cbor2.loads(data[end:])
+    path.write_bytes(data[:end] + cbor2.dumps({**record, "checksum": b"short"}, canonical=True))
+    with pytest.raises(TraceError, match="field 'checksum' holds"):
+        replay_trace(path, MANIFEST)

@@ -88,7 +88,7 @@ def test_a_mixture_of_real_tasks_is_checked_and_weighted(example_db, tmp_path,  
     assert [c.name for c in checked.components] == [f"example-shop/{t}" for t in TASKS]
     expected_seeds = _info_seeds(example_db)  # counted by the viewer's own split code
     for c in checked.components:
-        assert c.seeds == expected_seeds[c.task]
+        assert c.seeds_per_split == expected_seeds[c.task]
     train_seeds = [expected_seeds[t]["train"] for t in TASKS[:2]]
     expected = {Weighting.SEEDS: weights_from_counts(train_seeds),
                 Weighting.TASKS: (1, 1), Weighting.GIVEN: (3, 3)}[weighting]

@@ -40,7 +40,7 @@ def test_view_json_and_no_overwrite(example_db, tmp_path):
     done = json.loads(run_dlkit("view", example_db, "-o", out, "--seeds", "1", "-S", "32",
                                 "--json").stdout)
     assert done["output"] == str(out) and done["contexts"] > 0
-    assert out.stat().st_size == done["bytes"]
+    assert out.stat().st_size == done["size_bytes"]
     assert_clean_failure(run_dlkit("view", example_db, "-o", out), "OUTPUT_ERROR")
 
 
@@ -76,8 +76,9 @@ def test_curves_plots_every_numeric_series(tmp_path):
     other.write_text('{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 2.0}\n')
     as_json = json.loads(run_dlkit("curves", record, other, "-o", tmp_path / "j.svg",
                                    "--json").stdout)
-    assert as_json["series"] == ["loss", "loss"]  # one per record
-    assert as_json["not_finite"] == [[1, 2], []]
+    assert [(s["name"], s["record"], s["title"]) for s in as_json["series"]] == [
+        ("loss", "run", "run: loss"), ("loss", "other", "other: loss")]  # one per record
+    assert [s["not_finite"] for s in as_json["series"]] == [[1, 2], []]
     kept = record.read_bytes()
     err = assert_clean_failure(run_dlkit("curves", record, "-o", record, "--overwrite"),
                                "INVALID_ARGUMENT")
@@ -86,6 +87,31 @@ def test_curves_plots_every_numeric_series(tmp_path):
     err = assert_clean_failure(run_dlkit("curves", record, "-o", tmp_path / "d.svg"),
                                "INPUT_INVALID")
     assert "line 2" in err
+
+
+def test_curves_of_several_records_name_each_file(tmp_path):
+    """Two runs' loss are two panels, each titled with its file (the stem; the path when
+    two stems are the same), in the SVG and the JSON; one file keeps the plain name."""
+    (tmp_path / "x").mkdir()
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "x" / "a.jsonl"]
+    for k, path in enumerate(paths):
+        path.write_text("".join(json.dumps({"step": s, "loss": k + 1.0 / (s + 1)}) + "\n"
+                                for s in range(5)))
+    out = tmp_path / "c.svg"
+    done = run_dlkit("curves", *paths[:2], "-o", out, "--json")
+    assert done.returncode == 0, done.stderr.decode()
+    titles = [s["title"] for s in json.loads(done.stdout)["series"]]
+    assert titles == ["a: loss", "b: loss"]
+    svg = out.read_text()
+    assert ">a: loss (moving average" in svg and ">b: loss (moving average" in svg
+    assert 'data-record="a"' in svg and 'data-record="b"' in svg
+    clash = run_dlkit("curves", paths[0], paths[2], "-o", tmp_path / "d.svg", "--json")
+    assert [s["record"] for s in json.loads(clash.stdout)["series"]] == [
+        str(paths[0]), str(paths[2])]
+    assert f">{paths[2]}: loss (moving average" in (tmp_path / "d.svg").read_text()
+    single = run_dlkit("curves", paths[1], "-o", tmp_path / "e.svg", "--json")
+    assert json.loads(single.stdout)["series"][0]["title"] == "loss"
+    assert ">loss (moving average" in (tmp_path / "e.svg").read_text()
 
 
 def test_a_task_without_seeds_is_named_in_one_warning_line(tmp_path):

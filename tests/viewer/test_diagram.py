@@ -87,6 +87,24 @@ def test_cli_draws_a_source_directory_and_a_database(example_db, tmp_path):
     assert_clean_failure(bad, "USAGE")
     as_json = json.loads(run_dlkit("schema", "diagram", example_db, "--json").stdout)
     assert {(e["table"], e["parent"]) for e in as_json["edges"]} == EDGES
+    assert as_json["output"] is None
+
+
+def test_cli_json_with_out_writes_the_file_and_names_it(example_db, tmp_path):
+    """--json changes what stdout holds, never what is written: as without it, --out gets
+    the diagram, and the JSON names it."""
+    from tests.cli.helpers import run_dlkit
+
+    out = tmp_path / "s.mmd"
+    done = run_dlkit("schema", "diagram", example_db, "-o", out, "--json")
+    assert done.returncode == 0, done.stderr.decode()
+    doc = json.loads(done.stdout)
+    assert doc["output"] == str(out)
+    assert {(e["table"], e["parent"]) for e in doc["edges"]} == EDGES
+    plain = tmp_path / "plain.mmd"
+    assert run_dlkit("schema", "diagram", example_db, "-o", plain).returncode == 0
+    assert out.read_bytes() == plain.read_bytes()
+    assert out.read_text().startswith("flowchart LR")
 
 
 def test_cli_never_writes_over_what_it_draws(example_db, tmp_path):

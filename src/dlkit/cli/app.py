@@ -11,9 +11,10 @@ import select
 import sys
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from dlkit import errors
+from dlkit.cli import help_layout
 from dlkit.cli.console import print_error, print_note
 from dlkit.cli.pipes import READER_GONE_EXIT
 from dlkit.interrupts import sigterm_as_interrupt
@@ -152,6 +153,8 @@ class _Group(TyperGroup):
             raise errors.OutputError(f"input/output error: {exc.strerror or exc}",
                                      path=exc.filename) from exc
 
+
+help_layout.install(TyperCommand, TyperGroup)  # piped help: no option name cut short
 
 app = typer.Typer(
     name="dlkit",

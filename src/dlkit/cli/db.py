@@ -155,7 +155,10 @@ def preprocess(
     input_dir: Path = typer.Argument(..., help="Directory of Parquet tables (files or directories of parts)."),
     output: Path = typer.Argument(..., help="Database directory to create (built beside it, renamed into place)."),
     schema: Path = typer.Option(None, "--schema", help="Schema file. Default: INPUT_DIR/dlkit.toml."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing database at OUTPUT (atomically)."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite",
+        help="Replace an existing database at OUTPUT (atomically); refused when it holds a "
+             "file its manifest does not list."),
     on_dangling: OnDangling = "drop",
     batch_rows: BatchRows = DEFAULT_BATCH_ROWS,
     embedder: EmbedderName = "hashed",
@@ -219,7 +222,7 @@ def preprocess_and_report(input_dir: Path, output: Path, schema: Path | Schema |
                        f"{s.seconds:.3f}",
                        *((human_bytes(s.spilled) if s.spilled else "",) if spilled else ()))
     stages.add_row("[bold]total", f"{report.num_rows:,}", f"{report.num_edges:,}",
-                   str(report.num_columns), human_bytes(report.bytes), f"{report.seconds:.3f}",
+                   str(report.num_columns), human_bytes(report.size_bytes), f"{report.seconds:.3f}",
                    *((human_bytes(report.spilled_bytes),) if spilled else ()))
     err_console.print(stages)
     if spilled:
@@ -342,8 +345,8 @@ def verify(
     elif quiet:
         pass
     elif report.ok:
-        err_console.print(f"[bold green]OK[/] {plain(database)}: {report.files} files, "
-                          f"{human_bytes(report.bytes)}, every hash and structure check holds "
+        err_console.print(f"[bold green]OK[/] {plain(database)}: {report.num_files} files, "
+                          f"{human_bytes(report.size_bytes)}, every hash and structure check holds "
                           f"({report.seconds:.2f} s)", highlight=False)
         err_console.print(f"database hash [bold]{report.database_hash}[/]", highlight=False)
     else:
@@ -467,7 +470,8 @@ def schema_diagram(
     out: Path = typer.Option(None, "--out", "-o", help="Write here (default: stdout)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
     as_json: bool = typer.Option(False, "--json",
-                                 help="Print the diagram's tables and edges as JSON."),
+                                 help="Print {output, name, tables, edges} as JSON on stdout "
+                                      "(with --out, the diagram is written there too)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No note on stderr."),
 ) -> None:
     """Draw the schema: tables with keys and time columns, foreign keys as arrows (with edge
@@ -500,15 +504,17 @@ def schema_diagram(
                                if entry.is_file() and entry.name.endswith(".parquet")})
             check_output_file(out, overwrite, inputs=inputs)
     diagram = _diagram_of(source)
-    if as_json:
-        print_json(diagram.to_json())
+    if as_json and out is None:  # the JSON stands for the diagram on stdout
+        print_json({"output": None, **diagram.to_json()})
         return
     text = {"mermaid": diagram.to_mermaid, "dot": diagram.to_dot, "svg": diagram.to_svg}[fmt]()
     if out is None:
         sys.stdout.write(text)
         return
     atomic_write_bytes(out, text.encode("utf-8"), overwrite=overwrite)
-    if not quiet:
+    if as_json:  # as every command: the file is written, the JSON names it
+        print_json({"output": str(out), **diagram.to_json()})
+    elif not quiet:
         err_console.print(f"wrote {plain(out)} ({fmt}, "
                           f"{counted(len(diagram.tables), 'table')}, "
                           f"{counted(len(diagram.edges), 'foreign key')})", highlight=False)

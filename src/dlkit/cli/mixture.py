@@ -50,7 +50,7 @@ def check(
     for c in checked.components:
         table.add_row(plain(c.name), "trained" if c.train else
                       "held out" if c.named else "held out (not named)",
-                      *(f"{c.seeds[s]:,}" for s in SPLITS),
+                      *(f"{c.seeds_per_split[s]:,}" for s in SPLITS),
                       str(c.weight) if c.train else "-",
                       f"{100 * c.weight / total:.1f}%" if c.train else "-")
     console.print(table)

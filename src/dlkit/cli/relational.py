@@ -158,13 +158,11 @@ def manifest(
                                      sampling_mode=sampling_mode, overwrite=overwrite)
     mode = sampling_mode_name(summary.sampling_mode)
     if as_json:
-        value = dict(summary.__dict__, sampling_mode=mode)
-        value["output"] = value.pop("path")  # one name for an output path in every command
-        print_json(value)
+        print_json(dict(summary.__dict__, sampling_mode=mode))
         return
     if quiet:
         return
-    table = Table(title=f"run manifest {plain(summary.path)}", title_justify="left")
+    table = Table(title=f"run manifest {plain(summary.output)}", title_justify="left")
     table.add_column("dataset")
     table.add_column("seeds", justify="right")
     for key, count in summary.datasets.items():
@@ -190,7 +188,8 @@ def batches(
              "replaces an empty one or an earlier dlkit batches output)."),
     overwrite: bool = typer.Option(
         False, "--overwrite",
-        help="Replace an existing --out of an earlier `dlkit batches` as a whole (atomically)."),
+        help="Replace an existing --out of an earlier `dlkit batches` as a whole (atomically); "
+             "refused when it holds a file its index.json does not list."),
     seed: int = _seed_option(),
     split_seed: int = _split_seed_option(),
     split_ratios: str = _split_ratios_option(),
@@ -237,13 +236,11 @@ def batches(
                 summary = write_batches(db, request, out, overwrite=overwrite,
                                         on_batch=lambda n: bar.advance(job, n))
     if as_json:
-        value = dict(summary.__dict__)
-        value["output"] = value.pop("out_dir")  # one name for an output path in every command
-        print_json(value)
+        print_json(dict(summary.__dict__))
     elif not quiet:
         err_console.print(f"[green]wrote[/] {counted(summary.steps, 'batch', 'batches')} "
                           f"({counted(summary.sequences, 'sequence')}, "
-                          f"{counted(summary.cells, 'cell')}) to {plain(summary.out_dir)}")
+                          f"{counted(summary.cells, 'cell')}) to {plain(summary.output)}")
 
 
 @app.command(rich_help_panel=PANEL)
@@ -289,7 +286,7 @@ def show(
         print_json(view.to_json_value())
         return
     console.print(f"task [bold]{plain(view.task)}[/], anchor row {view.anchor_row}, observed at "
-                  f"{view.obs_time}; epoch {view.epoch}; {counted(len(view.rows), 'row')}, "
+                  f"{view.observation_time}; epoch {view.epoch}; {counted(len(view.rows), 'row')}, "
                   f"{view.num_cells:,}/{counted(view.sequence_length, 'cell')}", highlight=False)
     table = Table(show_lines=False, header_style="bold")
     columns: tuple[tuple[str, JustifyMethod], ...] = (

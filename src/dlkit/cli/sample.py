@@ -117,7 +117,7 @@ def sample(
     sys.stdout.flush()
     for note in summary.notes:
         print_note(note)
-    result = {"steps": summary.steps, "indices": summary.indices,
+    result = {"steps": summary.steps, "total_samples_seen": summary.indices,
               "cursor_start": summary.cursor_start.to_value(),
               "cursor_end": summary.cursor_end.to_value()}
     if as_json:
@@ -158,7 +158,7 @@ def replay(
         if as_json:  # scripts read the verdict on stdout; the exit code still tells it
             print_json({"ok": False, "code": exc.code, "message": str(exc)})
         raise
-    result = {"ok": True, "records": report.records_checked,
+    result = {"ok": True, "steps": report.records_checked,
               "total_samples_seen": report.total_samples_seen,
               "cursor_end": report.final_cursor.to_value()}
     if as_json:

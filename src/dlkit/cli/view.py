@@ -288,7 +288,7 @@ def view(
     atomic_write_bytes(target, page.encode("utf-8"), overwrite=overwrite)
     if as_json:
         print_json({"output": str(target), "contexts": len(data["contexts"]),
-                    "bytes": len(page.encode("utf-8"))})
+                    "size_bytes": len(page.encode("utf-8"))})
     elif not quiet:
         err_console.print(f"wrote {plain(target)}: {counted(len(data['contexts']), 'context')}, "
                           f"{human_bytes(len(page.encode('utf-8')))}; open it in a browser",
@@ -324,17 +324,16 @@ def _serve(db: Database, options: PageOptions, curves: tuple[Series, ...], port:
 
 
 def _read_records(paths: Sequence[Path], quiet: bool = False) -> tuple[Series, ...]:
-    """Every series of the --record files, with one warning line for each that has values
-    that are not finite (a diverged run)."""
-    from dlkit.viewer.curves import read_record
+    """Every series of the --record files, each labelled with its file when there are
+    several, with one warning line for each that has values that are not finite (a
+    diverged run)."""
+    from dlkit.viewer.curves import read_records
 
-    series = []
-    for path in paths:
-        for one in read_record(path):
-            if one.not_finite and not quiet:
-                print_warning(f"{path}: {one.name} is {one.not_finite_note()}")
-            series.append(one)
-    return tuple(series)
+    series = read_records(paths)
+    for path, one in series:
+        if one.not_finite and not quiet:
+            print_warning(f"{path}: {one.name} is {one.not_finite_note()}")
+    return tuple(one for _path, one in series)
 
 
 @app.command(rich_help_panel=PANEL)
@@ -342,7 +341,8 @@ def curves(
     record: list[Path] = typer.Argument(..., help="--record JSONL files of training runs."),
     out: Path = typer.Option(..., "--out", "-o", help="The SVG file to write."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
-    as_json: bool = typer.Option(False, "--json", help="Print {output, series} as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print {output, series} as JSON (each "
+                                                       "series: name, record, title, not_finite)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
 ) -> None:
     """Plot training curves (loss and any other number per step) of the examples' --record
@@ -356,9 +356,8 @@ def curves(
     check_output_file(out, overwrite, inputs={f"the record {path}": path for path in record})
     series = _read_records(record, quiet=quiet or as_json)
     atomic_write_bytes(out, curves_svg(series).encode("utf-8"), overwrite=overwrite)
-    if as_json:  # series of several records may share a name: not_finite is one per series
-        print_json({"output": str(out), "series": [s.name for s in series],
-                    "not_finite": [list(s.not_finite) for s in series]})
+    if as_json:
+        print_json({"output": str(out), "series": [s.to_json() for s in series]})
     elif not quiet:
-        err_console.print(f"wrote {plain(out)}: {', '.join(plain(s.name) for s in series)}",
+        err_console.print(f"wrote {plain(out)}: {', '.join(plain(s.title) for s in series)}",
                           highlight=False)

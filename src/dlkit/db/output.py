@@ -1,5 +1,6 @@
 """The database directory as an atomic output (:class:`dlkit.atomic.AtomicDirectory`): how
-an existing one is recognised, so that ``--overwrite`` replaces a database and nothing else."""
+an existing one is recognised, and what it holds, so that ``--overwrite`` replaces a database
+and nothing else (not a file someone added to it)."""
 
 from __future__ import annotations
 
@@ -16,4 +17,11 @@ def is_database_dir(path: Path) -> bool:
     return doc is not None and doc.get("format") == MANIFEST_FORMAT
 
 
-DATABASE = TargetKind("database", is_database_dir)
+def database_files(path: Path) -> list[str]:
+    """The files a database holds by its manifest: the manifest and every file it lists."""
+    doc = json_object_at(path / MANIFEST_FILE) or {}
+    files = doc.get("files")
+    return [MANIFEST_FILE, *(files if isinstance(files, dict) else ())]
+
+
+DATABASE = TargetKind("database", is_database_dir, database_files)

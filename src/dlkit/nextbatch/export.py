@@ -166,19 +166,22 @@ def _check_binding(request: SampleRequest, written_hash: bytes, written_key: str
     raise CheckpointError(f"belongs to another run: {problem}", path=request.resume)
 
 
-def check_outputs(request: SampleRequest) -> None:
+def check_outputs(request: SampleRequest, stdout: BinaryIO | None = None) -> None:
     """Refuse outputs that would lose a file: an existing one without ``overwrite``, a
     symbolic link (see :func:`dlkit.outputs.output_kind`), one that is an input (the manifest,
-    the checkpoint resumed from) or the same file as another output. The one exception:
+    the checkpoint resumed from) or the same file as another output, or as ``stdout`` when
+    the indices go there (the binary trace would be mixed into them). The one exception:
     ``--checkpoint-out`` may be the checkpoint resumed from (with ``overwrite``), which it
     advances: it is read whole before anything is written, and replaced atomically."""
-    from dlkit.outputs import output_kind, refuse_overlap
+    from dlkit.outputs import output_kind, refuse_overlap, refuse_shared_stream, stream_identity
 
     outputs = {"--out": request.out, "--trace": request.trace,
                "--checkpoint-out": request.checkpoint_out}
     refuse_overlap(outputs, {"the manifest": request.manifest_path})
     refuse_overlap({"--out": request.out, "--trace": request.trace},
                    {"the checkpoint of --resume": request.resume})
+    refuse_shared_stream(outputs, None if request.out is not None or stdout is None
+                         else stream_identity(stdout), "the indices")
     for path in outputs.values():
         if path is not None:
             output_kind(path, request.overwrite)
@@ -218,7 +221,7 @@ def run_sample(request: SampleRequest, stdout: BinaryIO, *,
     from dlkit.nextbatch.sampler import SamplingPlan
     from dlkit.nextbatch.trace import TraceWriter
 
-    check_outputs(request)
+    check_outputs(request, stdout)
     manifest = load_manifest(request.manifest_path)
     cursor, carried, notes = resolve_start(request, manifest.manifest_hash)
     check_not_empty(request, manifest)

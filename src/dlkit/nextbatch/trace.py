@@ -10,6 +10,7 @@ first field that differs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -95,19 +96,25 @@ class TraceWriter:
         self._writer = None if path is None else atomic_writer(Path(path))
         self._stream: BinaryIO | None = stream
         self._header = header_record(plan, cursor_start)
+        self._checksum = hashlib.sha256()  # of the trace, but run_end's own checksum
+
+    def _write(self, record: dict[str, Any]) -> None:
+        assert self._stream is not None
+        data = canonical_cbor(record)
+        self._checksum.update(data)
+        self._stream.write(data)
 
     def __enter__(self) -> TraceWriter:
         if self._writer is not None:
             self._stream = self._writer.__enter__()
         assert self._stream is not None
-        self._stream.write(canonical_cbor(self._header))
+        self._write(self._header)
         return self
 
     def record(self, indices: np.ndarray, cursor_before: Cursor, cursor_after: Cursor) -> None:
         assert self._stream is not None, "TraceWriter used outside its with-block"
         metadata = self._plan.metadata(cursor_before)
-        self._stream.write(canonical_cbor(iter_record(self._t, metadata, indices,
-                                                      cursor_before, cursor_after)))
+        self._write(iter_record(self._t, metadata, indices, cursor_before, cursor_after))
         self._t += 1
         self._samples += int(indices.shape[0])
         self._cursor = cursor_after
@@ -118,15 +125,17 @@ class TraceWriter:
             if isinstance(exc, NextBatchError):
                 failure = {"type": "failure", "t": self._t, "message": exc.message,
                            **{k: v for k, v in exc.record.items() if v is not None}}
-                self._stream.write(canonical_cbor(failure))
-            self._stream.write(canonical_cbor({
+                self._write(failure)
+            end = {
                 "type": "run_end",
                 "status": "success" if exc is None else "failed",
                 "num_records": self._t,
                 "final_cursor": self._cursor.to_value(),
                 "final_epoch": self._cursor.epoch,
                 "total_samples_seen": self._samples,
-            }))
+            }
+            self._checksum.update(canonical_cbor(end))
+            self._stream.write(canonical_cbor({**end, "checksum": self._checksum.digest()}))
             if self._writer is not None:
                 self._writer.__exit__(None, None, None)
         elif self._writer is not None:
@@ -147,6 +156,14 @@ class TraceContents:
 
 def iter_trace_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Decode a CBOR sequence record by record, checking each is a canonical map."""
+    for record, _data in _records_and_bytes(path):
+        yield record
+
+
+def _records_and_bytes(path: str | os.PathLike[str]
+                       ) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """Each record of the CBOR sequence at ``path``, checked to be a canonical map, with its
+    bytes."""
     path = Path(path)
     try:
         stream = os.fdopen(open_regular(path), "rb")
@@ -175,22 +192,100 @@ def iter_trace_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
             if stream.read(end - start) != canonical:
                 raise TraceError(f"record {number} is not canonically encoded (corrupted bytes)",
                                  path=path)
-            yield record
+            yield record, canonical
             number += 1
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, bytes) and len(value) == 32
+
+
+def _is_cursor(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) == {"epoch", "global_index"}
+            and all(_is_count(v) for v in value.values()))
+
+
+def _is_stage_map(value: Any) -> bool:
+    return (isinstance(value, dict) and bool(value)
+            and all(isinstance(k, str) and isinstance(v, bool) for k, v in value.items()))
+
+
+def _is(kind: type) -> Any:
+    return lambda value: isinstance(value, kind)
+
+
+# The fields of each record kind and what each holds (docs/nextbatch_v2.md, "Trace format").
+# A trace carries no checksum, so its shape is what tells a damaged file (a flipped byte in a
+# field name or a value of another type) from a run that differs from its replay.
+_SHAPES: dict[str, dict[str, Any]] = {
+    "run_header": {
+        "type": _is(str), "format": _is(str), "dataset_key": _is(str), "cardinality": _is_count,
+        "sampler_block_size": _is_count, "drop_last": _is(bool),
+        "is_shuffled_per_stage": _is_stage_map, "stage": _is(str), "world_size": _is_count,
+        "rank": _is_count, "global_batch_size": _is_count, "manifest_hash": _is_digest,
+        "kernel_replay_token": _is_digest, "cursor_start": _is_cursor},
+    "iter": {
+        "type": _is(str), "t": _is_count, "epoch": _is_count, "global_position": _is_count,
+        "is_shuffled": _is(bool), "micro_batch_size": _is_count,
+        "global_batch_size": _is_count, "effective_batch_size": _is_count,
+        "subsampling_mode": _is(str), "sampling_mode": _is(str),
+        "sampler_config_hash": _is_digest, "effective_q": _is(float),
+        "epoch_seed_hash": _is_digest, "data_replay_t": _is_digest,
+        "blocks_materialized": _is_count, "num_indices": _is_count,
+        "indices_sha256": _is_digest, "cursor_before": _is_cursor, "cursor_after": _is_cursor},
+    "run_end": {
+        "type": _is(str), "status": _is(str), "num_records": _is_count,
+        "final_cursor": _is_cursor, "final_epoch": _is_count, "total_samples_seen": _is_count},
+}
+# Fields a record may lack: a trace of dlkit 0.2 has no checksum (its shape is still checked)
+_OPTIONAL: dict[str, dict[str, Any]] = {"run_end": {"checksum": _is_digest}}
+# A failure record holds these, and what the failed call's error recorded besides.
+_FAILURE_SHAPE: dict[str, Any] = {"type": _is(str), "t": _is_count, "message": _is(str),
+                                  "failure_code": _is(str)}
+
+
+def _check_shape(record: dict[str, Any], number: int, path: str | os.PathLike[str]) -> None:
+    """Refuse (``TraceError``) a record without exactly its kind's fields, each of its type."""
+    kind = record["type"]
+    shape = _SHAPES.get(kind, _FAILURE_SHAPE)
+    optional = _OPTIONAL.get(kind, {})
+    where = f"record {number} ({kind})"
+    missing = sorted(set(shape) - set(record))
+    if missing:
+        raise TraceError(f"{where} has no field {missing[0]!r} (a damaged trace)", path=path)
+    extra = sorted(set(record) - set(shape) - set(optional)) if kind in _SHAPES else []
+    if extra:
+        raise TraceError(f"{where} has an unknown field {extra[0]!r} (a damaged trace)",
+                         path=path)
+    for name, holds in {**shape, **optional}.items():
+        if name in record and not holds(record[name]):
+            raise TraceError(f"{where}: field {name!r} holds {record[name]!r}, not a value of "
+                             "its type (a damaged trace)", path=path)
+
+
 def read_trace(path: str | os.PathLike[str]) -> TraceContents:
-    """Read and structurally validate a whole trace (header first, run_end last)."""
-    records = iter_trace_records(path)
-    first = next(records, None)
+    """Read and validate a whole trace before anything replays it: header first, run_end
+    last, every record with exactly its kind's fields, each of its type, and run_end's
+    checksum (when it has one: dlkit 0.2 wrote none) the SHA-256 of every record before it
+    and of run_end without its checksum."""
+    records = _records_and_bytes(path)
+    first, data = next(records, (None, b""))
     if first is None or first.get("type") != "run_header":
         raise TraceError("does not start with a run_header record", path=path)
     if first.get("format") != TRACE_FORMAT:
         raise TraceError(f"unknown trace format {first.get('format')!r}, expected {TRACE_FORMAT}",
                          path=path)
+    _check_shape(first, 0, path)
+    checksum = hashlib.sha256(data)
     contents = TraceContents(header=first)
-    for record in records:
+    for number, (record, data) in enumerate(records, start=1):
         kind = record["type"]
+        if kind in ("iter", "failure", "run_end"):
+            _check_shape(record, number, path)
         if contents.end is not None:
             raise TraceError("records follow the run_end record", path=path)
         if kind == "iter" and contents.failure is None:
@@ -201,8 +296,14 @@ def read_trace(path: str | os.PathLike[str]) -> TraceContents:
             contents.end = record
         else:
             raise TraceError(f"unexpected {kind!r} record", path=path)
+        checksum.update(data if kind != "run_end" else canonical_cbor(
+            {k: v for k, v in record.items() if k != "checksum"}))
     if contents.end is None:
         raise TraceError("truncated: no run_end record", path=path)
+    recorded = contents.end.get("checksum")
+    if recorded is not None and recorded != checksum.digest():
+        raise TraceError("checksum mismatch: a byte of the trace changed (a damaged trace)",
+                         path=path)
     return contents
 
 

@@ -128,7 +128,7 @@ def open_batch_stream(db: SamplerDatabase, request: BatchRequest
 
 @dataclass(frozen=True)
 class BatchesSummary:
-    out_dir: str
+    output: str
     files: list[str]
     steps: int
     sequences: int
@@ -150,7 +150,15 @@ def is_batches_dir(path: Path) -> bool:
     return doc is not None and {"database_id", "batches"} <= doc.keys()
 
 
-BATCHES = TargetKind("batches directory", is_batches_dir)
+def batches_files(path: Path) -> list[str]:
+    """The files a batches directory holds by its index: the index and every batch file."""
+    batches = (json_object_at(path / INDEX_FILE) or {}).get("batches")
+    entries = batches if isinstance(batches, list) else []
+    return [INDEX_FILE, *(str(entry["file"]) for entry in entries
+                          if isinstance(entry, dict) and "file" in entry)]
+
+
+BATCHES = TargetKind("batches directory", is_batches_dir, batches_files)
 
 
 def _write(root: Path, out: Path, name: str, data: bytes) -> None:

@@ -77,7 +77,7 @@ class ChildTableView:
 class SequenceView:
     task: str
     anchor_row: int
-    obs_time: str
+    observation_time: str
     target: str
     epoch: int
     sequence_length: int
@@ -314,7 +314,7 @@ def _decode(db: InspectableDatabase, builder: BatchBuilder, built: Any) -> Seque
     target_column = next(c for c in seed_table.columns if c.name == target_name)
     return SequenceView(
         task=built.task, anchor_row=int(built.anchor_rows[0]),
-        obs_time=format_time(int(built.obs_times[0])),
+        observation_time=format_time(int(built.obs_times[0])),
         target=format_value(db, target_column, int(built.anchor_rows[0])),
         epoch=built.epoch, sequence_length=builder.config.sequence_length,
         max_rows=builder.config.max_rows, num_cells=n_cells, rows=tuple(rows),

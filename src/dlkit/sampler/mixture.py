@@ -175,7 +175,7 @@ class ComponentCheck:
     database_hash: str
     task: str
     train: bool
-    seeds: dict[str, int]  # per split
+    seeds_per_split: dict[str, int]  # as `dlkit info` names it
     weight: int  # 0 when held out of training
     # False: a task of a listed database the file does not name (held out, as the Sampler
     # holds it: evaluable, never trained on)
@@ -184,7 +184,7 @@ class ComponentCheck:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "database": self.database,
                 "database_hash": self.database_hash, "task": self.task, "train": self.train,
-                "named": self.named, "seeds": dict(self.seeds), "weight": self.weight}
+                "named": self.named, "seeds_per_split": dict(self.seeds_per_split), "weight": self.weight}
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ def _weights(weighting: Weighting, training: list[ComponentCheck], total: int
     elif weighting is Weighting.TASKS:
         weights = (1,) * len(training)
     else:
-        weights = weights_from_counts([c.seeds["train"] for c in training], total)
+        weights = weights_from_counts([c.seeds_per_split["train"] for c in training], total)
     if sum(weights) > MAX_BLOCK:
         raise InvalidArgumentError(f"the weights sum to {sum(weights)}; at most {MAX_BLOCK}")
     return weights

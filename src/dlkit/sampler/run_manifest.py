@@ -26,7 +26,7 @@ from dlkit.text import counted
 
 @dataclass(frozen=True)
 class ManifestSummary:
-    path: str
+    output: str  # the manifest written
     database_id: str
     manifest_hash: str
     global_batch_size: int

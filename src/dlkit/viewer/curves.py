@@ -6,9 +6,11 @@ the same markup goes inline into the viewer's page or into a file of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,18 @@ class Series:
     # steps whose value was NaN or infinite: not drawn, but said (a diverged run must not look
     # like one that stopped)
     not_finite: tuple[int, ...] = ()
+    # the record file it was read from, as told apart from the others drawn with it (its
+    # stem, or its path when stems collide); "" when it is the only one
+    record: str = ""
+
+    @property
+    def title(self) -> str:
+        """``"run_a: loss"``: the series, and its file when there are several."""
+        return f"{self.record}: {self.name}" if self.record else self.name
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "record": self.record, "title": self.title,
+                "not_finite": list(self.not_finite)}
 
     def not_finite_note(self) -> str:
         """``"not finite at 3 steps, from step 40"``, or "" when every value is finite."""
@@ -75,6 +89,24 @@ def read_record(path: str | Path) -> tuple[Series, ...]:
                         tuple(not_finite.get(k, ()))) for k, v in points.items())
 
 
+def record_labels(paths: Sequence[str | Path]) -> list[str]:
+    """How each of several record files is named beside its series: its stem, or the path
+    as given when two stems are the same; nothing ("") for a single file."""
+    if len(paths) < 2:
+        return [""] * len(paths)
+    stems = [Path(p).stem for p in paths]
+    return stems if len(set(stems)) == len(stems) else [str(p) for p in paths]
+
+
+def read_records(paths: Sequence[str | Path]) -> tuple[tuple[Path, Series], ...]:
+    """The series of every record file in turn, with the file each came from, labelled
+    with it when there are several (two runs' ``loss`` must not look like one series drawn
+    twice)."""
+    return tuple((Path(path), dataclasses.replace(one, record=label))
+                 for path, label in zip(paths, record_labels(paths), strict=True)
+                 for one in read_record(path))
+
+
 def moving_average(values: tuple[float, ...], window: int) -> list[float]:
     out, total = [], 0.0
     for i, v in enumerate(values):
@@ -88,16 +120,18 @@ def moving_average(values: tuple[float, ...], window: int) -> list[float]:
 def series_svg(series: Series) -> str:
     """One chart: the raw values faint, their moving average bold, axes with the ranges, and
     in red the steps whose value was not finite."""
-    name = html.escape(series.name)
+    name, title = html.escape(series.name), html.escape(series.title)
+    tags = f'data-series="{name}"' + (f' data-record="{html.escape(series.record)}"'
+                                      if series.record else "")
     warning = (f'<text x="{WIDTH - 10}" y="14" text-anchor="end" fill="#c0392b">'
                f'{html.escape(series.not_finite_note())}</text>' if series.not_finite else "")
     if not series.values:
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" class="curve" data-series="{name}" '
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" class="curve" {tags} '
                 f'width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
                 f'font-family="sans-serif" font-size="11">'
                 f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>{warning}'
                 f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT / 2:.0f}" text-anchor="middle" '
-                f'font-weight="bold">{name}: no finite value</text></svg>')
+                f'font-weight="bold">{title}: no finite value</text></svg>')
     lo, hi = min(series.values), max(series.values)
     if hi == lo:
         lo, hi = lo - 0.5, hi + 0.5
@@ -115,7 +149,7 @@ def series_svg(series: Series) -> str:
         series.steps, moving_average(series.values, window), strict=True))
     bottom = HEIGHT - PAD + 10
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="curve" data-series="{name}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="curve" {tags} '
         f'width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'font-family="sans-serif" font-size="11">'
         f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>'
@@ -126,7 +160,7 @@ def series_svg(series: Series) -> str:
         f'<text x="{PAD}" y="{bottom + 14}">step {s0}</text>'
         f'<text x="{WIDTH - 10}" y="{bottom + 14}" text-anchor="end">{s1}</text>'
         f'<text x="{WIDTH / 2:.0f}" y="{bottom + 28}" text-anchor="middle" font-weight="bold">'
-        f'{name} (moving average over {window} step{"s" if window > 1 else ""})</text>'
+        f'{title} (moving average over {window} step{"s" if window > 1 else ""})</text>'
         f'{warning}'
         f'<polyline points="{raw}" fill="none" stroke="#3498db" stroke-opacity="0.35"/>'
         f'<polyline points="{smooth}" fill="none" stroke="#2c3e50" stroke-width="2"/>'
@@ -141,4 +175,5 @@ def curves_svg(series: tuple[Series, ...]) -> str:
             f'height="{HEIGHT * len(series)}">{body}</svg>\n')
 
 
-__all__ = ["Series", "curves_svg", "moving_average", "read_record", "series_svg"]
+__all__ = ["Series", "curves_svg", "moving_average", "read_record", "read_records",
+           "record_labels", "series_svg"]

@@ -72,15 +72,16 @@ class VerifyReport:
     path: str
     ok: bool
     database_hash: str | None
-    files: int
-    bytes: int
+    num_files: int  # as `dlkit info` names them: the files and bytes of the database
+    size_bytes: int
     seconds: float
     failures: list[Failure] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path, "ok": self.ok, "database_hash": self.database_hash,
-            "files": self.files, "bytes": self.bytes, "seconds": self.seconds,
+            "num_files": self.num_files, "size_bytes": self.size_bytes,
+            "seconds": self.seconds,
             "failures": [{"file": f.file, "check": f.check, "message": f.message}
                          for f in self.failures],
         }
@@ -142,7 +143,7 @@ def _verify_once(root: Path, shown: Path, started: float,
     failures = found.failures
     recorded = found.database_hash.hex() if not failures and found.database_hash else None
     return VerifyReport(path=str(shown), ok=not failures, database_hash=recorded,
-                        files=len(found.files), bytes=total,
+                        num_files=len(found.files), size_bytes=total,
                         seconds=time.perf_counter() - started, failures=failures)
 
 

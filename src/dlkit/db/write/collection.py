@@ -76,7 +76,7 @@ class SourceResult:
 
 @dataclass(frozen=True)
 class CollectionReport:
-    out_dir: str
+    output: str  # the directory of the databases
     shard: int
     num_shards: int
     num_sources: int  # in the whole collection, every shard's
@@ -91,7 +91,7 @@ class CollectionReport:
         return tuple(r for r in self.results if r.outcome is Outcome.FAILED)
 
     def to_json(self) -> dict[str, Any]:
-        return {"out_dir": self.out_dir, "shard": self.shard, "num_shards": self.num_shards,
+        return {"output": self.output, "shard": self.shard, "num_shards": self.num_shards,
                 "num_sources": self.num_sources, "seconds": round(self.seconds, 3),
                 **{o.value: self.count(o) for o in Outcome},
                 "sources": [r.to_json() for r in self.results]}

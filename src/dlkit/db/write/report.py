@@ -32,7 +32,7 @@ class StageReport:
     rows: int = 0
     edges: int = 0
     columns: int = 0
-    bytes: int = 0
+    bytes: int = 0  # of the files this stage wrote (the database total is size_bytes)
     spilled: int = 0  # bytes of working arrays spilled to scratch files in this stage
 
 
@@ -50,7 +50,7 @@ class TableReport:
 
 @dataclass
 class PreprocessReport:
-    path: str
+    output: str  # the database written
     database_id: str
     database_hash: str
     num_tables: int
@@ -60,7 +60,7 @@ class PreprocessReport:
     num_texts: int
     num_categories: int
     num_tasks: int
-    bytes: int
+    size_bytes: int  # of the database's files, manifest.json included (as `dlkit info`)
     seconds: float
     stages: list[StageReport]
     tables: list[TableReport]

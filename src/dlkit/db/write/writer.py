@@ -391,7 +391,8 @@ def preprocess(
 
     ``schema`` defaults to ``input_dir/dlkit.toml``. Raises :class:`SchemaError` or
     :class:`DataError` (nothing written) for bad input, :class:`OutputError` when ``output``
-    exists (without ``overwrite``) or cannot be written.
+    exists (without ``overwrite``; with it, when it is no database or holds a file its
+    manifest does not list) or cannot be written.
     """
     started = time.perf_counter()
     if on_dangling not in ON_DANGLING:
@@ -425,7 +426,7 @@ def preprocess(
     with out as root:
         digest = builder.run(out, root, fsync)
     return PreprocessReport(
-        path=str(target),
+        output=str(target),
         database_id=schema.name,
         database_hash=digest.hex(),
         num_tables=len(builder.plans),
@@ -435,7 +436,7 @@ def preprocess(
         num_texts=builder.texts.count,
         num_categories=builder.num_categories,
         num_tasks=len(schema.tasks),
-        bytes=builder.total_bytes,
+        size_bytes=builder.total_bytes,
         seconds=time.perf_counter() - started,
         stages=[builder.stages[name] for name in STAGES],
         tables=[TableReport(
