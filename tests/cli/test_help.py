@@ -103,3 +103,33 @@ def test_piped_help_cuts_no_option_name_nor_metavar(tmp_path):
             for param in command.params:
                 if isinstance(param.metavar, str) and param.metavar.startswith("<"):
                     assert param.metavar in words, f"`dlkit {name}`: {param.metavar} is cut"
+
+
+def test_help_is_laid_out_wide_when_rich_cannot_be_measured(monkeypatch, capsys):
+    """The layout measures rich tables with rich's own (undocumented) methods: a rich without
+    them must still print whole help, at the fallback width, not fail."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from dlkit.cli import help_layout
+
+    def unmeasurable(*_args, **_kwargs):
+        raise AttributeError("_calculate_column_widths")
+
+    monkeypatch.setattr(help_layout, "_needed_width", unmeasurable)
+    out = StringIO()
+
+    class Utils:  # stands in for typer.rich_utils: a console off a terminal, 80 columns
+        @staticmethod
+        def _get_rich_console(stderr=False):
+            return Console(file=out, width=80, force_terminal=False)
+
+    table = Table("option", "help")
+    table.add_row("--context-example-policy", "which context examples a sequence takes " * 4)
+    with help_layout.fitted(Utils):
+        Utils._get_rich_console().print(table)
+    text = out.getvalue()
+    assert "--context-example-policy" in text and "\u2026" not in text
+    assert max(len(line) for line in text.splitlines()) > 80  # laid out at the fallback

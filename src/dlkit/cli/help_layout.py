@@ -21,6 +21,10 @@ from typing import Any
 
 from rich.console import Console
 
+# The width help is laid out at off a terminal when rich's table layout cannot be measured
+# (its methods this module calls are rich's own, not its documented interface).
+FALLBACK_WIDTH = 160
+
 
 class _Recording(Console):
     """A console that keeps each ``print`` call (objects and options) instead of printing."""
@@ -124,7 +128,10 @@ def fitted(rich_utils: Any) -> Iterator[None]:
         rich_utils._get_rich_console = make
     for recording in recordings:
         real = recording.real
-        real.width = _needed_width(real, recording.calls)
+        try:
+            real.width = _needed_width(real, recording.calls)
+        except (AttributeError, TypeError):  # a rich without the layout methods measured
+            real.width = max(real.width, FALLBACK_WIDTH)
         for objects, kwargs in recording.calls:
             real.print(*objects, **kwargs)
 
