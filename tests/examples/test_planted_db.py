@@ -83,6 +83,11 @@ def test_output_is_built_atomically_and_never_replaces_foreign_data(tmp_path):
         gen.make_planted(out, "churn", seed=0, scale=0.05)
     gen.make_planted(out, "grand", seed=0, scale=0.05, overwrite=True)  # an earlier output
     assert json.loads((out / "planted.json").read_text())["variant"] == "grand"
+    (out / "results.csv").write_text("someone's results")  # put into an earlier output
+    with pytest.raises(Exception, match="results.csv"):
+        gen.make_planted(out, "churn", seed=0, scale=0.05, overwrite=True)
+    assert (out / "results.csv").read_text() == "someone's results"
+    assert json.loads((out / "planted.json").read_text())["variant"] == "grand"
 
 
 def test_schema_names_the_task_of_the_marker(planted):
