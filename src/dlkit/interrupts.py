@@ -112,7 +112,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (``kill``, a scheduler's time limit) unwinds like Ctrl-C, so a command's
     temporary output is removed on the way out instead of left beside the target."""
 
-    def interrupt(signum, frame):  # noqa: ARG001
+    def interrupt(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
         raise KeyboardInterrupt
 
     try:
