@@ -414,8 +414,11 @@ def preprocess(
     builder = _Builder(input_path, schema, on_dangling=on_dangling, batch_rows=batch_rows,
                        embedder=embedder, progress=progress or Progress(), memory_budget=budget,
                        kernels_ready=kernels_ready)
+    # Not a daemon: a build that ends early (a busy target, a schema error) while the warm-up
+    # still compiles would otherwise exit with the thread inside numba's compiler, which can
+    # abort the process; the interpreter waits for it instead (at most the warm-up's rest).
     threading.Thread(target=_warm_up, args=(embedder, kernels_ready), name="dlkit-warm-up",
-                     daemon=True).start()
+                     daemon=False).start()
     try:
         builder.scan()
     except SchemaError as exc:  # a schema entry the data contradicts: name the schema's file
