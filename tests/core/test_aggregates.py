@@ -15,7 +15,6 @@ from dlkit.core.aggregates import (
     prefix_counts,
     prefix_latest,
     prefix_sums,
-    recency_gaps,
     signed_log,
 )
 
@@ -81,8 +80,7 @@ def test_latest_times_and_gaps_restart_at_each_parent(data, draw):
         times[lo:hi], ids[lo:hi] = times[order].copy(), ids[order].copy()
     latest = np.full(ids.shape[0], 7, dtype=np.int64)
     gaps = np.full(ids.shape[0] + 1, np.nan)
-    prefix_latest(offsets, ids, times, 0, parents, first_child, last_child, latest)
-    n = recency_gaps(offsets, ids, times, 0, parents, first_child, last_child, gaps)
+    n = prefix_latest(offsets, ids, times, 0, parents, first_child, last_child, latest, gaps)
     expected_gaps = []
     for p in range(parents):
         mine = []  # this parent's children of the table so far, as (time, id)

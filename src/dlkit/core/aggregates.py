@@ -18,7 +18,7 @@ Cells (``fill_aggregates``) are numeric: a count ``n`` is ``log1p(n)``, a sum ``
 (over the parent rows' totals); a mean is ``sum / count`` z-scored like the child column (a
 boolean column's mean is the fraction of ``true``), null when no value is visible; a recency
 is ``log1p(days)`` since the last visible child, z-scored over the gaps between consecutive
-children (``recency_gaps``), null without such a child with a time. The layout is pinned in
+children (``prefix_latest``), null without such a child with a time. The layout is pinned in
 ``docs/database_format.md`` and the cells in ``docs/batch_format.md``.
 """
 
@@ -100,39 +100,28 @@ def elapsed_days(earlier, later):
 
 @kernel
 def prefix_latest(child_offsets, child_ids, child_times, first_row, last_row, child_first,
-                  child_last, out):
+                  child_last, out, gaps):
     """Like ``prefix_counts``, the time (``child_times``) of the latest child in rows
     ``child_first .. child_last - 1`` up to and including position ``i``: the last one, the
-    list being time-sorted; ``NO_TIME`` before the first (or when that child has no time)."""
+    list being time-sorted; ``NO_TIME`` before the first (or when that child has no time).
+
+    In the same pass, the values a recency cell's statistics are taken over, into
+    ``gaps[:n]``; returns ``n``: ``log1p(days)`` of the gap from each such child with a time
+    to the previous one in the same parent's list (a child without a predecessor gives
+    none). Children without a time sort first, so none follows a timed one."""
     base = child_offsets[first_row]
+    n = 0
     for p in range(first_row, last_row):
         latest = NO_TIME
         for i in range(child_offsets[p], child_offsets[p + 1]):
             c = child_ids[i]
             if child_first <= c < child_last:
-                latest = child_times[i]
-            out[i - base] = latest
-
-
-@kernel
-def recency_gaps(child_offsets, child_ids, child_times, first_row, last_row, child_first,
-                 child_last, out):
-    """The values a recency cell's statistics are taken over, into ``out[:n]``; returns
-    ``n``: ``log1p(days)`` of the gap from each child in rows ``child_first .. child_last -
-    1`` with a time to the previous such child in the same parent's list (a child without a
-    predecessor gives none). Children without a time sort first and give none."""
-    n = 0
-    for p in range(first_row, last_row):
-        previous = NO_TIME
-        for i in range(child_offsets[p], child_offsets[p + 1]):
-            c = child_ids[i]
-            if child_first <= c < child_last:
                 t = child_times[i]
-                if t != NO_TIME:
-                    if previous != NO_TIME:
-                        out[n] = np.log1p(elapsed_days(previous, t))
-                        n += 1
-                    previous = t
+                if t != NO_TIME and latest != NO_TIME:
+                    gaps[n] = np.log1p(elapsed_days(latest, t))
+                    n += 1
+                latest = t
+            out[i - base] = latest
     return n
 
 

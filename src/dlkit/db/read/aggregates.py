@@ -83,13 +83,12 @@ def check_aggregates(data: AggregateData, meta: DatabaseMetadata, graph: Graph,
         elif cell.kind == "recency":
             child_last = child.row_offset + child.num_rows
             expect = np.empty(n, dtype=np.int64)
-            kernels.prefix_latest(child_offsets, graph.child_ids, graph.child_times, first,
-                                  last, child.row_offset, child_last, expect)
+            gaps = np.empty(n, dtype=np.float64)
+            num_gaps = kernels.prefix_latest(child_offsets, graph.child_ids,
+                                             graph.child_times, first, last, child.row_offset,
+                                             child_last, expect, gaps)
             stored = data.counts[seg.count_at:seg.count_at + n]
             rel = agg.COUNTS_FILE
-            gaps = np.empty(n, dtype=np.float64)
-            num_gaps = kernels.recency_gaps(child_offsets, graph.child_ids, graph.child_times,
-                                            first, last, child.row_offset, child_last, gaps)
             stats = _stats(gaps[:num_gaps])
         else:
             assert cell.column is not None, "a sum or mean aggregates a column"

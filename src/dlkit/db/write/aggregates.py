@@ -124,12 +124,11 @@ def write_aggregates(root: Path, spec: AggregateSpec, plans: list[TablePlan], ha
             mean, std = _stats(np.log1p(totals))
         elif kind == "recency":
             prefix = arrays.empty(np.int64, length)
-            kernels.prefix_latest(child_offsets, child_ids, child_times, first, last,
-                                  child_first, child_first + child.num_rows, prefix)
-            counts_file.write(prefix)
             gaps = arrays.empty(np.float64, length)
-            num_gaps = kernels.recency_gaps(child_offsets, child_ids, child_times, first, last,
-                                            child_first, child_first + child.num_rows, gaps)
+            num_gaps = kernels.prefix_latest(child_offsets, child_ids, child_times, first, last,
+                                             child_first, child_first + child.num_rows, prefix,
+                                             gaps)
+            counts_file.write(prefix)
             mean, std = _stats(gaps[:num_gaps])
         elif kind == "sum":
             values, bitmap = _column_arrays(root, child, column)
